@@ -1,0 +1,1 @@
+"""DBLog watermark change-data capture engine (no Airflow import anywhere in this package)."""

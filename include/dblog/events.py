@@ -1,0 +1,28 @@
+"""The change event: one row change (or watermark write) read from a source's log."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+INSERT, UPDATE, DELETE = "c", "u", "d"
+OPERATIONS = (INSERT, UPDATE, DELETE)
+
+
+@dataclass
+class ChangeEvent:
+    source: str
+    table: str                    # "schema.table"
+    op: str                       # c / u / d
+    position: str                 # encoded Position
+    key: tuple                    # primary key values of the row after the change (before, for d)
+    after: dict[str, Any] | None  # full row image after the change; None for deletes
+    before: dict[str, Any] | None = None  # row image before, where the source gives it
+    old_key: tuple | None = None  # set when an update changed the primary key
+    txid: str | None = None
+    commit_ts: datetime | None = None
+    unchanged: list[str] = field(default_factory=list)  # PostgreSQL unchanged TOAST columns
+
+    def touched_keys(self) -> list[tuple]:
+        """Keys this event touches: a primary-key update touches the old and the new key."""
+        return [self.key] if self.old_key is None or self.old_key == self.key else [self.old_key, self.key]

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Private MariaDB, PostgreSQL and ZooKeeper instances for development, tests and the demo.
+# Loopback only, non-default ports, data under .local/. Never touches system-wide services.
+#   scripts/services.sh up|down|status|env
+# Ports come from DBLOG_MARIADB_PORT / DBLOG_POSTGRES_PORT / DBLOG_ZK_PORT (3307/5433/2182).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+LOCAL=${DBLOG_LOCAL_DIR:-$ROOT/.local}
+MY_PORT=${DBLOG_MARIADB_PORT:-3307}
+PG_PORT=${DBLOG_POSTGRES_PORT:-5433}
+ZK_PORT=${DBLOG_ZK_PORT:-2182}
+PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)
+MY=$LOCAL/mariadb PG=$LOCAL/postgres ZK=$LOCAL/zookeeper
+
+log() { printf '[services] %s\n' "$*"; }
+die() { printf '[services] error: %s\n' "$*" >&2; exit 1; }
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+wait_for() {  # wait_for NAME SECONDS CMD...
+  local name=$1 secs=$2; shift 2
+  for _ in $(seq $((secs * 10))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  die "$name did not become ready in ${secs}s; see its log under $LOCAL"
+}
+alive() { [ -f "$1" ] && kill -0 "$(head -n1 "$1")" 2>/dev/null; }
+
+mariadb_up() {
+  alive "$MY/mariadbd.pid" && { log "mariadb already up on $MY_PORT"; return; }
+  port_busy "$MY_PORT" && die "port $MY_PORT is taken by another process; set DBLOG_MARIADB_PORT"
+  mkdir -p "$MY/binlog"
+  if [ ! -d "$MY/data/mysql" ]; then
+    mariadb-install-db --no-defaults --datadir="$MY/data" --user=root \
+      --auth-root-authentication-method=normal --skip-test-db >"$MY/install.log" 2>&1 \
+      || die "mariadb-install-db failed; see $MY/install.log"
+  fi
+  # --no-defaults must be the first argument, or /etc/mysql config leaks in.
+  setsid mariadbd --no-defaults --user=root --datadir="$MY/data" --socket="$MY/mariadb.sock" \
+    --pid-file="$MY/mariadbd.pid" --port="$MY_PORT" --bind-address=127.0.0.1 --server-id=1 \
+    --log-bin="$MY/binlog/mysql-bin" --binlog-format=ROW --binlog-row-image=FULL \
+    --binlog-row-metadata=FULL --max-connections=300 --innodb-buffer-pool-size=256M \
+    --log-error="$MY/error.log" </dev/null >/dev/null 2>&1 &
+  wait_for mariadb 30 mariadb-admin --no-defaults --socket="$MY/mariadb.sock" -uroot ping
+  log "mariadb up on 127.0.0.1:$MY_PORT"
+}
+
+postgres_up() {
+  alive "$PG/data/postmaster.pid" && { log "postgres already up on $PG_PORT"; return; }
+  port_busy "$PG_PORT" && die "port $PG_PORT is taken by another process; set DBLOG_POSTGRES_PORT"
+  [ -n "$PG_BIN" ] || die "PostgreSQL binaries not found; run 'make install'"
+  mkdir -p "$PG/sock"; chown -R postgres:postgres "$PG"
+  if [ ! -f "$PG/data/PG_VERSION" ]; then
+    runuser -u postgres -- "$PG_BIN/initdb" -D "$PG/data" -U postgres --auth=trust \
+      >"$PG/initdb.log" 2>&1 || die "initdb failed; see $PG/initdb.log"
+  fi
+  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$PG/data" -l "$PG/server.log" -w -t 30 start \
+    -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -k $PG/sock -c wal_level=logical \
+        -c max_replication_slots=32 -c max_wal_senders=32 -c max_connections=200 \
+        -c wal_sender_timeout=0" >/dev/null || die "postgres did not start; see $PG/server.log"
+  log "postgres up on 127.0.0.1:$PG_PORT"
+}
+
+zookeeper_up() {
+  alive "$ZK/zk.pid" && { log "zookeeper already up on $ZK_PORT"; return; }
+  port_busy "$ZK_PORT" && die "port $ZK_PORT is taken by another process; set DBLOG_ZK_PORT"
+  mkdir -p "$ZK/data"
+  cat >"$ZK/zoo.cfg" <<CFG
+tickTime=500
+initLimit=10
+syncLimit=5
+dataDir=$ZK/data
+clientPort=$ZK_PORT
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr
+maxSessionTimeout=60000
+CFG
+  # zkServer.sh hard-codes /etc paths, so run the Java main directly.
+  setsid java -Xmx256m -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar \
+    org.apache.zookeeper.server.ZooKeeperServerMain "$ZK/zoo.cfg" </dev/null >"$ZK/zk.log" 2>&1 &
+  echo $! >"$ZK/zk.pid"
+  wait_for zookeeper 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$ZK_PORT; printf ruok >&3; grep -q imok <&3"
+  log "zookeeper up on 127.0.0.1:$ZK_PORT"
+}
+
+stop_pid() {  # stop_pid NAME PIDFILE
+  alive "$2" || return 0
+  local pid; pid=$(head -n1 "$2"); kill -TERM "$pid"
+  for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || { log "$1 stopped"; return; }; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
+case "${1:-}" in
+  up) mariadb_up; postgres_up; zookeeper_up ;;
+  down)
+    stop_pid mariadb "$MY/mariadbd.pid"
+    if alive "$PG/data/postmaster.pid"; then
+      runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$PG/data" -m fast -w stop >/dev/null && log "postgres stopped"
+    fi
+    stop_pid zookeeper "$ZK/zk.pid" ;;
+  status)
+    alive "$MY/mariadbd.pid" && echo "mariadb up :$MY_PORT" || echo "mariadb down"
+    alive "$PG/data/postmaster.pid" && echo "postgres up :$PG_PORT" || echo "postgres down"
+    alive "$ZK/zk.pid" && echo "zookeeper up :$ZK_PORT" || echo "zookeeper down" ;;
+  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac
