@@ -81,6 +81,36 @@ CFG
   log "zookeeper up on 127.0.0.1:$ZK_PORT"
 }
 
+# The capture users: replication + reads + the watermark schema, nothing more (least privilege).
+provision() {
+  mariadb --no-defaults --socket="$MY/mariadb.sock" -uroot <<SQL
+CREATE DATABASE IF NOT EXISTS shop;
+CREATE DATABASE IF NOT EXISTS dblog;
+CREATE USER IF NOT EXISTS 'dblog'@'127.0.0.1' IDENTIFIED BY 'dblog';
+CREATE USER IF NOT EXISTS 'dblog'@'localhost' IDENTIFIED BY 'dblog';
+GRANT REPLICATION SLAVE, BINLOG MONITOR, SLAVE MONITOR ON *.* TO 'dblog'@'127.0.0.1', 'dblog'@'localhost';
+GRANT SELECT ON shop.* TO 'dblog'@'127.0.0.1', 'dblog'@'localhost';
+GRANT ALL ON dblog.* TO 'dblog'@'127.0.0.1', 'dblog'@'localhost';
+SQL
+  local psql=("$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$PG/sock" -p "$PG_PORT" -U postgres)
+  runuser -u postgres -- "${psql[@]}" -d postgres -tc "SELECT 1 FROM pg_roles WHERE rolname='dblog'" | grep -q 1 \
+    || runuser -u postgres -- "${psql[@]}" -d postgres -c "CREATE ROLE dblog LOGIN REPLICATION PASSWORD 'dblog'"
+  runuser -u postgres -- "${psql[@]}" -d postgres -tc "SELECT 1 FROM pg_database WHERE datname='shop'" | grep -q 1 \
+    || runuser -u postgres -- "${psql[@]}" -d postgres -c "CREATE DATABASE shop"
+  runuser -u postgres -- "${psql[@]}" -d shop <<SQL
+CREATE SCHEMA IF NOT EXISTS dblog AUTHORIZATION dblog;
+GRANT USAGE ON SCHEMA public TO dblog;
+ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO dblog;
+GRANT SELECT ON ALL TABLES IN SCHEMA public TO dblog;
+DO \$\$ BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = 'dblog') THEN
+    CREATE PUBLICATION dblog FOR ALL TABLES;
+  END IF;
+END \$\$;
+SQL
+  log "provisioned database shop and capture user dblog on both sources"
+}
+
 stop_pid() {  # stop_pid NAME PIDFILE
   alive "$2" || return 0
   local pid; pid=$(head -n1 "$2"); kill -TERM "$pid"
@@ -89,7 +119,8 @@ stop_pid() {  # stop_pid NAME PIDFILE
 }
 
 case "${1:-}" in
-  up) mariadb_up; postgres_up; zookeeper_up ;;
+  up) mariadb_up; postgres_up; zookeeper_up; provision ;;
+  provision) provision ;;
   down)
     stop_pid mariadb "$MY/mariadbd.pid"
     if alive "$PG/data/postmaster.pid"; then

@@ -1,0 +1,178 @@
+"""Continuous change capture: source log -> staged Parquet segments -> fenced checkpoint.
+
+One capture per source is active: it holds the source's ZooKeeper lease, and a second one
+blocks in `lease()` as a standby until the first dies. Events are buffered per table for at
+most `flush_rows` events or `flush_seconds`, always cut at a transaction end, then staged; only
+after every segment is durable does the checkpoint advance (invariant 2), in a ZooKeeper
+transaction that checks the lease (so a deposed capture cannot move it).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from . import state as paths
+from .events import ChangeEvent
+from .reconcile import watermark_positions
+from .schema import dumps_json, encode_key
+from .sources.base import WATERMARK_TABLE, Source, Transaction
+from .staging import StagedLog
+from .state import Lease, StateStore
+
+log = logging.getLogger("dblog.capture")
+
+
+def event_row(e: ChangeEvent) -> dict:
+    """The staged form of an event: data columns (after image, or before for deletes) + metadata."""
+    row = dict(e.after if e.after is not None else (e.before or {}))
+    row["_position"] = e.position
+    row["_op"] = e.op
+    row["_txid"] = e.txid
+    row["_commit_ts"] = e.commit_ts
+    row["_old_key"] = encode_key(e.old_key) if e.old_key is not None else None
+    row["_before"] = dumps_json(e.before) if e.before is not None else None
+    row["_unchanged"] = e.unchanged or None
+    return row
+
+
+@dataclass
+class Batch:
+    rows: dict[str, list[dict]] = field(default_factory=lambda: defaultdict(list))
+    count: int = 0
+    txns: int = 0
+    resume: dict | None = None
+    last_position: str | None = None
+    commit_ts: object = None
+    opened: float = 0.0
+
+    def add(self, txn: Transaction) -> None:
+        if self.txns == 0:
+            self.opened = time.monotonic()
+        for e in txn.events:
+            self.rows[e.table].append(event_row(e))
+        if txn.events:
+            self.last_position = txn.events[-1].position
+            self.commit_ts = txn.commit_ts
+        self.count += len(txn.events)
+        self.txns += 1
+        self.resume = txn.resume
+
+
+@dataclass
+class CaptureStats:
+    events: int = 0
+    transactions: int = 0
+    segments: int = 0
+    flushes: int = 0
+    max_flush_gap_s: float = 0.0   # longest time between two checkpoint advances while busy
+    position: str | None = None
+
+
+class Capture:
+    def __init__(self, source: Source, store: StateStore, staged: StagedLog, *, flush_rows: int = 20_000,
+                 flush_seconds: float = 1.0, idle_timeout: float = 0.5, identifier: str | None = None):
+        self.source, self.store, self.staged = source, store, staged
+        self.flush_rows, self.flush_seconds, self.idle_timeout = flush_rows, flush_seconds, idle_timeout
+        self.identifier = identifier or f"{socket.gethostname()}:{os.getpid()}"
+        self.stats = CaptureStats()
+        self.stop_event = threading.Event()
+        self.lease: Lease | None = None
+        self.leading = threading.Event()
+
+    def run(self, duration: float | None = None, until_watermark: str | None = None,
+            lease_timeout: float | None = None) -> CaptureStats:
+        """Capture until `duration` elapses, the watermark `until_watermark` is staged, or `stop()`."""
+        self.lease = self.store.lease(paths.capture_lock(self.source.name), self.identifier, lease_timeout)
+        self.leading.set()
+        log.info("%s: capture leader %s", self.source.name, self.identifier)
+        try:
+            checkpoint = ensure_checkpoint(self.store, self.source)
+            deadline = None if duration is None else time.monotonic() + duration
+            if until_watermark is None or until_watermark not in watermark_positions(self.staged, self.source.name):
+                self._loop(checkpoint.get("resume"), deadline, until_watermark)
+        finally:
+            self.leading.clear()
+            self.lease.release()
+            self.source.close()
+        return self.stats
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def _loop(self, resume: dict | None, deadline: float | None, until: str | None) -> None:
+        batch, last_flush, reached = Batch(), time.monotonic(), False
+        for txn in self.source.stream(resume, self.idle_timeout):
+            if txn is not None:
+                batch.add(txn)
+                reached = reached or (until is not None and any(
+                    e.table == WATERMARK_TABLE and (e.after or {}).get("value") == until for e in txn.events))
+            now = time.monotonic()
+            due = batch.txns and (txn is None or reached or batch.count >= self.flush_rows
+                                  or now - batch.opened >= self.flush_seconds)
+            if due:
+                if batch.count:
+                    self.stats.max_flush_gap_s = max(self.stats.max_flush_gap_s, now - last_flush)
+                self._flush(batch)
+                batch, last_flush = Batch(), time.monotonic()
+            elif txn is None:
+                last_flush = now  # idle: no progress is owed
+            done = self.stop_event.is_set() or (deadline is not None and now >= deadline) or reached
+            if done:
+                break
+        if batch.txns:
+            self._flush(batch)
+
+    def _flush(self, batch: Batch) -> None:
+        self.lease.check()  # a deposed capture must not stage (duplicates would be harmless, but noisy)
+        for table, rows in batch.rows.items():
+            self.staged.write_segment(self.source.name, self.source.table_schema(table), rows)
+            self.stats.segments += 1
+        previous = self.store.get(paths.checkpoint_path(self.source.name)) or {}
+        position = batch.last_position or previous.get("position")
+        checkpoint = {"resume": batch.resume, "position": position,
+                      "commit_ts": batch.commit_ts.timestamp() if batch.commit_ts else previous.get("commit_ts"),
+                      "staged_at": time.time(), "leader": self.identifier}
+        self.store.fenced_put(self.lease, paths.checkpoint_path(self.source.name), checkpoint)
+        self.source.acknowledge(batch.resume)
+        self.stats.events += batch.count
+        self.stats.transactions += batch.txns
+        self.stats.flushes += 1
+        self.stats.position = position
+        if batch.count:
+            log.info("%s: staged %d events up to %s", self.source.name, batch.count, position)
+
+
+def ensure_checkpoint(store: StateStore, source: Source) -> dict:
+    """Check the source (fail closed) and, on first use, start the checkpoint at the end of its log.
+
+    Everything committed after this returns is captured, so callers set it up before writes or
+    dumps they need to see.
+    """
+    source.preflight()
+    path = paths.checkpoint_path(source.name)
+    checkpoint = store.get(path)
+    if checkpoint is None:
+        checkpoint = {"resume": source.start_point(), "position": None, "commit_ts": None,
+                      "staged_at": time.time(), "leader": None}
+        store.create_new(path, checkpoint)
+        checkpoint = store.get(path)
+    return checkpoint
+
+
+def reset_checkpoint(store: StateStore, source: Source) -> None:
+    """Forget the checkpoint (after lost history): the next capture starts at the end of the log."""
+    store.zk.delete(paths.checkpoint_path(source.name))
+    source.reset_stream()
+
+
+def sync_point(source: Source) -> str:
+    """Write a fresh watermark and return its value: once it is staged, so is every earlier commit."""
+    value = str(uuid.uuid4())
+    source.write_watermark("sync", value)
+    return value

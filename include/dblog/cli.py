@@ -1,0 +1,174 @@
+"""`dblog`: drive the engine from a shell (the Airflow operators call the same functions)."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+
+from . import config
+from . import state as paths
+from .capture import Capture, ensure_checkpoint, reset_checkpoint
+from .dump import CANCELLED, PAUSED, RUNNING, DumpError, DumpSpec, create_dump, dump_status, run_dump, set_control
+from .sources.base import SourceError
+from .staging import StagedLog
+from .state import StateStore
+from .status import source_status
+
+log = logging.getLogger("dblog")
+
+
+def _store() -> StateStore:
+    zk = config.zookeeper()
+    return StateStore(zk.hosts, zk.chroot).start()
+
+
+def _keys(text: str | None):
+    if text is None:
+        return None
+    raw = open(text[1:]).read() if text.startswith("@") else text
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise DumpError(f"--keys is not valid JSON ({exc.msg} at column {exc.colno}); "
+                        "give a JSON array such as '[1, 2]' or '[[1, \"a\"]]', or @file.json") from None
+
+
+def cmd_capture(args) -> int:
+    source = config.source(args.source)
+    with _store() as store:
+        if args.reset:
+            reset_checkpoint(store, source)
+            print(f"{source.name}: checkpoint reset; run a full dump of every table to repair the gap")
+            return 0
+        if args.init:
+            print(json.dumps(ensure_checkpoint(store, source), default=str))
+            return 0
+        capture = Capture(source, store, StagedLog(config.staging_root()), flush_rows=args.flush_rows,
+                          flush_seconds=args.flush_seconds)
+        signal.signal(signal.SIGTERM, lambda *_: capture.stop())
+        stats = capture.run(duration=args.duration, until_watermark=args.until_watermark)
+        print(json.dumps(stats.__dict__))
+    return 0
+
+
+def cmd_dump(args) -> int:
+    source = config.source(args.source)
+    with _store() as store:
+        if args.action in ("pause", "resume", "cancel", "throttle"):
+            if not args.dump_id:
+                raise DumpError(f"`dblog dump {args.action}` needs the dump id (see `dblog status`)")
+            changes = {"pause": {"state": PAUSED}, "resume": {"state": RUNNING}, "cancel": {"state": CANCELLED},
+                       "throttle": {"chunk_size": args.chunk_size, "delay_s": args.delay}}[args.action]
+            print(json.dumps(set_control(store, source.name, args.dump_id, **changes)))
+            return 0
+        staged = StagedLog(config.staging_root())
+        ensure_checkpoint(store, source)
+        if args.action == "run":
+            dump_id = args.dump_id or _fail("`dblog dump run` needs the dump id")
+        else:
+            if args.all and args.table:
+                raise DumpError("give either --all or --table, not both")
+            if not args.all and not args.table:
+                raise DumpError("say what to dump: --table T (repeatable), --all, or --table T --keys JSON")
+            spec = DumpSpec(tables=args.table or [], keys=_keys(args.keys), chunk_size=args.chunk_size or 1000,
+                            delay_s=args.delay or 0.0, dump_id=args.dump_id)
+            dump_id = create_dump(store, source, spec)
+            print(f"dump {dump_id} created on {source.name}", file=sys.stderr)
+            if args.create_only:
+                print(dump_id)
+                return 0
+
+        def report(p, n):
+            log.info("%s %s: chunk %d, %d rows (%d total, %.0f rows/s)", dump_id, p.table, p.chunks, n, p.rows,
+                     p.rows_per_s)
+        run_dump(store, source, staged, dump_id, args.table if args.action == "run" else None, report)
+        print(json.dumps(dump_status(store, source.name, dump_id), default=str))
+    return 0
+
+
+def cmd_status(args) -> int:
+    out = {}
+    with _store() as store:
+        for sid in ([args.source] if args.source else config.source_ids()):
+            out[sid] = source_status(store, config.source(sid))
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        for sid, st in out.items():
+            cap = st["capture"]
+            print(f"{sid}: capture {'running' if cap['leaders'] else 'stopped'}, position {cap['position']}, "
+                  f"lag {cap['lag_s']}s")
+            for d in st["dumps"]:
+                tables = ", ".join(f"{t} {p['status']} {p['rows']} rows/{p['chunks']} chunks"
+                                   for t, p in d["tables"].items() if p)
+                print(f"  dump {d['id']}: {d['state']}; {tables}")
+    return 0
+
+
+def cmd_setup(args) -> int:
+    for sid in ([args.source] if args.source else config.source_ids()):
+        notes = config.source(sid).preflight(create=True)
+        print(f"{sid}: ready" + (f" ({'; '.join(notes)})" if notes else ""))
+    return 0
+
+
+def _fail(msg: str):
+    raise DumpError(msg)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dblog", description="DBLog watermark change-data capture")
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("capture", help="stream the source's log into the staged change log")
+    c.add_argument("--source", default="dblog_mariadb", help="connection id (default dblog_mariadb)")
+    c.add_argument("--duration", type=float, help="stop after this many seconds (default: run until stopped)")
+    c.add_argument("--until-watermark", help="stop once this watermark value is staged")
+    c.add_argument("--flush-rows", type=int, default=20_000)
+    c.add_argument("--flush-seconds", type=float, default=1.0)
+    c.add_argument("--init", action="store_true", help="check the source and set the checkpoint, then exit")
+    c.add_argument("--reset", action="store_true", help="forget the checkpoint after lost history")
+    c.set_defaults(func=cmd_capture)
+
+    d = sub.add_parser("dump", help="watermark chunk dumps: start, run, pause, resume, cancel, throttle")
+    d.add_argument("action", nargs="?", default="start",
+                   choices=["start", "run", "pause", "resume", "cancel", "throttle"])
+    d.add_argument("dump_id", nargs="?", help="the dump's id (for run/pause/resume/cancel/throttle; optional for start)")
+    d.add_argument("--source", default="dblog_mariadb")
+    d.add_argument("--table", action="append", help="table to dump (repeatable); schema.table or table")
+    d.add_argument("--all", action="store_true", help="every table of the source")
+    d.add_argument("--keys", help="JSON array of primary keys (or @file.json), with one --table")
+    d.add_argument("--chunk-size", type=int)
+    d.add_argument("--delay", type=float, help="seconds between chunks")
+    d.add_argument("--create-only", action="store_true", help="register the dump, print its id, do not run it")
+    d.set_defaults(func=cmd_dump)
+
+    s = sub.add_parser("status", help="capture position and lag, dumps and their progress")
+    s.add_argument("--source")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_status)
+
+    u = sub.add_parser("setup", help="check sources; create the watermark table, publication and slot")
+    u.add_argument("--source")
+    u.set_defaults(func=cmd_setup)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    try:
+        return args.func(args)
+    except (DumpError, SourceError, config.ConfigError, ConnectionError) as exc:
+        print(f"dblog: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

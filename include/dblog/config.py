@@ -1,0 +1,87 @@
+"""Configuration in the form Airflow uses: connection URIs in `AIRFLOW_CONN_<ID>` variables.
+
+A source is a connection id. Its URI names the database family and what to capture:
+
+    mysql://user:password@host:port/database
+    postgres://user:password@host:port/database?schema=public&slot=dblog_x&publication=dblog
+
+ZooKeeper is the `dblog_zookeeper` connection (`zookeeper://host:port[,host:port]/chroot`), the
+staged log root is `DBLOG_STAGING` (a path or any pyarrow filesystem URI). Without any of these,
+the local services of `make up` are used.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from .sources.base import Source
+
+ZOOKEEPER_CONN = "dblog_zookeeper"
+_ID = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _local_defaults() -> dict[str, str]:
+    my, pg, zk = (os.environ.get(f"DBLOG_{n}_PORT", d) for n, d in
+                  (("MARIADB", "3307"), ("POSTGRES", "5433"), ("ZK", "2182")))
+    return {
+        "dblog_mariadb": f"mysql://dblog:dblog@127.0.0.1:{my}/shop",
+        "dblog_postgres": f"postgres://dblog:dblog@127.0.0.1:{pg}/shop?schema=public",
+        ZOOKEEPER_CONN: f"zookeeper://127.0.0.1:{zk}/dblog",
+    }
+
+
+def connection_uri(conn_id: str) -> str:
+    uri = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}") or _local_defaults().get(conn_id)
+    if not uri:
+        raise ConfigError(f"no connection {conn_id!r}: set AIRFLOW_CONN_{conn_id.upper()} to a URI such as "
+                          "mysql://user:password@host:3306/db or postgres://user:password@host:5432/db")
+    return uri
+
+
+def source_ids() -> list[str]:
+    return [s.strip() for s in os.environ.get("DBLOG_SOURCES", "dblog_mariadb,dblog_postgres").split(",") if s.strip()]
+
+
+def staging_root() -> str:
+    return os.environ.get("DBLOG_STAGING") or os.path.abspath(os.path.join(os.getcwd(), ".local", "staging"))
+
+
+@dataclass(frozen=True)
+class ZooKeeperConfig:
+    hosts: str
+    chroot: str
+
+
+def zookeeper() -> ZooKeeperConfig:
+    parts = urlsplit(connection_uri(ZOOKEEPER_CONN))
+    return ZooKeeperConfig(parts.netloc.rsplit("@", 1)[-1], parts.path or "/dblog")
+
+
+def source_from_uri(conn_id: str, uri: str) -> Source:
+    if not _ID.match(conn_id):
+        raise ConfigError(f"source id {conn_id!r} must be lower-case letters, digits and _ (it names paths)")
+    parts = urlsplit(uri)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    database = parts.path.lstrip("/")
+    if not database:
+        raise ConfigError(f"connection {conn_id}: the URI names no database (…/DATABASE)")
+    common = dict(host=parts.hostname or "127.0.0.1", user=unquote(parts.username or ""),
+                  password=unquote(parts.password or ""), database=database)
+    if parts.scheme in ("mysql", "mariadb"):
+        from .sources.mysql import MySQLSource
+        return MySQLSource(conn_id, port=parts.port or 3306, **common)
+    if parts.scheme in ("postgres", "postgresql"):
+        from .sources.postgres import PostgresSource
+        return PostgresSource(conn_id, port=parts.port or 5432, schema=query.get("schema", "public"),
+                              slot=query.get("slot"), publication=query.get("publication", "dblog"), **common)
+    raise ConfigError(f"connection {conn_id}: unsupported scheme {parts.scheme!r}; use mysql:// or postgres://")
+
+
+def source(conn_id: str) -> Source:
+    return source_from_uri(conn_id, connection_uri(conn_id))

@@ -1,0 +1,256 @@
+"""Watermark chunk dumps (the paper's Algorithm 1, steps 2-4), throttled and resumable.
+
+Per chunk: write a fresh low watermark, SELECT the next chunk in key order, write a fresh high
+watermark, stage the rows with their watermark ids, then record progress in ZooKeeper. The log
+side of the algorithm (steps 5-7) runs later, over the durable staged log (see `reconcile`),
+so the capture never pauses. Progress is fenced by the table's lease, so a worker that lost its
+ZooKeeper session cannot record progress over its successor's.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from . import state as paths
+from .schema import TableSchema, decode_key, encode_key, normalize_key
+from .sources.base import WATERMARK_TABLE, Source, SourceError
+from .staging import StagedLog
+from .state import Lease, StateStore
+
+log = logging.getLogger("dblog.dump")
+RUNNING, PAUSED, CANCELLED = "running", "paused", "cancelled"
+DONE, PENDING = "done", "pending"
+_DUMP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+MAX_KEYS = 100_000
+
+
+class DumpError(ValueError):
+    """Bad dump input or state; the message names the problem and the fix."""
+
+
+@dataclass
+class DumpSpec:
+    tables: list[str] = field(default_factory=list)   # empty: every table of the source
+    keys: list | None = None                          # JSON key values, for one table (repair)
+    chunk_size: int = 1000
+    delay_s: float = 0.0
+    dump_id: str | None = None
+
+
+@dataclass
+class TableProgress:
+    table: str
+    status: str = PENDING
+    last_key: str | None = None     # JSON of the last completed key (or key-list offset)
+    upto_key: str | None = None     # JSON of the table's highest key when the dump started
+    chunks: int = 0
+    rows: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    rows_per_s: float = 0.0
+
+
+def validate(source: Source, spec: DumpSpec) -> tuple[list[TableSchema], list[tuple] | None]:
+    """Check everything before anything is written; DumpError / SourceError say what to fix."""
+    if not isinstance(spec.chunk_size, int) or isinstance(spec.chunk_size, bool) or spec.chunk_size < 1:
+        raise DumpError(f"chunk size must be a whole number >= 1, got {spec.chunk_size!r}")
+    if not isinstance(spec.delay_s, (int, float)) or spec.delay_s < 0:
+        raise DumpError(f"delay between chunks must be >= 0 seconds, got {spec.delay_s!r}")
+    if spec.dump_id is not None and not _DUMP_ID.match(spec.dump_id):
+        raise DumpError(f"dump id {spec.dump_id!r}: use 1-64 letters, digits, '.', '_' or '-'")
+    names = spec.tables or source.tables()
+    if not names:
+        raise DumpError(f"{source.name} has no tables to dump")
+    qualified = [t if "." in t else f"{source.namespace}.{t}" for t in names]
+    if WATERMARK_TABLE in qualified:
+        raise DumpError(f"{WATERMARK_TABLE} is the watermark table; it is not dumped")
+    schemas = [source.table_schema(t) for t in qualified]  # UnknownTable / NoPrimaryKey
+    keys = None
+    if spec.keys is not None:
+        if len(schemas) != 1:
+            raise DumpError("a key list needs exactly one table (--table)")
+        if not isinstance(spec.keys, list) or not spec.keys:
+            raise DumpError("the key list must be a non-empty JSON array, e.g. [1, 2] or [[1, \"a\"], [2, \"b\"]]")
+        if len(spec.keys) > MAX_KEYS:
+            raise DumpError(f"the key list has {len(spec.keys)} keys; at most {MAX_KEYS} per dump")
+        try:
+            keys = sorted({normalize_key(decode_key(k, schemas[0]), schemas[0]) for k in spec.keys})
+        except (ValueError, TypeError) as exc:
+            raise DumpError(f"malformed key list for {schemas[0].name}: {exc}") from None
+    return schemas, keys
+
+
+def create_dump(store: StateStore, source: Source, spec: DumpSpec) -> str:
+    """Validate, then register the dump (scope, control, per-table progress). Returns its id."""
+    schemas, keys = validate(source, spec)
+    dump_id = spec.dump_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:6]
+    scope = {"id": dump_id, "source": source.name, "tables": [s.name for s in schemas],
+             "keys": None if keys is None else [json.loads(encode_key(k)) for k in keys],
+             "created_at": time.time()}
+    if not store.create_new(paths.dump_path(source.name, dump_id), scope):
+        raise DumpError(f"dump {dump_id} already exists on {source.name}; pick another id or resume it "
+                        f"with `dblog dump run {dump_id}`")
+    store.put(paths.control_path(source.name, dump_id),
+              {"state": RUNNING, "chunk_size": spec.chunk_size, "delay_s": float(spec.delay_s)})
+    for s in schemas:
+        store.put(paths.table_progress_path(source.name, dump_id, s.name), asdict(TableProgress(s.name)))
+    return dump_id
+
+
+def set_control(store: StateStore, source: str, dump_id: str, **changes) -> dict:
+    current = store.get(paths.control_path(source, dump_id))
+    if current is None:
+        raise DumpError(f"no dump {dump_id} on {source}; `dblog status` lists the dumps")
+    if current["state"] == CANCELLED and changes.get("state") not in (None, CANCELLED):
+        raise DumpError(f"dump {dump_id} was cancelled; start a new dump instead")
+    if "chunk_size" in changes and (not isinstance(changes["chunk_size"], int) or changes["chunk_size"] < 1):
+        raise DumpError(f"chunk size must be a whole number >= 1, got {changes['chunk_size']!r}")
+    if "delay_s" in changes and (changes["delay_s"] is None or changes["delay_s"] < 0):
+        raise DumpError(f"delay between chunks must be >= 0 seconds, got {changes['delay_s']!r}")
+    current.update({k: v for k, v in changes.items() if v is not None})
+    store.put(paths.control_path(source, dump_id), current)
+    return current
+
+
+class TableDump:
+    """Dumps one table of one dump, chunk by chunk, under that table's lease."""
+
+    def __init__(self, store: StateStore, source: Source, staged: StagedLog, dump_id: str, table: str,
+                 on_chunk: Callable[[TableProgress, int], None] | None = None):
+        self.store, self.source, self.staged = store, source, staged
+        self.dump_id, self.table = dump_id, table
+        self.on_chunk = on_chunk
+        self.scope = store.get(paths.dump_path(source.name, dump_id))
+        if self.scope is None:
+            raise DumpError(f"no dump {dump_id} on {source.name}; `dblog status` lists the dumps")
+        if table not in self.scope["tables"]:
+            raise DumpError(f"dump {dump_id} does not cover {table}; it covers {', '.join(self.scope['tables'])}")
+        self.progress_path = paths.table_progress_path(source.name, dump_id, table)
+        self.control_path = paths.control_path(source.name, dump_id)
+        # One watermark row per (dump, table): concurrent table dumps never write the same row.
+        self.slot = hashlib.sha1(f"{dump_id}/{table}".encode()).hexdigest()
+        self._changed = threading.Event()
+
+    def run(self, lease_timeout: float | None = 0) -> TableProgress:
+        lease = self.store.try_lease(f"{self.progress_path}/lock", self.source.name) if lease_timeout == 0 \
+            else self.store.lease(f"{self.progress_path}/lock", self.source.name, lease_timeout)
+        if lease is None:
+            raise DumpError(f"{self.table} of dump {self.dump_id} is being dumped by another worker")
+        self.store.zk.DataWatch(self.control_path, lambda *_: self._changed.set())
+        try:
+            return self._chunks(lease)
+        finally:
+            lease.release()
+
+    def _control(self) -> dict:
+        while True:
+            self._changed.clear()
+            control = self.store.get(self.control_path)
+            if control["state"] != PAUSED:
+                return control
+            log.info("%s: paused; waiting for resume", self.table)
+            self._changed.wait(30)
+
+    def _chunks(self, lease: Lease) -> TableProgress:
+        schema = self.source.table_schema(self.table)
+        progress = TableProgress(**self.store.get(self.progress_path))
+        if progress.status == DONE:
+            return progress
+        keys = None
+        if self.scope["keys"] is not None:
+            keys = [normalize_key(decode_key(k, schema), schema) for k in self.scope["keys"]]
+        if progress.status == PENDING and keys is None:
+            # Rows above today's last key are inserted after now, so the log carries them; without
+            # this bound a dump could chase an insert-heavy table's tail for ever.
+            top = self.source.last_key(schema)
+            progress.upto_key = None if top is None else encode_key(normalize_key(top, schema))
+            if top is None:
+                progress.status, progress.finished_at = DONE, time.time()
+                self.store.fenced_put(lease, self.progress_path, asdict(progress))
+                return progress
+        progress.status = RUNNING
+        progress.started_at = progress.started_at or time.time()
+        started, rows_this_run = time.monotonic(), 0
+        while True:
+            control = self._control()
+            if control["state"] == CANCELLED:
+                progress.status = CANCELLED
+                break
+            chunk_no = progress.chunks
+            after = None if progress.last_key is None else json.loads(progress.last_key)
+            upto = None if progress.upto_key is None else decode_key(json.loads(progress.upto_key), schema)
+            rows, key_to = self._read_chunk(schema, keys, after, upto, control["chunk_size"], chunk_no)
+            if rows is None:
+                progress.status, progress.finished_at = DONE, time.time()
+                break
+            self.staged.write_chunk(self.source.name, schema, self.dump_id, chunk_no, rows)
+            progress.chunks, progress.rows = chunk_no + 1, progress.rows + len(rows)
+            progress.last_key = key_to
+            rows_this_run += len(rows)
+            progress.rows_per_s = rows_this_run / max(time.monotonic() - started, 1e-9)
+            self.store.fenced_put(lease, self.progress_path, asdict(progress))
+            if self.on_chunk:
+                self.on_chunk(progress, len(rows))
+            if control["delay_s"] > 0:
+                self._changed.wait(control["delay_s"])
+        self.store.fenced_put(lease, self.progress_path, asdict(progress))
+        return progress
+
+    def _read_chunk(self, schema: TableSchema, keys: list[tuple] | None, after, upto: tuple | None,
+                    limit: int, chunk_no: int):
+        """LW, one bounded SELECT, HW. Returns (rows with chunk metadata, last key) or (None, None) at the end."""
+        if keys is not None:
+            offset = after or 0
+            batch = keys[offset:offset + limit]
+            if not batch:
+                return None, None
+        else:
+            after_key = None if after is None else normalize_key(decode_key(after, schema), schema)
+        lw, hw = str(uuid.uuid4()), str(uuid.uuid4())
+        self.source.write_watermark(self.slot, lw)
+        found = self.source.select_keys(schema, batch) if keys is not None else \
+            self.source.select_chunk(schema, after_key, limit, upto)
+        self.source.write_watermark(self.slot, hw)
+        if keys is None and not found:
+            return None, None
+        meta = {"_dump_id": self.dump_id, "_chunk": chunk_no, "_lw": lw, "_hw": hw, "_read_ts": dt.datetime.now(dt.timezone.utc)}
+        rows = [{**r, **meta, "_op": "r"} for r in found]
+        if keys is not None:
+            # A requested key the source no longer has is staged as absent: the repair deletes it.
+            present = {normalize_key(schema.key_of(r), schema) for r in found}
+            rows += [{**dict(zip(schema.key, k)), **meta, "_op": "x"} for k in batch if k not in present]
+            key_from, key_to = json.dumps(offset), json.dumps(offset + len(batch))
+        else:
+            key_from = None if after is None else json.dumps(after)
+            key_to = encode_key(normalize_key(schema.key_of(found[-1]), schema))
+        for r in rows:
+            r["_key_from"], r["_key_to"] = key_from, key_to
+        return rows, key_to
+
+
+def run_dump(store: StateStore, source: Source, staged: StagedLog, dump_id: str,
+             tables: list[str] | None = None, on_chunk=None) -> list[TableProgress]:
+    scope = store.get(paths.dump_path(source.name, dump_id))
+    if scope is None:
+        raise DumpError(f"no dump {dump_id} on {source.name}; `dblog status` lists the dumps")
+    return [TableDump(store, source, staged, dump_id, t, on_chunk).run() for t in (tables or scope["tables"])]
+
+
+def dump_status(store: StateStore, source: str, dump_id: str) -> dict:
+    scope = store.get(paths.dump_path(source, dump_id)) or {}
+    control = store.get(paths.control_path(source, dump_id)) or {}
+    tables = {t: store.get(paths.table_progress_path(source, dump_id, t)) for t in scope.get("tables", [])}
+    statuses = {p["status"] for p in tables.values() if p}
+    overall = control.get("state", "unknown")
+    if statuses == {DONE}:
+        overall = DONE
+    return {"id": dump_id, "state": overall, "control": control, "tables": tables,
+            "created_at": scope.get("created_at"), "key_list": scope.get("keys") is not None}

@@ -1,0 +1,1 @@
+"""Source adapters: one per database family, behind the `Source` interface in `base`."""

@@ -1,0 +1,160 @@
+"""What the engine needs from a source database, and the SQL both families share.
+
+Chunk SELECTs are the only reads of user tables: one bounded statement each, in primary-key
+order, in its own READ COMMITTED transaction (autocommit), so they never hold locks across
+statements (invariant 5). Identifiers are quoted by the dialect; values are always bound.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterator, Sequence
+
+from ..events import ChangeEvent
+from ..schema import TableSchema
+
+WATERMARK_SCHEMA = "dblog"
+WATERMARK_TABLE = f"{WATERMARK_SCHEMA}.watermarks"
+
+
+class SourceError(RuntimeError):
+    """A source is misconfigured or refused; the message names the problem and the fix."""
+
+
+class HistoryLost(SourceError):
+    """The log at the checkpoint is gone: the stream has a gap only a full dump can repair."""
+
+
+class UnknownTable(SourceError):
+    pass
+
+
+class NoPrimaryKey(SourceError):
+    pass
+
+
+@dataclass
+class Transaction:
+    """A committed source transaction: its events, and where to resume after it."""
+    events: list[ChangeEvent]
+    resume: dict[str, Any]          # source-specific checkpoint for resuming after this txn
+    commit_ts: datetime | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Dialect:
+    quote_char = '"'
+
+    def quote(self, identifier: str) -> str:
+        q = self.quote_char
+        return q + identifier.replace(q, q + q) + q
+
+    def table(self, name: str) -> str:
+        schema, _, table = name.partition(".")
+        return f"{self.quote(schema)}.{self.quote(table)}"
+
+    def chunk_query(self, schema: TableSchema, after_key: tuple | None, limit: int,
+                    upto_key: tuple | None = None) -> tuple[str, list]:
+        """Next `limit` rows with after_key < key <= upto_key, in key order (keyset pagination).
+
+        Composite keys use row-value comparison, which both families serve from the key index.
+        """
+        cols = ", ".join(self.quote(c) for c in schema.column_names)
+        keys = ", ".join(self.quote(c) for c in schema.key)
+        key_expr = f"({keys})" if len(schema.key) > 1 else keys
+        marks = f"({', '.join(['%s'] * len(schema.key))})" if len(schema.key) > 1 else "%s"
+        conditions, params = [], []
+        if after_key is not None:
+            conditions.append(f"{key_expr} > {marks}")
+            params.extend(after_key)
+        if upto_key is not None:
+            conditions.append(f"{key_expr} <= {marks}")
+            params.extend(upto_key)
+        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+        params.append(int(limit))
+        return f"SELECT {cols} FROM {self.table(schema.name)}{where} ORDER BY {keys} LIMIT %s", params
+
+    def last_key_query(self, schema: TableSchema) -> str:
+        keys = ", ".join(self.quote(c) for c in schema.key)
+        desc = ", ".join(f"{self.quote(c)} DESC" for c in schema.key)
+        return f"SELECT {keys} FROM {self.table(schema.name)} ORDER BY {desc} LIMIT 1"
+
+    def keys_query(self, schema: TableSchema, keys: Sequence[tuple]) -> tuple[str, list]:
+        cols = ", ".join(self.quote(c) for c in schema.column_names)
+        key_cols = ", ".join(self.quote(c) for c in schema.key)
+        one = "(" + ", ".join(["%s"] * len(schema.key)) + ")"
+        sql = (f"SELECT {cols} FROM {self.table(schema.name)} WHERE ({key_cols}) IN "
+               f"({', '.join([one] * len(keys))}) ORDER BY {key_cols}")
+        return sql, [v for k in keys for v in k]
+
+
+class Source(abc.ABC):
+    """A captured database: its catalog, watermark writes, chunk reads and change stream."""
+
+    kind: str
+    dialect: Dialect
+    namespace: str  # the database (MySQL) or schema (PostgreSQL) whose tables are captured
+
+    def __init__(self, name: str):
+        self.name = name
+
+    # catalog -----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def tables(self) -> list[str]:
+        """Captured tables, "schema.table", excluding the watermark table."""
+
+    @abc.abstractmethod
+    def table_schema(self, table: str) -> TableSchema:
+        """Columns and primary key; UnknownTable / NoPrimaryKey with the fix otherwise."""
+
+    # set-up and checks ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def preflight(self, create: bool = True) -> list[str]:
+        """Fail closed (SourceError) on a misconfigured source; returns notes of what was created."""
+
+    # watermarks and chunks ------------------------------------------------------------------------
+    @abc.abstractmethod
+    def write_watermark(self, slot: str, value: str) -> None:
+        """One single-row autocommitted write of `value` to the watermark table."""
+
+    @abc.abstractmethod
+    def fetch(self, sql: str, params: list) -> list[tuple]:
+        """Run one autocommitted READ COMMITTED SELECT."""
+
+    def select_chunk(self, schema: TableSchema, after_key: tuple | None, limit: int,
+                     upto_key: tuple | None = None) -> list[dict]:
+        rows = self.fetch(*self.dialect.chunk_query(schema, after_key, limit, upto_key))
+        return [dict(zip(schema.column_names, r)) for r in rows]
+
+    def last_key(self, schema: TableSchema) -> tuple | None:
+        """The table's highest key now: a dump stops there, later inserts reach it through the log."""
+        rows = self.fetch(self.dialect.last_key_query(schema), [])
+        return tuple(rows[0]) if rows else None
+
+    def select_keys(self, schema: TableSchema, keys: Sequence[tuple]) -> list[dict]:
+        rows = self.fetch(*self.dialect.keys_query(schema, keys))
+        return [dict(zip(schema.column_names, r)) for r in rows]
+
+    # change stream -------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def stream(self, resume: dict | None, idle_timeout: float) -> Iterator[Transaction | None]:
+        """Committed transactions from `resume` on; None when idle for `idle_timeout` seconds."""
+
+    @abc.abstractmethod
+    def acknowledge(self, resume: dict) -> None:
+        """The stream is durable up to `resume`: the source may free older log."""
+
+    @abc.abstractmethod
+    def start_point(self) -> dict | None:
+        """Where a capture without a checkpoint starts: the current end of the log."""
+
+    def reset_stream(self) -> None:
+        """Recreate whatever the stream needs after lost history (PostgreSQL: the slot)."""
+
+    @abc.abstractmethod
+    def head(self) -> dict:
+        """The source's current end of log, for lag reporting."""
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,265 @@
+"""PostgreSQL: capture through a pgoutput logical replication slot, chunks through psycopg2."""
+from __future__ import annotations
+
+import select
+import threading
+import time
+from typing import Iterator
+
+import psycopg2
+import psycopg2.extras
+import pyarrow as pa
+
+from ..events import DELETE, INSERT, UPDATE, ChangeEvent
+from ..positions import int_to_lsn, lsn_to_int, postgres_position
+from ..schema import Column, TableSchema, decimal_type, normalize_key
+from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, NoPrimaryKey, Source,
+                   SourceError, Transaction, UnknownTable)
+from .pgoutput import UNCHANGED, Begin, Commit, Decoder, RowChange
+
+
+def arrow_type(type_name: str, precision, scale) -> pa.DataType:
+    t = type_name.lower()
+    if t in ("smallint", "integer", "bigint", "oid"):
+        return pa.int64()
+    if t == "numeric":
+        return decimal_type(precision, scale)
+    if t in ("real", "double precision"):
+        return pa.float64()
+    if t == "boolean":
+        return pa.bool_()
+    if t == "bytea":
+        return pa.binary()
+    if t == "date":
+        return pa.date32()
+    if t == "timestamp without time zone":
+        return pa.timestamp("us")
+    if t == "timestamp with time zone":
+        return pa.timestamp("us", tz="UTC")
+    return pa.string()  # text, varchar, uuid, json(b), time, interval, arrays...: exact as text
+
+
+class PostgresSource(Source):
+    kind = "postgres"
+    dialect = Dialect()
+
+    def __init__(self, name: str, host: str, port: int, user: str, password: str, database: str,
+                 schema: str = "public", slot: str | None = None, publication: str = "dblog"):
+        super().__init__(name)
+        self.dsn = dict(host=host, port=port, user=user, password=password, dbname=database)
+        self.schema = self.namespace = schema
+        self.slot = slot or f"dblog_{name}".replace("-", "_")
+        self.publication = publication
+        self._conn = None
+        self._lock = threading.Lock()
+        self._schemas: dict[str, TableSchema] = {}
+        self._repl = None
+
+    # -- plain SQL ------------------------------------------------------------------------------
+    def connect(self, **extra):
+        try:
+            conn = psycopg2.connect(**self.dsn, connect_timeout=10, options="-c TimeZone=UTC", **extra)
+        except psycopg2.OperationalError as exc:
+            raise SourceError(f"{self.name}: cannot connect to PostgreSQL at {self.dsn['host']}:{self.dsn['port']} "
+                              f"as {self.dsn['user']}: {str(exc).strip()}. Check the connection and that "
+                              "the server runs.") from exc
+        if not extra:
+            conn.autocommit = True  # every statement its own READ COMMITTED transaction
+        return conn
+
+    def _run(self, sql: str, params=None, fetch: bool = True):
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = self.connect()
+            try:
+                with self._conn.cursor() as cur:
+                    cur.execute(sql, params)
+                    return cur.fetchall() if fetch else None
+            except (psycopg2.OperationalError, psycopg2.InterfaceError):
+                self._conn = None
+                raise
+
+    def fetch(self, sql: str, params: list) -> list[tuple]:
+        rows = self._run(sql, params)
+        return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows]
+
+    def close(self) -> None:
+        for c in (self._conn, self._repl):
+            if c is not None and not c.closed:
+                c.close()
+        self._conn = self._repl = None
+
+    # -- catalog ---------------------------------------------------------------------------------
+    def tables(self) -> list[str]:
+        rows = self._run("SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+                         "AND table_type = 'BASE TABLE' ORDER BY table_name", [self.schema])
+        return [f"{self.schema}.{r[0]}" for r in rows]
+
+    def table_schema(self, table: str, refresh: bool = False) -> TableSchema:
+        if not refresh and table in self._schemas:
+            return self._schemas[table]
+        schema_name, _, name = table.partition(".")
+        if not name:
+            schema_name, name = self.schema, table
+        cols = self._run(
+            "SELECT column_name, data_type, numeric_precision, numeric_scale FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position", [schema_name, name])
+        if not cols:
+            raise UnknownTable(f"{self.name}: table {schema_name}.{name} does not exist. "
+                               f"Known tables: {', '.join(self.tables()) or 'none'}.")
+        # Real primary keys from pg_index: under REPLICA IDENTITY FULL pgoutput flags every column.
+        key = [r[0] for r in self._run(
+            "SELECT a.attname FROM pg_index i JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, n) ON true "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+            "WHERE i.indrelid = to_regclass(%s) AND i.indisprimary ORDER BY k.n",
+            [self.dialect.table(f"{schema_name}.{name}")])]
+        if not key:
+            raise NoPrimaryKey(f"{self.name}: table {schema_name}.{name} has no primary key; watermark "
+                               "chunks need one. Add a primary key or leave the table out of the dump.")
+        schema = TableSchema(f"{schema_name}.{name}", tuple(
+            Column(c[0], c[1], arrow_type(c[1], c[2], c[3])) for c in cols), tuple(key))
+        self._schemas[schema.name] = schema
+        return schema
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def preflight(self, create: bool = True) -> list[str]:
+        (wal_level,), = self._run("SHOW wal_level")
+        if wal_level != "logical":
+            raise SourceError(f"{self.name}: wal_level is {wal_level}; change capture needs logical. "
+                              "Fix: ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL.")
+        (can_replicate,), = self._run(
+            "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user")
+        if not can_replicate:
+            raise SourceError(f"{self.name}: role {self.dsn['user']} lacks the REPLICATION attribute. "
+                              f"Fix: ALTER ROLE {self.dsn['user']} REPLICATION;")
+        notes: list[str] = []
+        if create:
+            notes += self._ensure_watermark_table()
+        notes += self._ensure_publication(create)
+        notes += self._ensure_slot(create)
+        return notes
+
+    def _ensure_watermark_table(self) -> list[str]:
+        if self._run("SELECT to_regclass(%s) IS NOT NULL", [WATERMARK_TABLE])[0][0]:
+            return []
+        try:
+            if not self._run("SELECT 1 FROM pg_namespace WHERE nspname = %s", [WATERMARK_SCHEMA]):
+                self._run(f"CREATE SCHEMA {WATERMARK_SCHEMA}", fetch=False)
+            self._run(f"CREATE TABLE IF NOT EXISTS {WATERMARK_TABLE} (id VARCHAR(64) PRIMARY KEY, "
+                      "value CHAR(36) NOT NULL, written_at TIMESTAMPTZ NOT NULL)", fetch=False)
+        except psycopg2.Error as exc:
+            raise SourceError(f"{self.name}: cannot create the watermark table {WATERMARK_TABLE} "
+                              f"({str(exc).strip()}). Fix: CREATE SCHEMA {WATERMARK_SCHEMA} AUTHORIZATION "
+                              f"{self.dsn['user']};") from exc
+        return []
+
+    def _ensure_publication(self, create: bool) -> list[str]:
+        rows = self._run("SELECT puballtables FROM pg_publication WHERE pubname = %s", [self.publication])
+        if not rows:
+            if not create:
+                raise SourceError(f"{self.name}: publication {self.publication} is missing. "
+                                  f"Fix: CREATE PUBLICATION {self.publication} FOR ALL TABLES;")
+            try:
+                self._run(f"CREATE PUBLICATION {self.dialect.quote(self.publication)} FOR ALL TABLES", fetch=False)
+            except psycopg2.Error as exc:
+                raise SourceError(f"{self.name}: cannot create publication {self.publication} "
+                                  f"({str(exc).strip()}). Fix, as a superuser: CREATE PUBLICATION "
+                                  f"{self.publication} FOR ALL TABLES;") from exc
+            return [f"created publication {self.publication} FOR ALL TABLES"]
+        if not rows[0][0]:
+            listed = self._run("SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s "
+                               "AND tablename = 'watermarks'", [self.publication, WATERMARK_SCHEMA])
+            if not listed:
+                raise SourceError(f"{self.name}: publication {self.publication} does not include "
+                                  f"{WATERMARK_TABLE}, so watermarks never reach the stream. Fix: ALTER "
+                                  f"PUBLICATION {self.publication} ADD TABLE {WATERMARK_TABLE};")
+        return []
+
+    def _ensure_slot(self, create: bool) -> list[str]:
+        rows = self._run("SELECT plugin FROM pg_replication_slots WHERE slot_name = %s", [self.slot])
+        if rows:
+            if rows[0][0] != "pgoutput":
+                raise SourceError(f"{self.name}: slot {self.slot} uses plugin {rows[0][0]}, not pgoutput. "
+                                  "Fix: drop it or configure another slot name (?slot=...).")
+            return []
+        if not create:
+            raise SourceError(f"{self.name}: replication slot {self.slot} is missing.")
+        self._run("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [self.slot])
+        return [f"created replication slot {self.slot}"]
+
+    def start_point(self) -> dict | None:
+        return None  # the slot remembers where its consumer stopped
+
+    def reset_stream(self) -> None:
+        if self.slot_exists():
+            self._run("SELECT pg_drop_replication_slot(%s)", [self.slot])
+        self._ensure_slot(create=True)
+
+    def slot_exists(self) -> bool:
+        return bool(self._run("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", [self.slot]))
+
+    def write_watermark(self, slot: str, value: str) -> None:
+        self._run(f"INSERT INTO {WATERMARK_TABLE} (id, value, written_at) VALUES (%s, %s, now()) "
+                  "ON CONFLICT (id) DO UPDATE SET value = EXCLUDED.value, written_at = EXCLUDED.written_at",
+                  [slot, value], fetch=False)
+
+    def head(self) -> dict:
+        (lsn,), = self._run("SELECT pg_current_wal_lsn()::text")
+        return {"lsn": lsn, "position": postgres_position(lsn_to_int(lsn), 0).encode()}
+
+    # -- change stream --------------------------------------------------------------------------
+    def stream(self, resume: dict | None, idle_timeout: float = 1.0) -> Iterator[Transaction | None]:
+        if not self.slot_exists():
+            raise HistoryLost(f"{self.name}: replication slot {self.slot} is gone, so changes since the "
+                              "checkpoint are lost to capture. Fix: reset the capture checkpoint "
+                              "(`dblog capture --reset`), which recreates the slot, and run a full dump.")
+        self._repl = conn = self.connect(connection_factory=psycopg2.extras.LogicalReplicationConnection)
+        cur = conn.cursor()
+        start = lsn_to_int(resume["lsn"]) if resume else 0
+        cur.start_replication(slot_name=self.slot, decode=False, start_lsn=start,
+                              options={"proto_version": "1", "publication_names": self.publication})
+        decoder, pending, begin, index = Decoder(), [], None, 0
+        try:
+            while True:
+                msg = cur.read_message()
+                if msg is None:
+                    ready = select.select([cur], [], [], idle_timeout)[0]
+                    if not ready and begin is None:
+                        cur.send_feedback()  # keepalive reply, without moving the slot
+                        yield None
+                    continue
+                item = decoder.decode(msg.payload)
+                if isinstance(item, Begin):
+                    begin, index, pending = item, 0, []
+                elif isinstance(item, RowChange):
+                    if item.relation.namespace in (self.schema, WATERMARK_SCHEMA):
+                        pending.append(self._event(item, begin, index))
+                    index += 1
+                elif isinstance(item, Commit):
+                    if item.end_lsn > start:
+                        yield Transaction(pending, {"lsn": int_to_lsn(item.end_lsn)}, item.commit_ts)
+                    begin, pending = None, []
+        finally:
+            conn.close()
+            self._repl = None
+
+    def acknowledge(self, resume: dict) -> None:
+        if self._repl is not None and not self._repl.closed:
+            self._repl.cursor().send_feedback(flush_lsn=lsn_to_int(resume["lsn"]), force=True)
+
+    def _event(self, change: RowChange, begin: Begin, index: int) -> ChangeEvent:
+        table = change.relation.qualified
+        schema = self.table_schema(table)
+        image = change.new if change.new is not None else change.old
+        if set(image) - set(schema.column_names):
+            schema = self.table_schema(table, refresh=True)
+        unchanged = [c for c, v in (change.new or {}).items() if v is UNCHANGED]
+        after = None if change.new is None else {c: (None if v is UNCHANGED else v) for c, v in change.new.items()}
+        key = normalize_key(schema.key_of(after if after is not None else change.old), schema)
+        old_key = None
+        if change.kind == "U" and change.old is not None:
+            prior = normalize_key(schema.key_of(change.old), schema)
+            old_key = prior if prior != key else None
+        op = {"I": INSERT, "U": UPDATE, "D": DELETE}[change.kind]
+        return ChangeEvent(self.name, table, op, postgres_position(begin.final_lsn, index).encode(), key, after,
+                           before=change.old, old_key=old_key, txid=str(begin.xid), commit_ts=begin.commit_ts)

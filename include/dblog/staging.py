@@ -1,0 +1,177 @@
+"""The staged change log: Parquet files per source and table, each written atomically.
+
+    {root}/{source}/log/{table}/{first position}_{last position}.parquet
+    {root}/{source}/chunks/{table}/{dump id}/{chunk number}.parquet
+
+A file appears complete or not at all (written to a `.tmp-` name, flushed, then renamed), so
+whatever a reader lists is durable. The root may be any filesystem pyarrow writes (a local path
+or a `file://`, `s3://`, `gs://`, `hdfs://` URI). Re-staging after a crash can repeat events;
+readers drop repeated positions, so duplicates are harmless.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from .schema import TableSchema, coerce
+
+LOG_FIELDS = [
+    pa.field("_position", pa.string(), nullable=False),
+    pa.field("_op", pa.string(), nullable=False),
+    pa.field("_txid", pa.string()),
+    pa.field("_commit_ts", pa.timestamp("us", tz="UTC")),
+    pa.field("_old_key", pa.string()),         # JSON array, set when an update changed the key
+    pa.field("_before", pa.string()),          # JSON object: the row before, where the source gives it
+    pa.field("_unchanged", pa.list_(pa.string())),
+]
+CHUNK_FIELDS = [
+    pa.field("_dump_id", pa.string(), nullable=False),
+    pa.field("_chunk", pa.int64(), nullable=False),
+    pa.field("_op", pa.string(), nullable=False),  # r: row read; x: requested key absent
+    pa.field("_lw", pa.string(), nullable=False),  # watermark ids (UUIDs) bracketing the read
+    pa.field("_hw", pa.string(), nullable=False),
+    pa.field("_key_from", pa.string()),            # JSON: exclusive lower key bound of the chunk
+    pa.field("_key_to", pa.string()),              # JSON: last key read
+    pa.field("_read_ts", pa.timestamp("us", tz="UTC")),
+]
+
+
+def _table_dir(table: str) -> str:
+    if "/" in table or table.startswith("."):
+        raise ValueError(f"table name not usable as a path: {table!r}")
+    return table
+
+
+@dataclass
+class StagedLog:
+    root: str
+
+    def __post_init__(self) -> None:
+        if "://" in self.root:
+            self.fs, self.base = pafs.FileSystem.from_uri(self.root)
+        else:
+            self.fs, self.base = pafs.LocalFileSystem(), os.path.abspath(self.root)
+        self.local = isinstance(self.fs, pafs.LocalFileSystem)
+
+    # -- paths --------------------------------------------------------------------------------
+    def log_dir(self, source: str, table: str) -> str:
+        return f"{self.base}/{source}/log/{_table_dir(table)}"
+
+    def chunk_dir(self, source: str, table: str, dump_id: str) -> str:
+        return f"{self.base}/{source}/chunks/{_table_dir(table)}/{dump_id}"
+
+    # -- writing -------------------------------------------------------------------------------
+    def write_segment(self, source: str, schema: TableSchema, rows: list[dict]) -> str:
+        """Stage log rows (data columns + LOG_FIELDS) of one table; returns the file path."""
+        table = build_table(schema, LOG_FIELDS, rows)
+        positions = table.column("_position")
+        first, last = pc.min(positions).as_py(), pc.max(positions).as_py()
+        path = f"{self.log_dir(source, schema.name)}/{first}_{last}.parquet"
+        self._atomic_write(path, table)
+        return path
+
+    def write_chunk(self, source: str, schema: TableSchema, dump_id: str, chunk_no: int,
+                    rows: list[dict]) -> str:
+        table = build_table(schema, CHUNK_FIELDS, rows)
+        path = f"{self.chunk_dir(source, schema.name, dump_id)}/{chunk_no:08d}.parquet"
+        self._atomic_write(path, table)
+        return path
+
+    def _atomic_write(self, path: str, table: pa.Table) -> None:
+        directory = path.rsplit("/", 1)[0]
+        tmp = f"{directory}/.tmp-{uuid.uuid4().hex}.parquet"
+        self.fs.create_dir(directory, recursive=True)
+        if self.local:
+            with open(tmp, "wb") as f:
+                pq.write_table(table, f, compression="zstd")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            dir_fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        else:
+            with self.fs.open_output_stream(tmp) as out:
+                pq.write_table(table, out, compression="zstd")
+            self.fs.move(tmp, path)
+
+    # -- reading -------------------------------------------------------------------------------
+    def _files(self, directory: str, recursive: bool = False) -> list[str]:
+        infos = self.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True, recursive=recursive))
+        return sorted(i.path for i in infos if i.type == pafs.FileType.File
+                      and i.base_name.endswith(".parquet") and not i.base_name.startswith(".tmp-"))
+
+    def tables(self, source: str) -> list[str]:
+        infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{source}/log", allow_not_found=True))
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+
+    def segments(self, source: str, table: str, low: str | None = None, high: str | None = None) -> list[str]:
+        """Segment files that may hold positions in [low, high] (pruned by their names)."""
+        out = []
+        for path in self._files(self.log_dir(source, table)):
+            first, last = path.rsplit("/", 1)[1][: -len(".parquet")].split("_")
+            if (low is None or last >= low) and (high is None or first <= high):
+                out.append(path)
+        return out
+
+    def read_log(self, source: str, table: str, low: str | None = None, high: str | None = None) -> pa.Table:
+        """The table's staged events with low <= position <= high, sorted, each position once."""
+        parts = [pq.read_table(p, filesystem=self.fs) for p in self.segments(source, table, low, high)]
+        if not parts:
+            return pa.table({f.name: pa.array([], f.type) for f in LOG_FIELDS})
+        events = pa.concat_tables(parts, promote_options="default")
+        if low is not None:
+            events = events.filter(pc.greater_equal(events["_position"], low))
+        if high is not None:
+            events = events.filter(pc.less_equal(events["_position"], high))
+        return dedupe_sorted(events, "_position")
+
+    def chunk_files(self, source: str, table: str, dump_id: str | None = None) -> list[str]:
+        if dump_id is not None:
+            return self._files(self.chunk_dir(source, table, dump_id))
+        return self._files(f"{self.base}/{source}/chunks/{_table_dir(table)}", recursive=True)
+
+    def read_chunk(self, path: str) -> pa.Table:
+        return pq.read_table(path, filesystem=self.fs)
+
+    def chunk_tables(self, source: str) -> list[str]:
+        infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{source}/chunks", allow_not_found=True))
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+
+
+def build_table(schema: TableSchema, meta_fields: list[pa.Field], rows: list[dict]) -> pa.Table:
+    fields = schema.arrow_fields() + meta_fields
+    columns = []
+    for f in fields:
+        values = [r.get(f.name) for r in rows]
+        if not f.name.startswith("_"):
+            values = [coerce(v, f.type) for v in values]
+        columns.append(pa.array(values, type=f.type))
+    meta = {b"dblog.table": schema.name.encode(), b"dblog.key": ",".join(schema.key).encode()}
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=meta))
+
+
+def dedupe_sorted(table: pa.Table, column: str) -> pa.Table:
+    """Sort by `column` and keep the first row of each value (re-staged duplicates are equal)."""
+    if table.num_rows == 0:
+        return table
+    table = table.sort_by(column)
+    col = table[column].combine_chunks()
+    if table.num_rows > 1:
+        same = pc.equal(col.slice(1), col.slice(0, len(col) - 1))
+        keep = pa.concat_arrays([pa.array([True]), pc.invert(same)])
+        table = table.filter(keep)
+    return table
+
+
+def concat(tables: Iterable[pa.Table]) -> pa.Table:
+    return pa.concat_tables(list(tables), promote_options="default")

@@ -1,0 +1,177 @@
+"""ZooKeeper state: capture checkpoints, leadership, dump progress and dump controls.
+
+Layout under the chroot (default `/dblog`), per source:
+
+    /{source}/capture/lock                  kazoo Lock: the active capture (others stand by)
+    /{source}/capture/checkpoint            JSON: where to resume, last staged position
+    /{source}/dumps/{id}                    JSON: the dump's scope
+    /{source}/dumps/{id}/control            JSON: state (running|paused|cancelled), chunk_size, delay_s
+    /{source}/dumps/{id}/tables/{table}     JSON: progress (last completed key, chunks, rows, done)
+    /{source}/dumps/{id}/tables/{table}/lock  kazoo Lock: the worker dumping that table
+
+Writes that a lease holder makes (checkpoints, progress) are fenced: they commit in one ZooKeeper
+transaction with a check that the holder's ephemeral lock node still exists, so a process that
+lost its session (and so its lock) can never overwrite its successor's state.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NoNodeError, NodeExistsError
+from kazoo.recipe.lock import Lock
+
+
+class Fenced(RuntimeError):
+    """This process no longer holds the lease it is writing under."""
+
+
+def _dump(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, default=str).encode()
+
+
+def _load(raw: bytes) -> Any:
+    return json.loads(raw.decode()) if raw else None
+
+
+@dataclass
+class Lease:
+    """A held kazoo Lock: the fencing token for writes made under it."""
+    lock: Lock
+    store: "StateStore"
+
+    @property
+    def node_path(self) -> str:
+        if not self.lock.is_acquired or self.lock.node is None:
+            raise Fenced(f"lease {self.lock.path} is not held")
+        return f"{self.lock.path}/{self.lock.node}"
+
+    def check(self) -> None:
+        """Raise Fenced unless the session is connected and the lock node is still ours."""
+        zk = self.store.zk
+        if zk.state != KazooState.CONNECTED or not zk.exists(self.node_path):
+            raise Fenced(f"lease {self.lock.path} was lost (ZooKeeper session {zk.state})")
+
+    def release(self) -> None:
+        try:
+            self.lock.release()
+        except Exception:  # the session may already be gone; the node then went with it
+            pass
+
+
+class StateStore:
+    def __init__(self, hosts: str, chroot: str = "/dblog", timeout: float = 10.0):
+        self.hosts = hosts
+        self.chroot = "/" + chroot.strip("/")
+        self.zk = KazooClient(hosts=f"{hosts}{self.chroot}", timeout=timeout)
+        self._timeout = timeout
+
+    def start(self) -> "StateStore":
+        root = KazooClient(hosts=self.hosts, timeout=self._timeout)
+        try:
+            root.start(timeout=self._timeout)
+            root.ensure_path(self.chroot)
+        except Exception as exc:
+            raise ConnectionError(f"cannot reach ZooKeeper at {self.hosts}: {exc}. "
+                                  "Start it (`make up`) or fix the ZooKeeper connection.") from exc
+        finally:
+            root.stop(); root.close()
+        self.zk.start(timeout=self._timeout)
+        return self
+
+    def stop(self) -> None:
+        self.zk.stop()
+        self.zk.close()
+
+    def __enter__(self) -> "StateStore":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- plain reads and writes ------------------------------------------------------------
+    def get(self, path: str) -> Any:
+        try:
+            return _load(self.zk.get(path)[0])
+        except NoNodeError:
+            return None
+
+    def put(self, path: str, value: Any) -> None:
+        data = _dump(value)
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            try:
+                self.zk.create(path, data, makepath=True)
+            except NodeExistsError:
+                self.zk.set(path, data)
+
+    def children(self, path: str) -> list[str]:
+        try:
+            return sorted(self.zk.get_children(path))
+        except NoNodeError:
+            return []
+
+    def create_new(self, path: str, value: Any) -> bool:
+        """Create `path`; False if it already exists."""
+        try:
+            self.zk.create(path, _dump(value), makepath=True)
+            return True
+        except NodeExistsError:
+            return False
+
+    # -- leases and fenced writes -------------------------------------------------------------
+    def lease(self, path: str, identifier: str, timeout: float | None = None) -> Lease:
+        """Block until the lock at `path` is ours (or raise kazoo's LockTimeout)."""
+        lock = self.zk.Lock(path, identifier)
+        lock.acquire(blocking=True, timeout=timeout)
+        return Lease(lock, self)
+
+    def try_lease(self, path: str, identifier: str) -> Lease | None:
+        lock = self.zk.Lock(path, identifier)
+        return Lease(lock, self) if lock.acquire(blocking=False) else None
+
+    def fenced_put(self, lease: Lease, path: str, value: Any) -> None:
+        if self.zk.exists(path) is None:
+            self.zk.ensure_path(path)
+        txn = self.zk.transaction()
+        txn.check(lease.node_path, 0)
+        txn.set_data(path, _dump(value))
+        results = txn.commit()
+        if any(isinstance(r, Exception) for r in results):
+            raise Fenced(f"write to {path} refused: lease {lease.lock.path} is no longer held")
+
+    def lock_holders(self, path: str) -> list[str]:
+        return list(self.zk.Lock(path).contenders())
+
+
+# -- paths ------------------------------------------------------------------------------------
+def capture_lock(source: str) -> str:
+    return f"/{source}/capture/lock"
+
+
+def checkpoint_path(source: str) -> str:
+    return f"/{source}/capture/checkpoint"
+
+
+def dumps_path(source: str) -> str:
+    return f"/{source}/dumps"
+
+
+def dump_path(source: str, dump_id: str) -> str:
+    return f"/{source}/dumps/{dump_id}"
+
+
+def control_path(source: str, dump_id: str) -> str:
+    return f"{dump_path(source, dump_id)}/control"
+
+
+def table_progress_path(source: str, dump_id: str, table: str) -> str:
+    return f"{dump_path(source, dump_id)}/tables/{table}"
+
+
+def now() -> float:
+    return time.time()
