@@ -22,7 +22,7 @@ log = logging.getLogger("dblog")
 
 def _store() -> StateStore:
     zk = config.zookeeper()
-    return StateStore(zk.hosts, zk.chroot).start()
+    return StateStore(zk.hosts, zk.chroot, timeout=zk.session_timeout).start()
 
 
 def _keys(text: str | None):
@@ -84,7 +84,9 @@ def cmd_dump(args) -> int:
         def report(p, n):
             log.info("%s %s: chunk %d, %d rows (%d total, %.0f rows/s)", dump_id, p.table, p.chunks, n, p.rows,
                      p.rows_per_s)
-        run_dump(store, source, staged, dump_id, args.table if args.action == "run" else None, report)
+        # A resumed run waits for a crashed worker's lease to expire with its ZooKeeper session.
+        wait = 3 * config.zookeeper().session_timeout if args.action == "run" else 0
+        run_dump(store, source, staged, dump_id, args.table if args.action == "run" else None, report, wait)
         print(json.dumps(dump_status(store, source.name, dump_id), default=str))
     return 0
 

@@ -56,11 +56,13 @@ def staging_root() -> str:
 class ZooKeeperConfig:
     hosts: str
     chroot: str
+    session_timeout: float  # how long a dead leader keeps its lease before a standby takes over
 
 
 def zookeeper() -> ZooKeeperConfig:
     parts = urlsplit(connection_uri(ZOOKEEPER_CONN))
-    return ZooKeeperConfig(parts.netloc.rsplit("@", 1)[-1], parts.path or "/dblog")
+    return ZooKeeperConfig(parts.netloc.rsplit("@", 1)[-1], parts.path or "/dblog",
+                           float(os.environ.get("DBLOG_ZK_SESSION_TIMEOUT", "10")))
 
 
 def source_from_uri(conn_id: str, uri: str) -> Source:

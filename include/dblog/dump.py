@@ -24,6 +24,7 @@ from .schema import TableSchema, decode_key, encode_key, normalize_key
 from .sources.base import WATERMARK_TABLE, Source, SourceError
 from .staging import StagedLog
 from .state import Lease, StateStore
+from kazoo.exceptions import LockTimeout
 
 log = logging.getLogger("dblog.dump")
 RUNNING, PAUSED, CANCELLED = "running", "paused", "cancelled"
@@ -140,10 +141,14 @@ class TableDump:
         self._changed = threading.Event()
 
     def run(self, lease_timeout: float | None = 0) -> TableProgress:
-        lease = self.store.try_lease(f"{self.progress_path}/lock", self.source.name) if lease_timeout == 0 \
-            else self.store.lease(f"{self.progress_path}/lock", self.source.name, lease_timeout)
+        try:
+            lease = self.store.try_lease(f"{self.progress_path}/lock", self.source.name) if lease_timeout == 0 \
+                else self.store.lease(f"{self.progress_path}/lock", self.source.name, lease_timeout)
+        except LockTimeout:
+            lease = None
         if lease is None:
-            raise DumpError(f"{self.table} of dump {self.dump_id} is being dumped by another worker")
+            raise DumpError(f"{self.table} of dump {self.dump_id} is being dumped by another worker "
+                            "(or a crashed one whose ZooKeeper session has not expired yet; retry shortly)")
         self.store.zk.DataWatch(self.control_path, lambda *_: self._changed.set())
         try:
             return self._chunks(lease)
@@ -237,11 +242,14 @@ class TableDump:
 
 
 def run_dump(store: StateStore, source: Source, staged: StagedLog, dump_id: str,
-             tables: list[str] | None = None, on_chunk=None) -> list[TableProgress]:
+             tables: list[str] | None = None, on_chunk=None, lease_timeout: float | None = 0) -> list[TableProgress]:
+    """Run (or resume after a crash) a dump's tables in turn. `lease_timeout` > 0 waits that long
+    for a crashed worker's lease to expire; 0 fails at once if another worker holds it."""
     scope = store.get(paths.dump_path(source.name, dump_id))
     if scope is None:
         raise DumpError(f"no dump {dump_id} on {source.name}; `dblog status` lists the dumps")
-    return [TableDump(store, source, staged, dump_id, t, on_chunk).run() for t in (tables or scope["tables"])]
+    return [TableDump(store, source, staged, dump_id, t, on_chunk).run(lease_timeout)
+            for t in (tables or scope["tables"])]
 
 
 def dump_status(store: StateStore, source: str, dump_id: str) -> dict:

@@ -85,12 +85,12 @@ class MySQLSource(Source):
             if self._conn is None:
                 self._conn = self.connect()
             try:
-                self._conn.ping(reconnect=True)
+                self._conn.ping()
                 with self._conn.cursor() as cur:
                     cur.execute(sql, params)
                     return cur.fetchall() if fetch else None
-            except pymysql.err.OperationalError:
-                self._conn = None
+            except (pymysql.err.OperationalError, pymysql.err.InterfaceError):
+                self._conn = None  # reconnect on the next statement
                 raise
 
     def fetch(self, sql: str, params: list) -> list[tuple]:

@@ -1,0 +1,178 @@
+"""Fixtures over the real services that `scripts/services.sh up` starts (MariaDB, PostgreSQL, ZooKeeper).
+
+Every test gets its own namespace (a MariaDB database or a PostgreSQL schema), ZooKeeper chroot,
+replication slot and staging directory, so tests never see each other's state.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PORTS = {k: os.environ.get(f"DBLOG_{k}_PORT", d) for k, d in (("MARIADB", "3307"), ("POSTGRES", "5433"), ("ZK", "2182"))}
+ADMIN = {"mariadb": f"mysql://root@127.0.0.1:{PORTS['MARIADB']}/mysql",
+         "postgres": f"postgres://postgres@127.0.0.1:{PORTS['POSTGRES']}/shop"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "/unit/" not in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def services():
+    subprocess.run(["bash", str(ROOT / "scripts/services.sh"), "up"], check=True, capture_output=True)
+    return PORTS
+
+
+def wait_for(condition, timeout: float = 60.0, interval: float = 0.05, what: str = "condition"):
+    """Await a condition (polling it); fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class SourceEnv:
+    """One source under test: admin SQL, the engine's Source, state store, staged log, processes."""
+    kind: str
+    tag: str
+    staging: Path
+    procs: list = field(default_factory=list)
+
+    @property
+    def source_id(self) -> str:
+        return f"t_{self.kind[:2]}_{self.tag}"
+
+    @property
+    def namespace(self) -> str:
+        return f"t_{self.tag}"
+
+    @property
+    def uri(self) -> str:
+        if self.kind == "mariadb":
+            return f"mysql://dblog:dblog@127.0.0.1:{PORTS['MARIADB']}/{self.namespace}"
+        return (f"postgres://dblog:dblog@127.0.0.1:{PORTS['POSTGRES']}/shop?schema={self.namespace}"
+                f"&slot=dblog_{self.tag}")
+
+    @property
+    def env(self) -> dict:
+        return {**os.environ, f"AIRFLOW_CONN_{self.source_id.upper()}": self.uri,
+                "AIRFLOW_CONN_DBLOG_ZOOKEEPER": f"zookeeper://127.0.0.1:{PORTS['ZK']}/test_{self.tag}",
+                "DBLOG_STAGING": str(self.staging), "DBLOG_SOURCES": self.source_id,
+                "DBLOG_ZK_SESSION_TIMEOUT": "3",
+                "PYTHONPATH": str(ROOT / "include")}
+
+    def admin(self):
+        from dblog.workload import connect
+        uri = ADMIN[self.kind]
+        kind, conn = connect(uri)
+        return conn
+
+    def sql(self, *statements: str, params=None) -> list:
+        conn = self.admin()
+        try:
+            cur, out = conn.cursor(), []
+            for s in statements:
+                cur.execute(s, params)
+                out = cur.fetchall() if cur.description else out
+            conn.commit()
+            return list(out)
+        finally:
+            conn.close()
+
+    def source(self):
+        from dblog.config import source_from_uri
+        return source_from_uri(self.source_id, self.uri)
+
+    def store(self):
+        from dblog.state import StateStore
+        return StateStore(f"127.0.0.1:{PORTS['ZK']}", f"/test_{self.tag}", timeout=3).start()
+
+    def staged(self):
+        from dblog.staging import StagedLog
+        return StagedLog(str(self.staging))
+
+    def workload(self, seed: int = 0, rows: int = 2000):
+        from dblog.workload import Workload, connect
+        kind, conn = connect(ADMIN[self.kind])
+        return Workload(kind, conn, self.namespace, seed, rows)
+
+    def table(self, name: str) -> str:
+        return f"{self.namespace}.{name}"
+
+    def dblog(self, *args: str, check: bool = False, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "dblog.cli", *args], env=self.env, capture_output=True,
+                              text=True, check=check, timeout=timeout)
+
+    def spawn(self, *args: str, module: str = "dblog.cli") -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-m", module, *args], env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        self.procs.append(proc)
+        return proc
+
+    def spawn_workload(self, seconds: float, seed: int = 1, rows: int = 2000) -> subprocess.Popen:
+        return self.spawn(ADMIN[self.kind], self.namespace, "--seconds", str(seconds), "--seed", str(seed),
+                          "--rows", str(rows), module="dblog.workload")
+
+    def setup(self) -> None:
+        if self.kind == "mariadb":
+            self.sql(f"CREATE DATABASE {self.namespace}",
+                     f"GRANT SELECT ON {self.namespace}.* TO 'dblog'@'127.0.0.1'")
+        else:
+            self.sql(f"CREATE SCHEMA {self.namespace}", f"GRANT USAGE ON SCHEMA {self.namespace} TO dblog",
+                     f"ALTER DEFAULT PRIVILEGES IN SCHEMA {self.namespace} GRANT SELECT ON TABLES TO dblog")
+
+    def teardown(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if self.kind == "mariadb":
+            self.sql(f"DROP DATABASE IF EXISTS {self.namespace}")
+        else:
+            wait_for(lambda: not self.sql("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active",
+                                          params=[f"dblog_{self.tag}"]), 30, what="slot to be released")
+            self.sql(f"DROP SCHEMA IF EXISTS {self.namespace} CASCADE",
+                     f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'dblog_{self.tag}'")
+
+
+def make_env(kind: str, tmp_path: Path) -> SourceEnv:
+    env = SourceEnv(kind, uuid.uuid4().hex[:8], tmp_path / "staging")
+    env.setup()
+    return env
+
+
+@pytest.fixture(params=["mariadb", "postgres"])
+def src(request, services, tmp_path):
+    env = make_env(request.param, tmp_path)
+    yield env
+    env.teardown()
+
+
+@pytest.fixture
+def mariadb(services, tmp_path):
+    env = make_env("mariadb", tmp_path)
+    yield env
+    env.teardown()
+
+
+@pytest.fixture
+def postgres(services, tmp_path):
+    env = make_env("postgres", tmp_path)
+    yield env
+    env.teardown()
