@@ -154,9 +154,9 @@ def ensure_checkpoint(store: StateStore, source: Source) -> dict:
     Everything committed after this returns is captured, so callers set it up before writes or
     dumps they need to see.
     """
-    source.preflight()
     path = paths.checkpoint_path(source.name)
     checkpoint = store.get(path)
+    source.preflight(first_use=checkpoint is None)
     if checkpoint is None:
         checkpoint = {"resume": source.start_point(), "position": None, "commit_ts": None,
                       "staged_at": time.time(), "leader": None}
@@ -167,7 +167,8 @@ def ensure_checkpoint(store: StateStore, source: Source) -> dict:
 
 def reset_checkpoint(store: StateStore, source: Source) -> None:
     """Forget the checkpoint (after lost history): the next capture starts at the end of the log."""
-    store.zk.delete(paths.checkpoint_path(source.name))
+    if store.zk.exists(paths.checkpoint_path(source.name)):
+        store.zk.delete(paths.checkpoint_path(source.name))
     source.reset_stream()
 
 

@@ -110,8 +110,12 @@ class Source(abc.ABC):
 
     # set-up and checks ---------------------------------------------------------------------------
     @abc.abstractmethod
-    def preflight(self, create: bool = True) -> list[str]:
-        """Fail closed (SourceError) on a misconfigured source; returns notes of what was created."""
+    def preflight(self, create: bool = True, first_use: bool = True) -> list[str]:
+        """Fail closed (SourceError) on a misconfigured source; returns notes of what was created.
+
+        With `first_use` False (a checkpoint exists), the stream's history must still be there:
+        a missing replication slot is lost history (HistoryLost), never silently recreated.
+        """
 
     # watermarks and chunks ------------------------------------------------------------------------
     @abc.abstractmethod

@@ -134,7 +134,7 @@ class MySQLSource(Source):
         return schema
 
     # -- set-up ---------------------------------------------------------------------------------
-    def preflight(self, create: bool = True) -> list[str]:
+    def preflight(self, create: bool = True, first_use: bool = True) -> list[str]:
         (log_bin, fmt, image, metadata), = self._cursor_run(
             "SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@binlog_row_metadata")
         fixes = []

@@ -122,7 +122,7 @@ class PostgresSource(Source):
         return schema
 
     # -- set-up ---------------------------------------------------------------------------------
-    def preflight(self, create: bool = True) -> list[str]:
+    def preflight(self, create: bool = True, first_use: bool = True) -> list[str]:
         (wal_level,), = self._run("SHOW wal_level")
         if wal_level != "logical":
             raise SourceError(f"{self.name}: wal_level is {wal_level}; change capture needs logical. "
@@ -136,7 +136,7 @@ class PostgresSource(Source):
         if create:
             notes += self._ensure_watermark_table()
         notes += self._ensure_publication(create)
-        notes += self._ensure_slot(create)
+        notes += self._ensure_slot(create and first_use)
         return notes
 
     def _ensure_watermark_table(self) -> list[str]:
@@ -176,14 +176,19 @@ class PostgresSource(Source):
         return []
 
     def _ensure_slot(self, create: bool) -> list[str]:
-        rows = self._run("SELECT plugin FROM pg_replication_slots WHERE slot_name = %s", [self.slot])
+        rows = self._run("SELECT plugin, wal_status FROM pg_replication_slots WHERE slot_name = %s", [self.slot])
         if rows:
             if rows[0][0] != "pgoutput":
                 raise SourceError(f"{self.name}: slot {self.slot} uses plugin {rows[0][0]}, not pgoutput. "
                                   "Fix: drop it or configure another slot name (?slot=...).")
+            if rows[0][1] == "lost":
+                raise HistoryLost(f"{self.name}: replication slot {self.slot} lost WAL it still needed "
+                                  "(max_slot_wal_keep_size). Fix: `dblog capture --reset`, then a full dump.")
             return []
         if not create:
-            raise SourceError(f"{self.name}: replication slot {self.slot} is missing.")
+            raise HistoryLost(f"{self.name}: replication slot {self.slot} is gone, so changes since the "
+                              "checkpoint are lost to capture. Fix: reset the capture checkpoint "
+                              "(`dblog capture --reset`), which recreates the slot, and run a full dump.")
         self._run("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [self.slot])
         return [f"created replication slot {self.slot}"]
 

@@ -1,0 +1,141 @@
+"""Capture on the real sources: ordering, durability before checkpoint, leadership and fencing."""
+import json
+import os
+import signal
+import socket
+
+import pyarrow.compute as pc
+import pytest
+
+from conftest import wait_for
+from test_convergence import settle
+
+from dblog import state as paths
+from dblog.capture import Capture, ensure_checkpoint
+from dblog.sources.base import SourceError
+from dblog.state import Fenced
+
+
+def test_staged_positions_are_unique_and_increase_in_commit_order(src):
+    w = src.workload(seed=5, rows=300)
+    w.create()
+    src.dblog("capture", "--init", "--source", src.source_id, check=True)
+    src.spawn("capture", "--source", src.source_id)
+    w.run(seconds=2)
+    settle(src)
+    log = src.staged().read_log(src.source_id, src.table("accounts"))
+    positions = log["_position"].to_pylist()
+    assert len(positions) > 50 and positions == sorted(set(positions))
+    # Commit order: a transaction's events are contiguous, transactions never interleave.
+    txids = [t for t in log["_txid"].to_pylist()]
+    seen, previous = set(), None
+    for t in txids:
+        assert t == previous or t not in seen, f"transaction {t} interleaved with another"
+        seen.add(t); previous = t
+
+
+def test_a_crashed_capture_resumes_from_its_checkpoint_and_restaged_duplicates_are_harmless(src):
+    w = src.workload(seed=6, rows=300)
+    w.create()
+    src.dblog("capture", "--init", "--source", src.source_id, check=True)
+    cap = src.spawn("capture", "--source", src.source_id, "--flush-seconds", "0.2")
+    w.run(seconds=2)
+    store = src.store()
+    wait_for(lambda: (store.get(paths.checkpoint_path(src.source_id)) or {}).get("position"), 60, what="a checkpoint")
+    os.kill(cap.pid, signal.SIGKILL); cap.wait()
+    checkpoint = store.get(paths.checkpoint_path(src.source_id))
+    # Re-stage from the checkpoint with a fresh capture, twice over the same range.
+    staged = src.staged()
+    before = staged.read_log(src.source_id, src.table("accounts"))
+    src.spawn("capture", "--source", src.source_id)
+    w.run(seconds=1)
+    settle(src)
+    after = staged.read_log(src.source_id, src.table("accounts"))
+    assert after.num_rows >= before.num_rows
+    assert after.slice(0, before.num_rows).equals(before), "re-staging changed already staged events"
+    assert store.get(paths.checkpoint_path(src.source_id))["position"] > checkpoint["position"]
+    store.stop()
+
+
+def test_a_standby_capture_waits_and_takes_over_when_the_leader_dies(src):
+    src.workload(seed=7, rows=100).create()
+    src.dblog("capture", "--init", "--source", src.source_id, check=True)
+    store = src.store()
+    lock = paths.capture_lock(src.source_id)
+    leader = src.spawn("capture", "--source", src.source_id)
+    wait_for(lambda: store.lock_holders(lock), 30, what="a leader")
+    standby = src.spawn("capture", "--source", src.source_id)
+    wait_for(lambda: len(store.zk.get_children(lock)) == 2, 30, what="the standby to queue")
+    host = socket.gethostname()
+    assert store.lock_holders(lock)[0] == f"{host}:{leader.pid}"
+    os.kill(leader.pid, signal.SIGKILL); leader.wait()
+    wait_for(lambda: store.lock_holders(lock)[:1] == [f"{host}:{standby.pid}"], 30, what="the standby to lead")
+    src.workload(seed=8, rows=100).run(seconds=0.5)
+    settle(src)
+    assert store.get(paths.checkpoint_path(src.source_id))["leader"] == f"{host}:{standby.pid}"
+    store.stop()
+
+
+def test_a_capture_that_lost_its_lease_can_neither_stage_nor_move_the_checkpoint(mariadb):
+    mariadb.workload(seed=9, rows=50).create()
+    store, other = mariadb.store(), mariadb.store()
+    source = mariadb.source()
+    ensure_checkpoint(store, source)
+    before = store.get(paths.checkpoint_path(source.name))
+    capture = Capture(source, store, mariadb.staged())
+    capture.lease = store.lease(paths.capture_lock(source.name), "deposed")
+    # The session behind the lease ends (as on expiry): its ephemeral lock node goes with it.
+    other.zk.delete(f"{capture.lease.lock.path}/{capture.lease.lock.node}")
+    with pytest.raises(Fenced):
+        store.fenced_put(capture.lease, paths.checkpoint_path(source.name), {"position": "forged"})
+    from dblog.capture import Batch
+    from dblog.sources.base import Transaction
+    batch = Batch()
+    batch.add(Transaction([], {"log_file": "x", "log_pos": 4}))
+    with pytest.raises(Fenced):
+        capture._flush(batch)
+    assert store.get(paths.checkpoint_path(source.name)) == before
+    store.stop(); other.stop()
+
+
+def test_a_binlog_without_full_row_images_is_refused_with_the_fix(mariadb):
+    mariadb.sql("SET GLOBAL binlog_row_image = 'MINIMAL'")
+    try:
+        result = mariadb.dblog("capture", "--init", "--source", mariadb.source_id)
+    finally:
+        mariadb.sql("SET GLOBAL binlog_row_image = 'FULL'")
+    assert result.returncode == 2
+    assert "binlog_row_image is MINIMAL: set binlog_row_image=FULL" in result.stderr
+    assert not mariadb.staging.exists()
+
+
+def test_a_postgres_role_without_replication_is_refused_with_the_fix(postgres):
+    postgres.sql("DROP ROLE IF EXISTS dblog_norepl", "CREATE ROLE dblog_norepl LOGIN PASSWORD 'x'")
+    from dblog.sources.postgres import PostgresSource
+    source = PostgresSource("t_norepl", "127.0.0.1", int(os.environ.get("DBLOG_POSTGRES_PORT", "5433")),
+                            "dblog_norepl", "x", "shop", schema=postgres.namespace)
+    with pytest.raises(SourceError, match="lacks the REPLICATION attribute. Fix: ALTER ROLE dblog_norepl REPLICATION"):
+        source.preflight()
+    source.close()
+    postgres.sql("DROP ROLE dblog_norepl")
+
+
+def test_a_dropped_replication_slot_fails_closed_and_asks_for_a_full_dump(postgres):
+    postgres.dblog("capture", "--init", "--source", postgres.source_id, check=True)
+    postgres.sql(f"SELECT pg_drop_replication_slot('dblog_{postgres.tag}')")
+    result = postgres.dblog("capture", "--source", postgres.source_id, "--duration", "1")
+    assert result.returncode == 2 and "run a full dump" in result.stderr, result.stderr
+
+
+def test_after_lost_history_a_reset_and_a_full_dump_restore_convergence(postgres):
+    postgres.workload(seed=10, rows=200).create()
+    postgres.dblog("capture", "--init", "--source", postgres.source_id, check=True)
+    postgres.sql(f"SELECT pg_drop_replication_slot('dblog_{postgres.tag}')")
+    postgres.workload(seed=11, rows=200).run(seconds=0.5)  # changes nobody captures
+    assert postgres.dblog("capture", "--source", postgres.source_id, "--duration", "1").returncode == 2
+    postgres.dblog("capture", "--reset", "--source", postgres.source_id, check=True)
+    postgres.spawn("capture", "--source", postgres.source_id)
+    postgres.dblog("dump", "--all", "--source", postgres.source_id, check=True)
+    settle(postgres)
+    from test_convergence import assert_converged
+    assert_converged(postgres)
