@@ -107,6 +107,7 @@ def create_dump(store: StateStore, source: Source, spec: DumpSpec) -> str:
 
 
 def set_control(store: StateStore, source: str, dump_id: str, **changes) -> dict:
+    changes = {k: v for k, v in changes.items() if v is not None}
     current = store.get(paths.control_path(source, dump_id))
     if current is None:
         raise DumpError(f"no dump {dump_id} on {source}; `dblog status` lists the dumps")
@@ -114,9 +115,9 @@ def set_control(store: StateStore, source: str, dump_id: str, **changes) -> dict
         raise DumpError(f"dump {dump_id} was cancelled; start a new dump instead")
     if "chunk_size" in changes and (not isinstance(changes["chunk_size"], int) or changes["chunk_size"] < 1):
         raise DumpError(f"chunk size must be a whole number >= 1, got {changes['chunk_size']!r}")
-    if "delay_s" in changes and (changes["delay_s"] is None or changes["delay_s"] < 0):
+    if "delay_s" in changes and changes["delay_s"] < 0:
         raise DumpError(f"delay between chunks must be >= 0 seconds, got {changes['delay_s']!r}")
-    current.update({k: v for k, v in changes.items() if v is not None})
+    current.update(changes)
     store.put(paths.control_path(source, dump_id), current)
     return current
 

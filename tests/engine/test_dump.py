@@ -1,0 +1,138 @@
+"""Watermark chunk dumps: scope, bad input, key lists, run-time controls, and no locks."""
+import json
+import threading
+
+import pytest
+
+from conftest import wait_for
+from test_convergence import assert_converged, settle
+
+from dblog import state as paths
+from dblog.reconcile import rebuild
+from dblog.rules import visible_rows
+
+
+def dumps_registered(env):
+    store = env.store()
+    try:
+        return store.children(paths.dumps_path(env.source_id))
+    finally:
+        store.stop()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--table", "nosuch"], "table t_{tag}.nosuch does not exist"),
+    (["--table", "no_pk"], "has no primary key"),
+    (["--table", "accounts", "--keys", "[1, 2"], "--keys is not valid JSON"),
+    (["--table", "accounts", "--keys", '["abc"]'], "malformed key list for t_{tag}.accounts: 'abc' is not an integer"),
+    (["--table", "order_lines", "--keys", "[1]"], "has a key of 2 column(s): (order_id, line_no)"),
+    (["--table", "accounts", "--chunk-size", "0"], "chunk size must be a whole number >= 1, got 0"),
+    (["--table", "accounts", "--delay", "-1"], "delay between chunks must be >= 0 seconds"),
+    (["--table", "accounts", "--table", "order_lines", "--keys", "[1]"], "a key list needs exactly one table"),
+    ([], "say what to dump"),
+])
+def test_bad_dump_input_fails_with_the_problem_and_fix_and_writes_nothing(src, args, message):
+    src.workload(rows=20).create()
+    src.sql(f"CREATE TABLE {src.namespace}.no_pk (a INT, b TEXT)")
+    result = src.dblog("dump", "--source", src.source_id, *args)
+    assert result.returncode == 2
+    assert message.format(tag=src.tag) in result.stderr, result.stderr
+    assert dumps_registered(src) == []
+    assert not (src.staging / src.source_id / "chunks").exists()
+
+
+def test_a_key_list_dump_reads_those_keys_and_marks_missing_ones_absent(src):
+    src.workload(seed=12, rows=100).create()
+    src.dblog("capture", "--init", "--source", src.source_id, check=True)
+    src.spawn("capture", "--source", src.source_id)
+    src.dblog("dump", "--source", src.source_id, "--table", "order_lines", "--keys", "[[1, 1], [2, 1], [9999, 9]]",
+              "--chunk-size", "2", check=True)
+    settle(src)
+    state, results = rebuild(src.staged(), src.source_id, src.table("order_lines"))
+    assert [r.read for r in results] == [2, 1]
+    assert set(visible_rows(state)) == {(1, 1), (2, 1)}
+    assert state[(9999, 9)][1] is None, "an absent key must be staged as a tombstone"
+
+
+def test_a_composite_key_table_is_dumped_in_key_order_with_row_value_pagination(src):
+    src.workload(seed=13, rows=200).create()
+    src.dblog("capture", "--init", "--source", src.source_id, check=True)
+    src.spawn("capture", "--source", src.source_id)
+    src.dblog("dump", "--source", src.source_id, "--table", "order_lines", "--chunk-size", "7", check=True)
+    settle(src)
+    staged = src.staged()
+    keys = []
+    for path in staged.chunk_files(src.source_id, src.table("order_lines")):
+        chunk = staged.read_chunk(path)
+        assert chunk.num_rows <= 7
+        keys += list(zip(chunk["order_id"].to_pylist(), chunk["line_no"].to_pylist()))
+    assert keys == sorted(keys) and len(keys) == len(set(keys))
+    assert_converged(src, ["order_lines"])
+
+
+def _run_in_background(env, dump_id):
+    return env.spawn("dump", "run", dump_id, "--source", env.source_id)
+
+
+def test_chunk_size_delay_pause_resume_and_cancel_act_on_a_running_dump(mariadb):
+    env = mariadb
+    env.workload(seed=14, rows=600).create()
+    env.dblog("capture", "--init", "--source", env.source_id, check=True)
+    dump_id = env.dblog("dump", "--source", env.source_id, "--table", "accounts", "--chunk-size", "10",
+                        "--delay", "0.05", "--create-only", check=True).stdout.strip()
+    store = env.store()
+    progress = lambda: store.get(paths.table_progress_path(env.source_id, dump_id, env.table("accounts")))
+    proc = _run_in_background(env, dump_id)
+    wait_for(lambda: progress()["chunks"] >= 3, 60, what="3 chunks")
+    env.dblog("dump", "throttle", dump_id, "--source", env.source_id, "--chunk-size", "3", check=True)
+    env.dblog("dump", "pause", dump_id, "--source", env.source_id, check=True)
+    # The worker reads the control before every chunk: it reports the pause and stops advancing.
+    wait_for(lambda: "paused; waiting for resume" in proc.stderr.readline(), 60, interval=0, what="the pause")
+    paused_at = progress()["chunks"]
+    env.dblog("dump", "resume", dump_id, "--source", env.source_id, check=True)
+    wait_for(lambda: progress()["chunks"] >= paused_at + 5, 60, what="5 more chunks")
+    env.dblog("dump", "cancel", dump_id, "--source", env.source_id, check=True)
+    assert proc.wait(60) == 0
+    final = progress()
+    assert final["status"] == "cancelled" and final["rows"] < 600
+    sizes = [env.staged().read_chunk(p).num_rows
+             for p in env.staged().chunk_files(env.source_id, env.table("accounts"), dump_id)]
+    assert sizes[:3] == [10, 10, 10] and set(sizes[paused_at:]) == {3}
+    assert env.dblog("dump", "resume", dump_id, "--source", env.source_id).returncode == 2
+    store.stop()
+
+
+def test_a_writer_with_a_one_second_lock_wait_never_times_out_during_a_dump(src):
+    src.workload(seed=15, rows=5000).create()
+    src.dblog("capture", "--init", "--source", src.source_id, check=True)
+    stop, commits, timeouts = threading.Event(), [0], []
+
+    def writer():
+        conn = src.admin()
+        cur = conn.cursor()
+        cur.execute("SET SESSION innodb_lock_wait_timeout = 1" if src.kind == "mariadb" else "SET lock_timeout = '1s'")
+        i = 0
+        while not stop.is_set():
+            i += 1
+            try:
+                # Rows at both ends of the key range, so the dump reads where the writer writes.
+                cur.execute(f"UPDATE {src.table('accounts')} SET balance = balance + 1 WHERE id IN (%s, %s)",
+                            (i % 5000 + 1, 5000 - i % 5000))
+                conn.commit()
+                commits[0] += 1
+            except Exception as exc:  # a lock wait timeout is the failure this test looks for
+                timeouts.append(repr(exc))
+                conn.rollback()
+        conn.close()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        wait_for(lambda: commits[0] > 10, 30, what="the writer to commit")
+        before = commits[0]
+        src.dblog("dump", "--source", src.source_id, "--table", "accounts", "--chunk-size", "200", check=True)
+        during = commits[0] - before
+    finally:
+        stop.set()
+        thread.join()
+    assert timeouts == [] and during > 0
