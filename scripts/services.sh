@@ -98,6 +98,7 @@ SQL
   runuser -u postgres -- "${psql[@]}" -d postgres -tc "SELECT 1 FROM pg_database WHERE datname='shop'" | grep -q 1 \
     || runuser -u postgres -- "${psql[@]}" -d postgres -c "CREATE DATABASE shop"
   runuser -u postgres -- "${psql[@]}" -d shop <<SQL
+SET client_min_messages = warning;
 CREATE SCHEMA IF NOT EXISTS dblog AUTHORIZATION dblog;
 GRANT USAGE ON SCHEMA public TO dblog;
 ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO dblog;

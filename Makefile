@@ -1,0 +1,36 @@
+# make demo / make test do all their own set-up (packages, .venv, local services), idempotently.
+SHELL := /bin/bash
+VENV := .venv/bin
+export PATH := $(CURDIR)/.venv/bin:$(PATH)
+
+.PHONY: install up down status test unit demo bench lock clean
+
+install:
+	@bash scripts/install.sh
+
+up: install
+	@bash scripts/services.sh up
+
+down:
+	@bash scripts/services.sh down
+
+status:
+	@bash scripts/services.sh status
+
+test: up
+	$(VENV)/pytest -q
+
+unit: install
+	$(VENV)/pytest -q -m "not integration"
+
+demo: up
+	$(VENV)/python -m dblog.demo
+
+bench: up
+	$(VENV)/python bench/run.py
+
+lock:
+	uv pip compile requirements.in --override overrides.txt --python-version 3.11 -o requirements.txt
+
+clean: down
+	rm -rf .local
