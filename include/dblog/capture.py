@@ -36,7 +36,8 @@ def event_row(e: ChangeEvent) -> dict:
     row["_txid"] = e.txid
     row["_commit_ts"] = e.commit_ts
     row["_old_key"] = encode_key(e.old_key) if e.old_key is not None else None
-    row["_before"] = dumps_json(e.before) if e.before is not None else None
+    # A delete's data columns already are its before image; only updates need it separately.
+    row["_before"] = dumps_json(e.before) if e.before is not None and e.after is not None else None
     row["_unchanged"] = e.unchanged or None
     return row
 
@@ -49,6 +50,7 @@ class Batch:
     resume: dict | None = None
     last_position: str | None = None
     commit_ts: object = None
+    first_commit_ts: object = None
     opened: float = 0.0
 
     def add(self, txn: Transaction) -> None:
@@ -59,6 +61,7 @@ class Batch:
         if txn.events:
             self.last_position = txn.events[-1].position
             self.commit_ts = txn.commit_ts
+            self.first_commit_ts = self.first_commit_ts or txn.commit_ts
         self.count += len(txn.events)
         self.txns += 1
         self.resume = txn.resume
@@ -71,6 +74,8 @@ class CaptureStats:
     segments: int = 0
     flushes: int = 0
     max_flush_gap_s: float = 0.0   # longest time between two checkpoint advances while busy
+    max_stall_s: float = 0.0       # longest time the loop did not read from the log (flushes included)
+    max_lag_s: float = 0.0         # oldest commit at the time it became durable
     position: str | None = None
 
 
@@ -107,8 +112,10 @@ class Capture:
 
     def _loop(self, resume: dict | None, deadline: float | None, until: str | None) -> None:
         batch, last_flush, reached = Batch(), time.monotonic(), False
+        last_read = time.monotonic()
         for txn in self.source.stream(resume, self.idle_timeout):
             if txn is not None:
+                self.stats.max_stall_s = max(self.stats.max_stall_s, time.monotonic() - last_read)
                 batch.add(txn)
                 reached = reached or (until is not None and any(
                     e.table == WATERMARK_TABLE and (e.after or {}).get("value") == until for e in txn.events))
@@ -125,6 +132,7 @@ class Capture:
             done = self.stop_event.is_set() or (deadline is not None and now >= deadline) or reached
             if done:
                 break
+            last_read = time.monotonic()
         if batch.txns:
             self._flush(batch)
 
@@ -144,6 +152,8 @@ class Capture:
         self.stats.transactions += batch.txns
         self.stats.flushes += 1
         self.stats.position = position
+        if batch.first_commit_ts is not None:
+            self.stats.max_lag_s = max(self.stats.max_lag_s, time.time() - batch.first_commit_ts.timestamp())
         if batch.count:
             log.info("%s: staged %d events up to %s", self.source.name, batch.count, position)
 

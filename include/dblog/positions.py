@@ -50,6 +50,11 @@ def mysql_position(log_file: str, log_pos: int, row_index: int) -> Position:
     return Position(binlog_file_index(log_file), log_pos, row_index)
 
 
+def encode(major: int, minor: int, seq: int) -> str:
+    """`Position(major, minor, seq).encode()` for hot loops (the parts come from the log decoders)."""
+    return f"{major:010d}-{minor:020d}-{seq:010d}"
+
+
 def binlog_file_index(log_file: str) -> int:
     suffix = log_file.rsplit(".", 1)[-1]
     if not suffix.isdigit():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import functools
 import json
 from dataclasses import dataclass
 from decimal import Decimal
@@ -29,9 +30,13 @@ class TableSchema:
     columns: tuple[Column, ...]
     key: tuple[str, ...]         # primary key columns, in key order
 
-    @property
+    @functools.cached_property
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
+
+    @functools.cached_property
+    def column_set(self) -> frozenset:
+        return frozenset(self.column_names)
 
     def column(self, name: str) -> Column:
         for c in self.columns:
@@ -44,6 +49,13 @@ class TableSchema:
 
     def arrow_fields(self) -> list[pa.Field]:
         return [pa.field(c.name, c.arrow_type) for c in self.columns]
+
+    @functools.cached_property
+    def key_python_types(self) -> tuple:
+        """Per key column, the Python type a value already staged-ready has (int, str) or None."""
+        def simple(t: pa.DataType):
+            return int if pa.types.is_integer(t) else str if pa.types.is_string(t) else None
+        return tuple(simple(self.column(c).arrow_type) for c in self.key)
 
 
 def decimal_type(precision: int | None, scale: int | None) -> pa.DataType:
@@ -85,6 +97,8 @@ def coerce(value: Any, arrow_type: pa.DataType) -> Any:
 
 def normalize_key(values: tuple, schema: TableSchema) -> tuple:
     """Key values as staged, so keys from the log and from a SELECT compare equal."""
+    if all(type(v) is t for v, t in zip(values, schema.key_python_types)):
+        return tuple(values)  # the common case (integer and text keys), on the capture's hot path
     return tuple(coerce(v, schema.column(c).arrow_type) for v, c in zip(values, schema.key))
 
 

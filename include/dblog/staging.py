@@ -127,7 +127,7 @@ class StagedLog:
         """The table's staged events with low <= position <= high, sorted, each position once."""
         parts = [pq.read_table(p, filesystem=self.fs) for p in self.segments(source, table, low, high)]
         if not parts:
-            return pa.table({f.name: pa.array([], f.type) for f in LOG_FIELDS})
+            return pa.schema(LOG_FIELDS).empty_table()
         events = pa.concat_tables(parts, promote_options="default")
         if low is not None:
             events = events.filter(pc.greater_equal(events["_position"], low))
@@ -153,9 +153,12 @@ def build_table(schema: TableSchema, meta_fields: list[pa.Field], rows: list[dic
     columns = []
     for f in fields:
         values = [r.get(f.name) for r in rows]
-        if not f.name.startswith("_"):
-            values = [coerce(v, f.type) for v in values]
-        columns.append(pa.array(values, type=f.type))
+        try:  # drivers mostly hand over values Arrow converts as they are (in C)
+            columns.append(pa.array(values, type=f.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            if f.name.startswith("_"):
+                raise
+            columns.append(pa.array([coerce(v, f.type) for v in values], type=f.type))
     meta = {b"dblog.table": schema.name.encode(), b"dblog.key": ",".join(schema.key).encode()}
     return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=meta))
 

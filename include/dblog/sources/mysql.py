@@ -14,7 +14,7 @@ from pymysqlreplication.event import HeartbeatLogEvent, QueryEvent, RotateEvent,
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from ..events import DELETE, INSERT, UPDATE, ChangeEvent
-from ..positions import mysql_position
+from ..positions import binlog_file_index, encode as encode_position, mysql_position
 from ..schema import Column, TableSchema, decimal_type, normalize_key
 from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, NoPrimaryKey, Source,
                    SourceError, Transaction, UnknownTable)
@@ -240,11 +240,12 @@ class MySQLSource(Source):
     def _row_events(self, log_file: str, ev) -> list[ChangeEvent]:
         table = f"{ev.schema}.{ev.table}"
         schema = self.table_schema(table)
-        if set(ev.columns and [c.name for c in ev.columns]) - set(schema.column_names):
+        if not schema.column_set.issuperset(c.name for c in ev.columns or ()):
             schema = self.table_schema(table, refresh=True)
         out = []
+        file_index, log_pos = binlog_file_index(log_file), ev.packet.log_pos
         for i, row in enumerate(ev.rows):
-            pos = mysql_position(log_file, ev.packet.log_pos, i).encode()
+            pos = encode_position(file_index, log_pos, i)
             if isinstance(ev, WriteRowsEvent):
                 after, before, op = row["values"], None, INSERT
             elif isinstance(ev, UpdateRowsEvent):

@@ -11,7 +11,7 @@ import psycopg2.extras
 import pyarrow as pa
 
 from ..events import DELETE, INSERT, UPDATE, ChangeEvent
-from ..positions import int_to_lsn, lsn_to_int, postgres_position
+from ..positions import encode as encode_position, int_to_lsn, lsn_to_int, postgres_position
 from ..schema import Column, TableSchema, decimal_type, normalize_key
 from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, NoPrimaryKey, Source,
                    SourceError, Transaction, UnknownTable)
@@ -256,15 +256,17 @@ class PostgresSource(Source):
         table = change.relation.qualified
         schema = self.table_schema(table)
         image = change.new if change.new is not None else change.old
-        if set(image) - set(schema.column_names):
+        if not schema.column_set.issuperset(image):
             schema = self.table_schema(table, refresh=True)
-        unchanged = [c for c, v in (change.new or {}).items() if v is UNCHANGED]
-        after = None if change.new is None else {c: (None if v is UNCHANGED else v) for c, v in change.new.items()}
+        after, unchanged = change.new, []
+        if after is not None and any(v is UNCHANGED for v in after.values()):
+            unchanged = [c for c, v in after.items() if v is UNCHANGED]
+            after = {c: (None if v is UNCHANGED else v) for c, v in after.items()}
         key = normalize_key(schema.key_of(after if after is not None else change.old), schema)
         old_key = None
         if change.kind == "U" and change.old is not None:
             prior = normalize_key(schema.key_of(change.old), schema)
             old_key = prior if prior != key else None
         op = {"I": INSERT, "U": UPDATE, "D": DELETE}[change.kind]
-        return ChangeEvent(self.name, table, op, postgres_position(begin.final_lsn, index).encode(), key, after,
+        return ChangeEvent(self.name, table, op, encode_position(begin.final_lsn, index, 0), key, after,
                            before=change.old, old_key=old_key, txid=str(begin.xid), commit_ts=begin.commit_ts)

@@ -1,0 +1,84 @@
+"""Helpers shared by the benchmarks: admin connections, fresh state stores, timing."""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PORTS = {k: int(os.environ.get(f"DBLOG_{k}_PORT", d)) for k, d in (("MARIADB", "3307"), ("POSTGRES", "5433"), ("ZK", "2182"))}
+ADMIN = {"mysql": f"mysql://root@127.0.0.1:{PORTS['MARIADB']}/mysql",
+         "postgres": f"postgres://postgres@127.0.0.1:{PORTS['POSTGRES']}/shop"}
+
+
+def admin(kind: str):
+    from dblog.workload import connect
+    conn = connect(ADMIN[kind])[1]
+    if kind == "mysql":
+        conn.autocommit(True)
+    else:
+        conn.autocommit = True
+    return conn
+
+
+def run_sql(kind: str, *statements: str) -> None:
+    conn = admin(kind)
+    cur = conn.cursor()
+    for s in statements:
+        cur.execute(s)
+    conn.close()
+
+
+def namespace(kind: str, name: str) -> None:
+    """A fresh database (MariaDB) or schema (PostgreSQL) the dblog user may read."""
+    if kind == "mysql":
+        run_sql(kind, f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}",
+                f"GRANT SELECT ON {name}.* TO 'dblog'@'127.0.0.1'")
+    else:
+        run_sql(kind, f"DROP SCHEMA IF EXISTS {name} CASCADE", f"CREATE SCHEMA {name}",
+                f"GRANT USAGE ON SCHEMA {name} TO dblog",
+                f"ALTER DEFAULT PRIVILEGES IN SCHEMA {name} GRANT SELECT ON TABLES TO dblog")
+
+
+def source(kind: str, name: str, ns: str, slot: str | None = None):
+    from dblog.config import source_from_uri
+    if kind == "mysql":
+        return source_from_uri(name, f"mysql://dblog:dblog@127.0.0.1:{PORTS['MARIADB']}/{ns}")
+    return source_from_uri(name, f"postgres://dblog:dblog@127.0.0.1:{PORTS['POSTGRES']}/shop?schema={ns}"
+                                 f"&slot={slot or 'bench_' + uuid.uuid4().hex[:8]}")
+
+
+def store():
+    from dblog.state import StateStore
+    return StateStore(f"127.0.0.1:{PORTS['ZK']}", f"/bench_{uuid.uuid4().hex[:8]}").start()
+
+
+def staged():
+    from dblog.staging import StagedLog
+    return StagedLog(tempfile.mkdtemp(prefix="dblog-bench-", dir=str(ROOT / ".local")))
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def median(xs):
+    return statistics.median(xs)
+
+
+def env_for(name: str, uri: str, zk_chroot: str, staging: str) -> dict:
+    return {**os.environ, f"AIRFLOW_CONN_{name.upper()}": uri,
+            "AIRFLOW_CONN_DBLOG_ZOOKEEPER": f"zookeeper://127.0.0.1:{PORTS['ZK']}{zk_chroot}",
+            "DBLOG_STAGING": staging, "PYTHONPATH": str(ROOT / "include")}
+
+
+def spawn(args: list[str], env: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
