@@ -1,0 +1,72 @@
+"""The pgoutput decoder on hand-built protocol messages (format: PostgreSQL docs, protocol-logicalrep-message-formats)."""
+import datetime as dt
+import struct
+from decimal import Decimal
+
+from dblog.sources.pgoutput import UNCHANGED, Begin, Commit, Decoder, Relation, RowChange, Truncate
+
+
+def cstr(s: str) -> bytes:
+    return s.encode() + b"\0"
+
+
+def relation(oid=16384) -> bytes:
+    cols = [(1, "id", 20), (0, "amount", 1700), (0, "at", 1184), (0, "blob", 17), (0, "ok", 16), (0, "note", 25)]
+    body = struct.pack("!I", oid) + cstr("app") + cstr("items") + b"d" + struct.pack("!H", len(cols))
+    for flags, name, oid_ in cols:
+        body += bytes([flags]) + cstr(name) + struct.pack("!Ii", oid_, -1)
+    return b"R" + body
+
+
+def tuple_data(*values) -> bytes:
+    out = struct.pack("!H", len(values))
+    for v in values:
+        if v is None:
+            out += b"n"
+        elif v is UNCHANGED:
+            out += b"u"
+        else:
+            raw = v.encode()
+            out += b"t" + struct.pack("!I", len(raw)) + raw
+    return out
+
+
+def test_begin_and_commit_carry_lsns_xid_and_commit_time():
+    d = Decoder()
+    begin = d.decode(b"B" + struct.pack("!QqI", 0x16B374D848, 1_000_000, 42))
+    assert begin == Begin(0x16B374D848, dt.datetime(2000, 1, 1, 0, 0, 1, tzinfo=dt.timezone.utc), 42)
+    commit = d.decode(b"C" + struct.pack("!bQQq", 0, 100, 120, 0))
+    assert isinstance(commit, Commit) and (commit.commit_lsn, commit.end_lsn) == (100, 120)
+
+
+def test_an_insert_is_decoded_into_typed_values():
+    d = Decoder()
+    rel = d.decode(relation())
+    assert isinstance(rel, Relation) and rel.qualified == "app.items" and rel.columns[0].is_key
+    ins = d.decode(b"I" + struct.pack("!I", 16384) + b"N" +
+                   tuple_data("7", "12.50", "2026-01-02 03:04:05.123456+00", "\\x00ff", "t", None))
+    assert isinstance(ins, RowChange) and ins.kind == "I"
+    assert ins.new == {"id": 7, "amount": Decimal("12.50"),
+                       "at": dt.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=dt.timezone.utc),
+                       "blob": b"\x00\xff", "ok": True, "note": None}
+
+
+def test_an_update_with_a_key_change_carries_the_old_key_and_unchanged_toast_values():
+    d = Decoder()
+    d.decode(relation())
+    upd = d.decode(b"U" + struct.pack("!I", 16384) + b"K" + tuple_data("7", None, None, None, None, None) +
+                   b"N" + tuple_data("8", "1", None, None, "f", UNCHANGED))
+    assert upd.old["id"] == 7 and upd.new["id"] == 8 and upd.new["note"] is UNCHANGED
+
+
+def test_a_delete_and_a_truncate_are_decoded():
+    d = Decoder()
+    d.decode(relation())
+    dele = d.decode(b"D" + struct.pack("!I", 16384) + b"K" + tuple_data("9", None, None, None, None, None))
+    assert dele.kind == "D" and dele.old["id"] == 9 and dele.new is None
+    trunc = d.decode(b"T" + struct.pack("!IB", 1, 0) + struct.pack("!I", 16384))
+    assert isinstance(trunc, Truncate) and trunc.relations[0].name == "items"
+
+
+def test_origin_and_type_messages_are_skipped():
+    assert Decoder().decode(b"O" + struct.pack("!Q", 1) + cstr("origin")) is None

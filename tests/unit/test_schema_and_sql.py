@@ -1,0 +1,64 @@
+"""Types, key parsing and the generated SQL: values are always bound, identifiers always quoted."""
+import datetime as dt
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+
+from dblog.schema import Column, TableSchema, coerce, decode_key, encode_key, from_json_value, normalize_key
+from dblog.sources.base import Dialect
+from dblog.sources.mysql import MySQLDialect
+
+S = TableSchema("app.t", (Column("a", "int", pa.int64()), Column("b", "varchar", pa.string()),
+                          Column("v", "decimal(5,2)", pa.decimal128(5, 2))), ("a", "b"))
+
+
+def test_keys_given_as_json_are_typed_by_their_columns():
+    assert decode_key([1, "x"], S) == (1, "x")
+    assert decode_key(["2", 3], S) == (2, "3")
+
+
+@pytest.mark.parametrize("bad, message", [
+    ([1], "has 1 value(s); app.t has a key of 2 column(s): (a, b)"),
+    (["one", "x"], "'one' is not an integer"),
+    ([1.5, "x"], "1.5 is not an integer"),
+    ([True, "x"], "True is not a int64 value"),
+    ([1, {"x": 1}], "is not a scalar"),
+])
+def test_malformed_keys_are_refused_with_what_is_wrong(bad, message):
+    with pytest.raises(ValueError) as exc:
+        decode_key(bad, S)
+    assert message in str(exc.value)
+
+
+def test_values_round_trip_through_their_json_form():
+    for value, t in [(Decimal("1.10"), pa.decimal128(5, 2)), (b"\x00\x01", pa.binary()),
+                     (dt.datetime(2026, 1, 1, 1, 2, 3, 456789), pa.timestamp("us")), (dt.date(2026, 2, 3), pa.date32())]:
+        import json
+        assert from_json_value(json.loads(encode_key((value,)))[0], t) == value
+
+
+def test_driver_values_are_coerced_to_the_staged_types():
+    assert coerce(b"abc", pa.string()) == "abc"
+    assert coerce({"b", "a"}, pa.string()) == "a,b"
+    assert coerce(memoryview(b"\x01"), pa.binary()) == b"\x01"
+    assert coerce(dt.datetime(2026, 1, 1), pa.timestamp("us", tz="UTC")).tzinfo == dt.timezone.utc
+    assert normalize_key((True, b"x"), S) == (1, "x")
+
+
+def test_hostile_identifiers_are_quoted_and_values_are_bound():
+    evil = TableSchema('s.t"; DROP TABLE x; --', (Column('id"`', "int", pa.int64()),), ('id"`',))
+    sql, params = Dialect().chunk_query(evil, ("1; DROP",), 10)
+    assert sql == ('SELECT "id""`" FROM "s"."t""; DROP TABLE x; --" WHERE "id""`" > %s '
+                   'ORDER BY "id""`" LIMIT %s')
+    assert params == ["1; DROP", 10]
+    sql, _ = MySQLDialect().chunk_query(evil, None, 5)
+    assert sql == 'SELECT `id"``` FROM `s`.`t"; DROP TABLE x; --` ORDER BY `id"``` LIMIT %s'
+
+
+def test_composite_keys_page_with_row_values_between_bounds():
+    sql, params = Dialect().chunk_query(S, (1, "a"), 100, upto_key=(9, "z"))
+    assert 'WHERE ("a", "b") > (%s, %s) AND ("a", "b") <= (%s, %s) ORDER BY "a", "b" LIMIT %s' in sql
+    assert params == [1, "a", 9, "z", 100]
+    sql, params = Dialect().keys_query(S, [(1, "a"), (2, "b")])
+    assert sql.endswith('WHERE ("a", "b") IN ((%s, %s), (%s, %s)) ORDER BY "a", "b"') and params == [1, "a", 2, "b"]
