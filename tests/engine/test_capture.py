@@ -53,7 +53,8 @@ def test_a_crashed_capture_resumes_from_its_checkpoint_and_restaged_duplicates_a
     after = staged.read_log(src.source_id, src.table("accounts"))
     assert after.num_rows >= before.num_rows
     assert after.slice(0, before.num_rows).equals(before), "re-staging changed already staged events"
-    assert store.get(paths.checkpoint_path(src.source_id))["position"] > checkpoint["position"]
+    wait_for(lambda: store.get(paths.checkpoint_path(src.source_id))["position"] > checkpoint["position"],
+             30, what="the checkpoint to advance")
     store.stop()
 
 
@@ -72,7 +73,9 @@ def test_a_standby_capture_waits_and_takes_over_when_the_leader_dies(src):
     wait_for(lambda: store.lock_holders(lock)[:1] == [f"{host}:{standby.pid}"], 30, what="the standby to lead")
     src.workload(seed=8, rows=100).run(seconds=0.5)
     settle(src)
-    assert store.get(paths.checkpoint_path(src.source_id))["leader"] == f"{host}:{standby.pid}"
+    # The checkpoint follows the staged segments (never precedes them): await it.
+    wait_for(lambda: store.get(paths.checkpoint_path(src.source_id))["leader"] == f"{host}:{standby.pid}",
+             30, what="the standby's checkpoint")
     store.stop()
 
 
