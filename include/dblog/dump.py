@@ -193,11 +193,12 @@ class TableDump:
             chunk_no = progress.chunks
             after = None if progress.last_key is None else json.loads(progress.last_key)
             upto = None if progress.upto_key is None else decode_key(json.loads(progress.upto_key), schema)
-            rows, key_to = self._read_chunk(schema, keys, after, upto, control["chunk_size"], chunk_no)
-            if rows is None:
+            chunk, key_to = self._read_chunk(schema, keys, after, upto, control["chunk_size"], chunk_no)
+            if chunk is None:
                 progress.status, progress.finished_at = DONE, time.time()
                 break
-            self.staged.write_chunk(self.source.name, schema, self.dump_id, chunk_no, rows)
+            rows = chunk[0]
+            self.staged.write_chunk(self.source.name, schema, self.dump_id, chunk_no, *chunk)
             progress.chunks, progress.rows = chunk_no + 1, progress.rows + len(rows)
             progress.last_key = key_to
             rows_this_run += len(rows)
@@ -212,7 +213,7 @@ class TableDump:
 
     def _read_chunk(self, schema: TableSchema, keys: list[tuple] | None, after, upto: tuple | None,
                     limit: int, chunk_no: int):
-        """LW, one bounded SELECT, HW. Returns (rows with chunk metadata, last key) or (None, None) at the end."""
+        """LW, one bounded SELECT, HW. Returns ((rows, ops, metadata), last key), or (None, None) at the end."""
         if keys is not None:
             offset = after or 0
             batch = keys[offset:offset + limit]
@@ -227,19 +228,24 @@ class TableDump:
         self.source.write_watermark(self.slot, hw)
         if keys is None and not found:
             return None, None
-        meta = {"_dump_id": self.dump_id, "_chunk": chunk_no, "_lw": lw, "_hw": hw, "_read_ts": dt.datetime.now(dt.timezone.utc)}
-        rows = [{**r, **meta, "_op": "r"} for r in found]
+        rows, ops = list(found), ["r"] * len(found)
         if keys is not None:
             # A requested key the source no longer has is staged as absent: the repair deletes it.
-            present = {normalize_key(schema.key_of(r), schema) for r in found}
-            rows += [{**dict(zip(schema.key, k)), **meta, "_op": "x"} for k in batch if k not in present]
+            present = {normalize_key(schema.key_of_tuple(r), schema) for r in found}
+            for k in batch:
+                if k not in present:
+                    row = [None] * len(schema.columns)
+                    for i, v in zip(schema.key_indexes, k):
+                        row[i] = v
+                    rows.append(tuple(row))
+                    ops.append("x")
             key_from, key_to = json.dumps(offset), json.dumps(offset + len(batch))
         else:
             key_from = None if after is None else json.dumps(after)
-            key_to = encode_key(normalize_key(schema.key_of(found[-1]), schema))
-        for r in rows:
-            r["_key_from"], r["_key_to"] = key_from, key_to
-        return rows, key_to
+            key_to = encode_key(normalize_key(schema.key_of_tuple(found[-1]), schema))
+        meta = {"_lw": lw, "_hw": hw, "_key_from": key_from, "_key_to": key_to,
+                "_read_ts": dt.datetime.now(dt.timezone.utc)}
+        return (rows, ops, meta), key_to
 
 
 def run_dump(store: StateStore, source: Source, staged: StagedLog, dump_id: str,

@@ -47,6 +47,14 @@ class TableSchema:
     def key_of(self, row: dict) -> tuple:
         return tuple(row[c] for c in self.key)
 
+    @functools.cached_property
+    def key_indexes(self) -> tuple[int, ...]:
+        return tuple(self.column_names.index(c) for c in self.key)
+
+    def key_of_tuple(self, row: tuple) -> tuple:
+        """The key of a row given as a tuple in column order."""
+        return tuple(row[i] for i in self.key_indexes)
+
     def arrow_fields(self) -> list[pa.Field]:
         return [pa.field(c.name, c.arrow_type) for c in self.columns]
 

@@ -78,8 +78,9 @@ class StagedLog:
         return path
 
     def write_chunk(self, source: str, schema: TableSchema, dump_id: str, chunk_no: int,
-                    rows: list[dict]) -> str:
-        table = build_table(schema, CHUNK_FIELDS, rows)
+                    rows: list[tuple], ops: list[str], meta: dict) -> str:
+        """Stage a chunk: rows as tuples in schema column order, an op per row, constant metadata."""
+        table = rows_table(schema, CHUNK_FIELDS, rows, {"_op": ops}, {**meta, "_dump_id": dump_id, "_chunk": chunk_no})
         path = f"{self.chunk_dir(source, schema.name, dump_id)}/{chunk_no:08d}.parquet"
         self._atomic_write(path, table)
         return path
@@ -148,19 +149,37 @@ class StagedLog:
         return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
 
 
-def build_table(schema: TableSchema, meta_fields: list[pa.Field], rows: list[dict]) -> pa.Table:
-    fields = schema.arrow_fields() + meta_fields
-    columns = []
-    for f in fields:
-        values = [r.get(f.name) for r in rows]
-        try:  # drivers mostly hand over values Arrow converts as they are (in C)
-            columns.append(pa.array(values, type=f.type))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-            if f.name.startswith("_"):
-                raise
-            columns.append(pa.array([coerce(v, f.type) for v in values], type=f.type))
+def _array(values: list, field: pa.Field) -> pa.Array:
+    try:  # drivers mostly hand over values Arrow converts as they are (in C)
+        return pa.array(values, type=field.type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        if field.name.startswith("_"):
+            raise
+        return pa.array([coerce(v, field.type) for v in values], type=field.type)
+
+
+def _arrow_schema(schema: TableSchema, meta_fields: list[pa.Field]) -> pa.Schema:
     meta = {b"dblog.table": schema.name.encode(), b"dblog.key": ",".join(schema.key).encode()}
-    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=meta))
+    return pa.schema(schema.arrow_fields() + meta_fields, metadata=meta)
+
+
+def build_table(schema: TableSchema, meta_fields: list[pa.Field], rows: list[dict]) -> pa.Table:
+    """Rows as dicts (data columns and metadata by name; missing ones are null)."""
+    target = _arrow_schema(schema, meta_fields)
+    return pa.Table.from_arrays([_array([r.get(f.name) for r in rows], f) for f in target], schema=target)
+
+
+def rows_table(schema: TableSchema, meta_fields: list[pa.Field], rows: list[tuple],
+               columns: dict[str, list] | None = None, constants: dict | None = None) -> pa.Table:
+    """Rows as tuples in schema column order (as drivers return them), plus metadata columns given
+    per row (`columns`) or once for all rows (`constants`)."""
+    target, n = _arrow_schema(schema, meta_fields), len(rows)
+    data = list(zip(*rows)) if rows else [()] * len(schema.columns)
+    arrays = [_array(list(values), f) for values, f in zip(data, target)]
+    columns, constants = columns or {}, constants or {}
+    for f in meta_fields:
+        arrays.append(_array(columns[f.name], f) if f.name in columns else _array([constants.get(f.name)] * n, f))
+    return pa.Table.from_arrays(arrays, schema=target)
 
 
 def dedupe_sorted(table: pa.Table, column: str) -> pa.Table:

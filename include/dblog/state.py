@@ -135,14 +135,20 @@ class StateStore:
         return Lease(lock, self) if lock.acquire(blocking=False) else None
 
     def fenced_put(self, lease: Lease, path: str, value: Any) -> None:
-        if self.zk.exists(path) is None:
-            self.zk.ensure_path(path)
-        txn = self.zk.transaction()
-        txn.check(lease.node_path, 0)
-        txn.set_data(path, _dump(value))
-        results = txn.commit()
-        if any(isinstance(r, Exception) for r in results):
-            raise Fenced(f"write to {path} refused: lease {lease.lock.path} is no longer held")
+        """Write `value` to `path` only if `lease` is still held (one ZooKeeper transaction)."""
+        for attempt in (1, 2):
+            txn = self.zk.transaction()
+            txn.check(lease.node_path, 0)
+            txn.set_data(path, _dump(value))
+            check, write = txn.commit()  # on failure, the failing op has its error, the other RolledBackError
+            if isinstance(write, NoNodeError) and attempt == 1:
+                self.zk.ensure_path(path)  # the first write to this path
+                continue
+            if isinstance(check, Exception):
+                raise Fenced(f"write to {path} refused: lease {lease.lock.path} is no longer held")
+            if isinstance(write, Exception):
+                raise write
+            return
 
     def lock_holders(self, path: str) -> list[str]:
         return list(self.zk.Lock(path).contenders())

@@ -7,7 +7,7 @@ from .reconcile import rebuild
 from .rules import visible_rows
 from .schema import TableSchema
 from .sources.base import Source
-from .staging import StagedLog, build_table
+from .staging import StagedLog, rows_table
 
 
 def source_rows(source: Source, schema: TableSchema, page: int = 5000) -> dict[tuple, dict]:
@@ -18,9 +18,9 @@ def source_rows(source: Source, schema: TableSchema, page: int = 5000) -> dict[t
         rows = source.select_chunk(schema, after, page)
         if not rows:
             return out
-        for r in build_table(schema, [], rows).to_pylist():
+        for r in rows_table(schema, [], rows).to_pylist():
             out[schema.key_of(r)] = r
-        after = schema.key_of(rows[-1])
+        after = schema.key_of_tuple(rows[-1])
 
 
 @dataclass

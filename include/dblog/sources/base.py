@@ -127,18 +127,17 @@ class Source(abc.ABC):
         """Run one autocommitted READ COMMITTED SELECT."""
 
     def select_chunk(self, schema: TableSchema, after_key: tuple | None, limit: int,
-                     upto_key: tuple | None = None) -> list[dict]:
-        rows = self.fetch(*self.dialect.chunk_query(schema, after_key, limit, upto_key))
-        return [dict(zip(schema.column_names, r)) for r in rows]
+                     upto_key: tuple | None = None) -> list[tuple]:
+        """Rows as tuples in schema column order."""
+        return self.fetch(*self.dialect.chunk_query(schema, after_key, limit, upto_key))
 
     def last_key(self, schema: TableSchema) -> tuple | None:
         """The table's highest key now: a dump stops there, later inserts reach it through the log."""
         rows = self.fetch(self.dialect.last_key_query(schema), [])
         return tuple(rows[0]) if rows else None
 
-    def select_keys(self, schema: TableSchema, keys: Sequence[tuple]) -> list[dict]:
-        rows = self.fetch(*self.dialect.keys_query(schema, keys))
-        return [dict(zip(schema.column_names, r)) for r in rows]
+    def select_keys(self, schema: TableSchema, keys: Sequence[tuple]) -> list[tuple]:
+        return self.fetch(*self.dialect.keys_query(schema, keys))
 
     # change stream -------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -80,8 +80,7 @@ class PostgresSource(Source):
                 raise
 
     def fetch(self, sql: str, params: list) -> list[tuple]:
-        rows = self._run(sql, params)
-        return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows]
+        return self._run(sql, params)  # bytea arrives as memoryview; staging makes it bytes
 
     def close(self) -> None:
         for c in (self._conn, self._repl):
