@@ -6,7 +6,6 @@ replication slot and staging directory, so tests never see each other's state.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time

@@ -6,10 +6,8 @@ import json
 import logging
 import signal
 import sys
-import time
 
 from . import config
-from . import state as paths
 from .capture import Capture, ensure_checkpoint, reset_checkpoint
 from .dump import CANCELLED, PAUSED, RUNNING, DumpError, DumpSpec, create_dump, dump_status, run_dump, set_control
 from .sources.base import SourceError

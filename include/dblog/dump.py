@@ -21,7 +21,7 @@ from typing import Callable
 
 from . import state as paths
 from .schema import TableSchema, decode_key, encode_key, normalize_key
-from .sources.base import WATERMARK_TABLE, Source, SourceError
+from .sources.base import WATERMARK_TABLE, Source
 from .staging import StagedLog
 from .state import Lease, StateStore
 from kazoo.exceptions import LockTimeout
@@ -74,6 +74,8 @@ def validate(source: Source, spec: DumpSpec) -> tuple[list[TableSchema], list[tu
     if WATERMARK_TABLE in qualified:
         raise DumpError(f"{WATERMARK_TABLE} is the watermark table; it is not dumped")
     schemas = [source.table_schema(t) for t in qualified]  # UnknownTable / NoPrimaryKey
+    for s in schemas:
+        source.check_readable(s)
     keys = None
     if spec.keys is not None:
         if len(schemas) != 1:

@@ -11,7 +11,6 @@ import json
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .events import ChangeEvent
 from .rules import DumpRecord, Window, merge_latest, window_survivors

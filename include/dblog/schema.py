@@ -56,7 +56,9 @@ class TableSchema:
         return tuple(row[i] for i in self.key_indexes)
 
     def arrow_fields(self) -> list[pa.Field]:
-        return [pa.field(c.name, c.arrow_type) for c in self.columns]
+        """Arrow fields, each carrying the column's type as the source's catalog spells it."""
+        return [pa.field(c.name, c.arrow_type, metadata={b"dblog.source_type": c.source_type.encode()})
+                for c in self.columns]
 
     @functools.cached_property
     def key_python_types(self) -> tuple:

@@ -136,3 +136,30 @@ def test_a_writer_with_a_one_second_lock_wait_never_times_out_during_a_dump(src)
         stop.set()
         thread.join()
     assert timeouts == [] and during > 0
+
+
+def test_a_table_the_capture_user_may_not_read_is_refused_before_anything_is_written(mariadb):
+    mariadb.workload(rows=20).create()
+    mariadb.sql(f"CREATE DATABASE {mariadb.namespace}_private",
+                f"CREATE TABLE {mariadb.namespace}_private.secrets (id INT PRIMARY KEY)")
+    try:
+        result = mariadb.dblog("dump", "--source", mariadb.source_id, "--table", f"{mariadb.namespace}_private.secrets")
+    finally:
+        mariadb.sql(f"DROP DATABASE {mariadb.namespace}_private")
+    assert result.returncode == 2
+    assert f"{mariadb.namespace}_private.secrets does not exist, or user dblog may not read it" in result.stderr
+    assert dumps_registered(mariadb) == []
+
+
+def test_status_reports_capture_position_lag_and_dump_progress_as_json(src):
+    src.workload(seed=16, rows=50).create()
+    src.dblog("capture", "--init", "--source", src.source_id, check=True)
+    src.spawn("capture", "--source", src.source_id)
+    src.dblog("dump", "--source", src.source_id, "--table", "accounts", "--chunk-size", "20", check=True)
+    settle(src)
+    status = json.loads(src.dblog("status", "--json", check=True).stdout)[src.source_id]
+    assert status["capture"]["position"] is not None and status["capture"]["lag_s"] is not None
+    assert len(status["capture"]["leaders"]) == 1
+    (dump,) = status["dumps"]
+    progress = dump["tables"][src.table("accounts")]
+    assert dump["state"] == "done" and progress["rows"] == 50 and progress["chunks"] == 3

@@ -131,6 +131,14 @@ class Source(abc.ABC):
         """Rows as tuples in schema column order."""
         return self.fetch(*self.dialect.chunk_query(schema, after_key, limit, upto_key))
 
+    def check_readable(self, schema: TableSchema) -> None:
+        """A LIMIT 0 read: fail before a dump starts if the capture user may not SELECT the table."""
+        try:
+            self.fetch(*self.dialect.chunk_query(schema, None, 0))
+        except Exception as exc:  # each driver has its own permission error class
+            raise SourceError(f"{self.name}: cannot read {schema.name} ({str(exc).strip()}). Fix: GRANT SELECT "
+                              f"ON {schema.name} TO the capture user.") from exc
+
     def last_key(self, schema: TableSchema) -> tuple | None:
         """The table's highest key now: a dump stops there, later inserts reach it through the log."""
         rows = self.fetch(self.dialect.last_key_query(schema), [])

@@ -4,7 +4,6 @@ from __future__ import annotations
 import datetime as dt
 import random
 import threading
-import time
 from typing import Iterator
 
 import pyarrow as pa
@@ -119,8 +118,8 @@ class MySQLSource(Source):
             "FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
             "ORDER BY ordinal_position", [schema_name, name])
         if not cols:
-            raise UnknownTable(f"{self.name}: table {schema_name}.{name} does not exist. "
-                               f"Known tables: {', '.join(self.tables()) or 'none'}.")
+            raise UnknownTable(f"{self.name}: table {schema_name}.{name} does not exist, or user "
+                               f"{self.settings['user']} may not read it. Known tables: {', '.join(self.tables()) or 'none'}.")
         key = [r[0] for r in self._cursor_run(
             "SELECT column_name FROM information_schema.key_column_usage WHERE table_schema = %s "
             "AND table_name = %s AND constraint_name = 'PRIMARY' ORDER BY ordinal_position",

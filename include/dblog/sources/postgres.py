@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import select
 import threading
-import time
 from typing import Iterator
 
 import psycopg2
@@ -104,8 +103,8 @@ class PostgresSource(Source):
             "SELECT column_name, data_type, numeric_precision, numeric_scale FROM information_schema.columns "
             "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position", [schema_name, name])
         if not cols:
-            raise UnknownTable(f"{self.name}: table {schema_name}.{name} does not exist. "
-                               f"Known tables: {', '.join(self.tables()) or 'none'}.")
+            raise UnknownTable(f"{self.name}: table {schema_name}.{name} does not exist, or user "
+                               f"{self.dsn['user']} may not read it. Known tables: {', '.join(self.tables()) or 'none'}.")
         # Real primary keys from pg_index: under REPLICA IDENTITY FULL pgoutput flags every column.
         key = [r[0] for r in self._run(
             "SELECT a.attname FROM pg_index i JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, n) ON true "
@@ -268,4 +267,5 @@ class PostgresSource(Source):
             old_key = prior if prior != key else None
         op = {"I": INSERT, "U": UPDATE, "D": DELETE}[change.kind]
         return ChangeEvent(self.name, table, op, encode_position(begin.final_lsn, index, 0), key, after,
-                           before=change.old, old_key=old_key, txid=str(begin.xid), commit_ts=begin.commit_ts)
+                           before=change.old, old_key=old_key, txid=str(begin.xid), commit_ts=begin.commit_ts,
+                           unchanged=unchanged)
