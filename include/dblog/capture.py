@@ -9,6 +9,7 @@ transaction that checks the lease (so a deposed capture cannot move it).
 from __future__ import annotations
 
 import logging
+import queue
 import os
 import socket
 import threading
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from . import state as paths
 from .events import ChangeEvent
 from .reconcile import watermark_positions
-from .schema import dumps_json, encode_key
+from .schema import encode_key
 from .sources.base import WATERMARK_TABLE, Source, Transaction
 from .staging import StagedLog
 from .state import Lease, StateStore
@@ -31,14 +32,11 @@ log = logging.getLogger("dblog.capture")
 def event_row(e: ChangeEvent) -> dict:
     """The staged form of an event: data columns (after image, or before for deletes) + metadata."""
     row = dict(e.after if e.after is not None else (e.before or {}))
-    row["_position"] = e.position
-    row["_op"] = e.op
-    row["_txid"] = e.txid
-    row["_commit_ts"] = e.commit_ts
-    row["_old_key"] = encode_key(e.old_key) if e.old_key is not None else None
-    # A delete's data columns already are its before image; only updates need it separately.
-    row["_before"] = dumps_json(e.before) if e.before is not None and e.after is not None else None
-    row["_unchanged"] = e.unchanged or None
+    row.update(_position=e.position, _op=e.op, _txid=e.txid, _commit_ts=e.commit_ts,
+               _old_key=None if e.old_key is None else encode_key(e.old_key),
+               # A delete's data columns already are its before image; only updates need it apart.
+               _before=e.before if e.after is not None else None,
+               _unchanged=e.unchanged or None)
     return row
 
 
@@ -89,6 +87,8 @@ class Capture:
         self.stop_event = threading.Event()
         self.lease: Lease | None = None
         self.leading = threading.Event()
+        self._checkpoint: dict = {}
+        self._acked: dict | None = None
 
     def run(self, duration: float | None = None, until_watermark: str | None = None,
             lease_timeout: float | None = None) -> CaptureStats:
@@ -97,7 +97,7 @@ class Capture:
         self.leading.set()
         log.info("%s: capture leader %s", self.source.name, self.identifier)
         try:
-            checkpoint = ensure_checkpoint(self.store, self.source)
+            checkpoint = self._checkpoint = ensure_checkpoint(self.store, self.source)
             deadline = None if duration is None else time.monotonic() + duration
             if until_watermark is None or until_watermark not in watermark_positions(self.staged, self.source.name):
                 self._loop(checkpoint.get("resume"), deadline, until_watermark)
@@ -111,6 +111,20 @@ class Capture:
         self.stop_event.set()
 
     def _loop(self, resume: dict | None, deadline: float | None, until: str | None) -> None:
+        writer = _Writer(self._flush, self.source.name)
+        try:
+            self._read(writer, resume, deadline, until)
+        finally:
+            writer.close()
+        self._acknowledge(writer)
+
+    def _acknowledge(self, writer: "_Writer") -> None:
+        durable = writer.durable
+        if durable is not None and durable is not self._acked:
+            self.source.acknowledge(durable)  # on the reading thread: the replication connection's
+            self._acked = durable
+
+    def _read(self, writer: "_Writer", resume: dict | None, deadline: float | None, until: str | None) -> None:
         batch, last_flush, reached = Batch(), time.monotonic(), False
         last_read = time.monotonic()
         for txn in self.source.stream(resume, self.idle_timeout):
@@ -125,8 +139,9 @@ class Capture:
             if due:
                 if batch.count:
                     self.stats.max_flush_gap_s = max(self.stats.max_flush_gap_s, now - last_flush)
-                self._flush(batch)
+                writer.submit(batch)
                 batch, last_flush = Batch(), time.monotonic()
+                self._acknowledge(writer)
             elif txn is None:
                 last_flush = now  # idle: no progress is owed
             done = self.stop_event.is_set() or (deadline is not None and now >= deadline) or reached
@@ -134,20 +149,21 @@ class Capture:
                 break
             last_read = time.monotonic()
         if batch.txns:
-            self._flush(batch)
+            writer.submit(batch)
 
     def _flush(self, batch: Batch) -> None:
+        """Stage every table's segment, then (only then) move the fenced checkpoint."""
         self.lease.check()  # a deposed capture must not stage (duplicates would be harmless, but noisy)
         for table, rows in batch.rows.items():
             self.staged.write_segment(self.source.name, self.source.table_schema(table), rows)
             self.stats.segments += 1
-        previous = self.store.get(paths.checkpoint_path(self.source.name)) or {}
+        previous = self._checkpoint
         position = batch.last_position or previous.get("position")
         checkpoint = {"resume": batch.resume, "position": position,
                       "commit_ts": batch.commit_ts.timestamp() if batch.commit_ts else previous.get("commit_ts"),
                       "staged_at": time.time(), "leader": self.identifier}
         self.store.fenced_put(self.lease, paths.checkpoint_path(self.source.name), checkpoint)
-        self.source.acknowledge(batch.resume)
+        self._checkpoint = checkpoint
         self.stats.events += batch.count
         self.stats.transactions += batch.txns
         self.stats.flushes += 1
@@ -156,6 +172,44 @@ class Capture:
             self.stats.max_lag_s = max(self.stats.max_lag_s, time.time() - batch.first_commit_ts.timestamp())
         if batch.count:
             log.info("%s: staged %d events up to %s", self.source.name, batch.count, position)
+
+
+class _Writer:
+    """Stages batches in order on its own thread, so reading the log overlaps writing Parquet.
+
+    At most one batch waits while another is written (bounded memory); the reader blocks beyond
+    that. A failure (for example a lost lease) stops the writer and is raised to the reader.
+    """
+
+    def __init__(self, flush, name: str):
+        self._flush, self._queue = flush, queue.Queue(maxsize=1)
+        self.error: BaseException | None = None
+        self.durable: dict | None = None
+        self._thread = threading.Thread(target=self._run, name=f"dblog-stage-{name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (batch := self._queue.get()) is not None:
+            if self.error is not None:
+                continue  # drain: the reader raises at its next submit
+            try:
+                self._flush(batch)
+                self.durable = batch.resume
+            except BaseException as exc:  # noqa: B036 - handed to the reading thread
+                self.error = exc
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def submit(self, batch: Batch) -> None:
+        self._raise()
+        self._queue.put(batch)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        self._raise()
 
 
 def ensure_checkpoint(store: StateStore, source: Source) -> dict:

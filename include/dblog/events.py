@@ -9,7 +9,7 @@ INSERT, UPDATE, DELETE = "c", "u", "d"
 OPERATIONS = (INSERT, UPDATE, DELETE)
 
 
-@dataclass
+@dataclass(slots=True)
 class ChangeEvent:
     source: str
     table: str                    # "schema.table"

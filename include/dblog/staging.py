@@ -28,9 +28,15 @@ LOG_FIELDS = [
     pa.field("_txid", pa.string()),
     pa.field("_commit_ts", pa.timestamp("us", tz="UTC")),
     pa.field("_old_key", pa.string()),         # JSON array, set when an update changed the key
-    pa.field("_before", pa.string()),          # JSON object: the row before, where the source gives it
     pa.field("_unchanged", pa.list_(pa.string())),
 ]
+
+
+def log_fields(schema: TableSchema) -> list[pa.Field]:
+    """LOG_FIELDS plus `_before`: an update's row before the change, typed like the row."""
+    return LOG_FIELDS + [pa.field("_before", pa.struct(schema.arrow_fields()))]
+
+
 CHUNK_FIELDS = [
     pa.field("_dump_id", pa.string(), nullable=False),
     pa.field("_chunk", pa.int64(), nullable=False),
@@ -69,8 +75,8 @@ class StagedLog:
 
     # -- writing -------------------------------------------------------------------------------
     def write_segment(self, source: str, schema: TableSchema, rows: list[dict]) -> str:
-        """Stage log rows (data columns + LOG_FIELDS) of one table; returns the file path."""
-        table = build_table(schema, LOG_FIELDS, rows)
+        """Stage log rows (data columns + `log_fields`) of one table; returns the file path."""
+        table = build_table(schema, log_fields(schema), rows)
         positions = table.column("_position")
         first, last = pc.min(positions).as_py(), pc.max(positions).as_py()
         path = f"{self.log_dir(source, schema.name)}/{first}_{last}.parquet"
@@ -129,7 +135,7 @@ class StagedLog:
         parts = [pq.read_table(p, filesystem=self.fs) for p in self.segments(source, table, low, high)]
         if not parts:
             return pa.schema(LOG_FIELDS).empty_table()
-        events = pa.concat_tables(parts, promote_options="default")
+        events = pa.concat_tables(parts, promote_options="permissive")  # columns added over time
         if low is not None:
             events = events.filter(pc.greater_equal(events["_position"], low))
         if high is not None:
@@ -153,6 +159,9 @@ def _array(values: list, field: pa.Field) -> pa.Array:
     try:  # drivers mostly hand over values Arrow converts as they are (in C)
         return pa.array(values, type=field.type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        if pa.types.is_struct(field.type):
+            return pa.array([None if v is None else {f.name: coerce(v.get(f.name), f.type) for f in field.type}
+                             for v in values], type=field.type)
         if field.name.startswith("_"):
             raise
         return pa.array([coerce(v, field.type) for v in values], type=field.type)
@@ -196,4 +205,4 @@ def dedupe_sorted(table: pa.Table, column: str) -> pa.Table:
 
 
 def concat(tables: Iterable[pa.Table]) -> pa.Table:
-    return pa.concat_tables(list(tables), promote_options="default")
+    return pa.concat_tables(list(tables), promote_options="permissive")

@@ -51,3 +51,9 @@ def test_a_new_column_in_a_later_segment_reads_as_null_for_older_events(tmp_path
     wider = TableSchema("app.t", T.columns + (Column("extra", "int", pa.int64()),), ("id",))
     log.write_segment("s", wider, [{**rows(2)[0], "extra": 7}])
     assert log.read_log("s", "app.t")["extra"].to_pylist() == [None, 7]
+
+
+def test_an_update_keeps_its_before_image_typed_like_the_row(tmp_path):
+    log = StagedLog(str(tmp_path))
+    log.write_segment("s", T, [{**rows(1)[0], "_op": "u", "_before": {"id": 1, "v": "old"}}, rows(2)[0]])
+    assert log.read_log("s", "app.t")["_before"].to_pylist() == [{"id": 1, "v": "old"}, None]
