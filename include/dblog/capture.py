@@ -128,6 +128,7 @@ class Capture:
         batch, last_flush, reached = Batch(), time.monotonic(), False
         last_read = time.monotonic()
         for txn in self.source.stream(resume, self.idle_timeout):
+            writer.check()  # a staging failure stops the capture at once, not at the next batch
             if txn is not None:
                 self.stats.max_stall_s = max(self.stats.max_stall_s, time.monotonic() - last_read)
                 batch.add(txn)
@@ -198,18 +199,18 @@ class _Writer:
             except BaseException as exc:  # noqa: B036 - handed to the reading thread
                 self.error = exc
 
-    def _raise(self) -> None:
+    def check(self) -> None:
         if self.error is not None:
             raise self.error
 
     def submit(self, batch: Batch) -> None:
-        self._raise()
+        self.check()
         self._queue.put(batch)
 
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join()
-        self._raise()
+        self.check()
 
 
 def ensure_checkpoint(store: StateStore, source: Source) -> dict:

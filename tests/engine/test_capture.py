@@ -156,3 +156,35 @@ def test_an_update_that_leaves_a_toasted_value_unchanged_keeps_that_value(postgr
     assert log["_unchanged"].to_pylist()[-1] == ["body"]
     from test_convergence import assert_converged
     assert_converged(postgres, ["docs"])
+
+
+def test_the_checkpoint_never_moves_past_a_segment_that_failed_to_stage(mariadb):
+    """Invariant 2: a staging failure (disk full, lost bucket) leaves the checkpoint where it was."""
+    from dblog.staging import StagedLog
+
+    class DiskFullAfterFirstSegment(StagedLog):
+        writes = 0
+
+        def write_segment(self, source, schema, rows):
+            # (the server's shared watermark table may stage too: count only this test's table)
+            DiskFullAfterFirstSegment.writes += schema.name.endswith(".t")
+            if DiskFullAfterFirstSegment.writes > 1:
+                raise OSError(28, "No space left on device")
+            return super().write_segment(source, schema, rows)
+
+    mariadb.sql(f"CREATE TABLE {mariadb.table('t')} (id INT PRIMARY KEY)")
+    store, source = mariadb.store(), mariadb.source()
+    ensure_checkpoint(store, source)
+    staged = DiskFullAfterFirstSegment(str(mariadb.staging))
+    conn = mariadb.admin()
+    conn.autocommit(True)
+    for i in range(200):  # one table, one row a transaction: each flush writes exactly one segment
+        conn.cursor().execute(f"INSERT INTO {mariadb.table('t')} VALUES ({i})")
+    conn.close()
+    capture = Capture(source, store, staged, flush_rows=50)
+    with pytest.raises(OSError, match="No space left"):
+        capture.run(duration=30)
+    checkpoint = store.get(paths.checkpoint_path(source.name))
+    staged_positions = staged.read_log(source.name, mariadb.table("t"))["_position"].to_pylist()
+    assert len(staged_positions) == 50 and checkpoint["position"] == max(staged_positions)
+    store.stop()
