@@ -70,7 +70,7 @@ def run(kind: str, rows: int = 1_000_000, chunk_size: int = 1000, reps: int = 1)
     k, conn = connect(ADMIN[kind])
     Workload(k, conn, NS, seed=1, rows=2000).create()  # accounts/order_lines: the concurrent write load
     conn.close()
-    select_rates, idle_rates, dump_rates, stalls, base_stalls, lags = [], [], [], [], [], []
+    select_rates, idle_rates, dump_rates, stalls, base_stalls, lags, base_lags = [], [], [], [], [], [], []
     for _ in range(reps):
         select_s, n = timed(lambda: plain_select(kind))
         select_rates.append(n / select_s)
@@ -91,6 +91,7 @@ def run(kind: str, rows: int = 1_000_000, chunk_size: int = 1000, reps: int = 1)
         lags.append(with_dump["stats"]["max_lag_s"])
         baseline = _capture_during(kind, src, st, stage, dump_s, None)
         base_stalls.append(baseline["stats"]["max_stall_s"])
+        base_lags.append(baseline["stats"]["max_lag_s"])
         src.close(); st.stop()
         if kind == "postgres":
             run_sql(kind, f"SELECT pg_drop_replication_slot('{src.slot}')")
@@ -100,4 +101,5 @@ def run(kind: str, rows: int = 1_000_000, chunk_size: int = 1000, reps: int = 1)
             "dump_rows_per_s_with_capture_and_writes": round(median(dump_rates)),
             "capture_max_stall_s_during_dump": round(max(stalls), 3),
             "capture_max_stall_s_without_dump": round(max(base_stalls), 3),
-            "capture_max_lag_s_during_dump": round(max(lags), 3), "reps": reps}
+            "capture_max_lag_s_during_dump": round(max(lags), 3),
+            "capture_max_lag_s_without_dump": round(max(base_lags), 3), "reps": reps}

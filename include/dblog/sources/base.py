@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Iterator, Sequence
 
 from ..events import ChangeEvent
-from ..schema import TableSchema
+from ..schema import Column, TableSchema
 
 WATERMARK_SCHEMA = "dblog"
 WATERMARK_TABLE = f"{WATERMARK_SCHEMA}.watermarks"
@@ -98,15 +98,50 @@ class Source(abc.ABC):
 
     def __init__(self, name: str):
         self.name = name
+        self._schemas: dict[str, TableSchema] = {}
+
+    @abc.abstractmethod
+    def _run(self, sql: str, params=None, fetch: bool = True):
+        """Run one autocommitted statement on the source's SQL connection."""
+
+    @property
+    @abc.abstractmethod
+    def user(self) -> str:
+        """The capture user, for messages that tell what to grant."""
 
     # catalog -----------------------------------------------------------------------------------
-    @abc.abstractmethod
     def tables(self) -> list[str]:
-        """Captured tables, "schema.table", excluding the watermark table."""
+        """Captured tables, "schema.table" (the watermark table lives in another namespace)."""
+        rows = self._run("SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+                         "AND table_type = 'BASE TABLE' ORDER BY table_name", [self.namespace])
+        return [f"{self.namespace}.{r[0]}" for r in rows]
 
     @abc.abstractmethod
-    def table_schema(self, table: str) -> TableSchema:
-        """Columns and primary key; UnknownTable / NoPrimaryKey with the fix otherwise."""
+    def _catalog_columns(self, schema_name: str, name: str) -> list[Column]:
+        """The table's columns in order, with their Arrow types; empty if not visible."""
+
+    @abc.abstractmethod
+    def _catalog_key(self, schema_name: str, name: str) -> list[str]:
+        """The primary key's columns in key order; empty if none."""
+
+    def table_schema(self, table: str, refresh: bool = False) -> TableSchema:
+        """Columns and primary key (cached; `refresh` after DDL); UnknownTable / NoPrimaryKey with the fix."""
+        if not refresh and table in self._schemas:
+            return self._schemas[table]
+        schema_name, _, name = table.partition(".")
+        if not name:
+            schema_name, name = self.namespace, table
+        columns = self._catalog_columns(schema_name, name)
+        if not columns:
+            raise UnknownTable(f"{self.name}: table {schema_name}.{name} does not exist, or user {self.user} "
+                               f"may not read it. Known tables: {', '.join(self.tables()) or 'none'}.")
+        key = self._catalog_key(schema_name, name)
+        if not key:
+            raise NoPrimaryKey(f"{self.name}: table {schema_name}.{name} has no primary key; watermark "
+                               "chunks need one. Add a primary key or leave the table out of the dump.")
+        schema = TableSchema(f"{schema_name}.{name}", tuple(columns), tuple(key))
+        self._schemas[schema.name] = schema
+        return schema
 
     # set-up and checks ---------------------------------------------------------------------------
     @abc.abstractmethod

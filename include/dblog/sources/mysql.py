@@ -14,9 +14,9 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from ..events import DELETE, INSERT, UPDATE, ChangeEvent
 from ..positions import binlog_file_index, encode as encode_position, mysql_position
-from ..schema import Column, TableSchema, decimal_type, normalize_key
-from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, NoPrimaryKey, Source,
-                   SourceError, Transaction, UnknownTable)
+from ..schema import Column, decimal_type, normalize_key
+from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source,
+                   SourceError, Transaction)
 
 _INTS = {"tinyint", "smallint", "mediumint", "int", "integer", "year"}
 _STRINGS = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json",
@@ -61,7 +61,6 @@ class MySQLSource(Source):
         self.server_id = server_id or random.randint(10_000, 2**31 - 1)
         self._conn: pymysql.Connection | None = None
         self._lock = threading.Lock()
-        self._schemas: dict[str, TableSchema] = {}
 
     # -- plain SQL ------------------------------------------------------------------------------
     def connect(self) -> pymysql.Connection:
@@ -79,7 +78,7 @@ class MySQLSource(Source):
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         return conn
 
-    def _cursor_run(self, sql: str, params=None, fetch: bool = True):
+    def _run(self, sql: str, params=None, fetch: bool = True):
         with self._lock:
             if self._conn is None:
                 self._conn = self.connect()
@@ -93,7 +92,7 @@ class MySQLSource(Source):
                 raise
 
     def fetch(self, sql: str, params: list) -> list[tuple]:
-        return list(self._cursor_run(sql, params))
+        return list(self._run(sql, params))
 
     def close(self) -> None:
         if self._conn is not None:
@@ -101,40 +100,26 @@ class MySQLSource(Source):
             self._conn = None
 
     # -- catalog ---------------------------------------------------------------------------------
-    def tables(self) -> list[str]:
-        rows = self._cursor_run(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
-            "AND table_type = 'BASE TABLE' ORDER BY table_name", [self.database])
-        return [f"{self.database}.{r[0]}" for r in rows]
+    @property
+    def user(self) -> str:
+        return self.settings["user"]
 
-    def table_schema(self, table: str, refresh: bool = False) -> TableSchema:
-        if not refresh and table in self._schemas:
-            return self._schemas[table]
-        schema_name, _, name = table.partition(".")
-        if not name:
-            schema_name, name = self.database, table
-        cols = self._cursor_run(
-            "SELECT column_name, data_type, column_type, numeric_precision, numeric_scale, column_key "
+    def _catalog_columns(self, schema_name: str, name: str) -> list[Column]:
+        cols = self._run(
+            "SELECT column_name, data_type, column_type, numeric_precision, numeric_scale "
             "FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
             "ORDER BY ordinal_position", [schema_name, name])
-        if not cols:
-            raise UnknownTable(f"{self.name}: table {schema_name}.{name} does not exist, or user "
-                               f"{self.settings['user']} may not read it. Known tables: {', '.join(self.tables()) or 'none'}.")
-        key = [r[0] for r in self._cursor_run(
+        return [Column(c[0], c[2], arrow_type(c[1].lower(), c[2].lower(), c[3], c[4])) for c in cols]
+
+    def _catalog_key(self, schema_name: str, name: str) -> list[str]:
+        return [r[0] for r in self._run(
             "SELECT column_name FROM information_schema.key_column_usage WHERE table_schema = %s "
             "AND table_name = %s AND constraint_name = 'PRIMARY' ORDER BY ordinal_position",
             [schema_name, name])]
-        if not key:
-            raise NoPrimaryKey(f"{self.name}: table {schema_name}.{name} has no primary key; watermark "
-                               "chunks need one. Add a primary key or leave the table out of the dump.")
-        schema = TableSchema(f"{schema_name}.{name}", tuple(
-            Column(c[0], c[2], arrow_type(c[1].lower(), c[2].lower(), c[3], c[4])) for c in cols), tuple(key))
-        self._schemas[schema.name] = schema
-        return schema
 
     # -- set-up ---------------------------------------------------------------------------------
     def preflight(self, create: bool = True, first_use: bool = True) -> list[str]:
-        (log_bin, fmt, image, metadata), = self._cursor_run(
+        (log_bin, fmt, image, metadata), = self._run(
             "SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@binlog_row_metadata")
         fixes = []
         if not int(log_bin):
@@ -149,7 +134,7 @@ class MySQLSource(Source):
             raise SourceError(f"{self.name}: the binlog cannot feed change capture: " + "; ".join(fixes) +
                               " (server options or SET GLOBAL, then restart the capture).")
         try:
-            self._cursor_run("SHOW BINARY LOGS")
+            self._run("SHOW BINARY LOGS")
         except pymysql.err.OperationalError as exc:
             raise SourceError(f"{self.name}: user {self.settings['user']} may not read the binlog ({exc.args[-1]}). "
                               "Fix: GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO the capture user.") from exc
@@ -160,8 +145,8 @@ class MySQLSource(Source):
 
     def _ensure_watermark_table(self) -> list[str]:
         try:
-            self._cursor_run(f"CREATE DATABASE IF NOT EXISTS `{WATERMARK_SCHEMA}`", fetch=False)
-            self._cursor_run(
+            self._run(f"CREATE DATABASE IF NOT EXISTS `{WATERMARK_SCHEMA}`", fetch=False)
+            self._run(
                 f"CREATE TABLE IF NOT EXISTS `{WATERMARK_SCHEMA}`.`watermarks` (id VARCHAR(64) PRIMARY KEY, "
                 "value CHAR(36) NOT NULL, written_at DATETIME(6) NOT NULL) ENGINE=InnoDB", fetch=False)
         except pymysql.err.OperationalError as exc:
@@ -171,13 +156,13 @@ class MySQLSource(Source):
         return []
 
     def write_watermark(self, slot: str, value: str) -> None:
-        self._cursor_run(
+        self._run(
             f"INSERT INTO `{WATERMARK_SCHEMA}`.`watermarks` (id, value, written_at) VALUES (%s, %s, NOW(6)) "
             "ON DUPLICATE KEY UPDATE value = VALUES(value), written_at = VALUES(written_at)",
             [slot, value], fetch=False)
 
     def head(self) -> dict:
-        row = self._cursor_run("SHOW MASTER STATUS")[0]
+        row = self._run("SHOW MASTER STATUS")[0]
         return {"log_file": row[0], "log_pos": int(row[1]),
                 "position": mysql_position(row[0], int(row[1]), 0).encode()}
 
@@ -191,7 +176,7 @@ class MySQLSource(Source):
     # -- change stream --------------------------------------------------------------------------
     def stream(self, resume: dict | None, idle_timeout: float = 1.0) -> Iterator[Transaction | None]:
         start = resume or self.head()
-        available = {r[0] for r in self._cursor_run("SHOW BINARY LOGS")}
+        available = {r[0] for r in self._run("SHOW BINARY LOGS")}
         if start["log_file"] not in available:
             raise HistoryLost(f"{self.name}: binlog {start['log_file']} at the capture checkpoint was purged; "
                               "changes since then are lost to capture. Fix: reset the capture checkpoint "

@@ -11,9 +11,9 @@ import pyarrow as pa
 
 from ..events import DELETE, INSERT, UPDATE, ChangeEvent
 from ..positions import encode as encode_position, int_to_lsn, lsn_to_int, postgres_position
-from ..schema import Column, TableSchema, decimal_type, normalize_key
-from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, NoPrimaryKey, Source,
-                   SourceError, Transaction, UnknownTable)
+from ..schema import Column, decimal_type, normalize_key
+from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source,
+                   SourceError, Transaction)
 from .pgoutput import UNCHANGED, Begin, Commit, Decoder, RowChange
 
 
@@ -51,7 +51,6 @@ class PostgresSource(Source):
         self.publication = publication
         self._conn = None
         self._lock = threading.Lock()
-        self._schemas: dict[str, TableSchema] = {}
         self._repl = None
 
     # -- plain SQL ------------------------------------------------------------------------------
@@ -88,36 +87,23 @@ class PostgresSource(Source):
         self._conn = self._repl = None
 
     # -- catalog ---------------------------------------------------------------------------------
-    def tables(self) -> list[str]:
-        rows = self._run("SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
-                         "AND table_type = 'BASE TABLE' ORDER BY table_name", [self.schema])
-        return [f"{self.schema}.{r[0]}" for r in rows]
+    @property
+    def user(self) -> str:
+        return self.dsn["user"]
 
-    def table_schema(self, table: str, refresh: bool = False) -> TableSchema:
-        if not refresh and table in self._schemas:
-            return self._schemas[table]
-        schema_name, _, name = table.partition(".")
-        if not name:
-            schema_name, name = self.schema, table
+    def _catalog_columns(self, schema_name: str, name: str) -> list[Column]:
         cols = self._run(
             "SELECT column_name, data_type, numeric_precision, numeric_scale FROM information_schema.columns "
             "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position", [schema_name, name])
-        if not cols:
-            raise UnknownTable(f"{self.name}: table {schema_name}.{name} does not exist, or user "
-                               f"{self.dsn['user']} may not read it. Known tables: {', '.join(self.tables()) or 'none'}.")
+        return [Column(c[0], c[1], arrow_type(c[1], c[2], c[3])) for c in cols]
+
+    def _catalog_key(self, schema_name: str, name: str) -> list[str]:
         # Real primary keys from pg_index: under REPLICA IDENTITY FULL pgoutput flags every column.
-        key = [r[0] for r in self._run(
+        return [r[0] for r in self._run(
             "SELECT a.attname FROM pg_index i JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, n) ON true "
             "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
             "WHERE i.indrelid = to_regclass(%s) AND i.indisprimary ORDER BY k.n",
             [self.dialect.table(f"{schema_name}.{name}")])]
-        if not key:
-            raise NoPrimaryKey(f"{self.name}: table {schema_name}.{name} has no primary key; watermark "
-                               "chunks need one. Add a primary key or leave the table out of the dump.")
-        schema = TableSchema(f"{schema_name}.{name}", tuple(
-            Column(c[0], c[1], arrow_type(c[1], c[2], c[3])) for c in cols), tuple(key))
-        self._schemas[schema.name] = schema
-        return schema
 
     # -- set-up ---------------------------------------------------------------------------------
     def preflight(self, create: bool = True, first_use: bool = True) -> list[str]:
