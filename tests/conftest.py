@@ -124,6 +124,11 @@ class SourceEnv:
         self.procs.append(proc)
         return proc
 
+    def start_capture(self, *args: str) -> subprocess.Popen:
+        """Set the checkpoint (so every later commit is captured), then run a capture process."""
+        self.dblog("capture", "--init", "--source", self.source_id, check=True)
+        return self.spawn("capture", "--source", self.source_id, *args)
+
     def spawn_workload(self, seconds: float, seed: int = 1, rows: int = 2000) -> subprocess.Popen:
         return self.spawn(ADMIN[self.kind], self.namespace, "--seconds", str(seconds), "--seed", str(seed),
                           "--rows", str(rows), module="dblog.workload")

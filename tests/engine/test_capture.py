@@ -17,8 +17,7 @@ from dblog.state import Fenced
 def test_staged_positions_are_unique_and_increase_in_commit_order(src):
     w = src.workload(seed=5, rows=300)
     w.create()
-    src.dblog("capture", "--init", "--source", src.source_id, check=True)
-    src.spawn("capture", "--source", src.source_id)
+    src.start_capture()
     w.run(seconds=2)
     settle(src)
     log = src.staged().read_log(src.source_id, src.table("accounts"))
@@ -35,8 +34,7 @@ def test_staged_positions_are_unique_and_increase_in_commit_order(src):
 def test_a_crashed_capture_resumes_from_its_checkpoint_and_restaged_duplicates_are_harmless(src):
     w = src.workload(seed=6, rows=300)
     w.create()
-    src.dblog("capture", "--init", "--source", src.source_id, check=True)
-    cap = src.spawn("capture", "--source", src.source_id, "--flush-seconds", "0.2")
+    cap = src.start_capture("--flush-seconds", "0.2")
     w.run(seconds=2)
     store = src.store()
     wait_for(lambda: (store.get(paths.checkpoint_path(src.source_id)) or {}).get("position"), 60, what="a checkpoint")
@@ -144,8 +142,7 @@ def test_after_lost_history_a_reset_and_a_full_dump_restore_convergence(postgres
 
 def test_an_update_that_leaves_a_toasted_value_unchanged_keeps_that_value(postgres):
     postgres.sql(f"CREATE TABLE {postgres.namespace}.docs (id INT PRIMARY KEY, body TEXT, n INT)")
-    postgres.dblog("capture", "--init", "--source", postgres.source_id, check=True)
-    postgres.spawn("capture", "--source", postgres.source_id)
+    postgres.start_capture()
     # 40 kB of incompressible text is stored out of line (TOAST); pgoutput then omits it from
     # the new tuple of an update that does not change it.
     postgres.sql(f"INSERT INTO {postgres.namespace}.docs SELECT 1, string_agg(md5(g::text), ''), 0 "

@@ -29,8 +29,7 @@ def assert_converged(src, tables=TABLES):
 
 def test_a_full_dump_of_both_tables_during_concurrent_writes_converges_row_for_row(src):
     src.workload(seed=1).create()
-    src.dblog("capture", "--init", "--source", src.source_id, check=True)
-    src.spawn("capture", "--source", src.source_id)
+    src.start_capture()
     writer = src.spawn_workload(seconds=3600, seed=2)
     dump = src.dblog("dump", "--source", src.source_id, "--all", "--chunk-size", "37", check=True)
     assert writer.poll() is None, "the writer must still be running when the dump ends"
@@ -47,8 +46,7 @@ def test_a_full_dump_of_both_tables_during_concurrent_writes_converges_row_for_r
 
 def test_kill_9_of_the_dump_and_the_capture_midway_resumes_after_the_last_chunk_and_converges(src):
     src.workload(seed=3, rows=3000).create()
-    src.dblog("capture", "--init", "--source", src.source_id, check=True)
-    capture = src.spawn("capture", "--source", src.source_id)
+    capture = src.start_capture()
     writer = src.spawn_workload(seconds=3600, seed=4, rows=3000)
     created = src.dblog("dump", "--source", src.source_id, "--table", "accounts", "--chunk-size", "20",
                         "--delay", "0.02", "--create-only", check=True)

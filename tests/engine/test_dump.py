@@ -43,8 +43,7 @@ def test_bad_dump_input_fails_with_the_problem_and_fix_and_writes_nothing(src, a
 
 def test_a_key_list_dump_reads_those_keys_and_marks_missing_ones_absent(src):
     src.workload(seed=12, rows=100).create()
-    src.dblog("capture", "--init", "--source", src.source_id, check=True)
-    src.spawn("capture", "--source", src.source_id)
+    src.start_capture()
     src.dblog("dump", "--source", src.source_id, "--table", "order_lines", "--keys", "[[1, 1], [2, 1], [9999, 9]]",
               "--chunk-size", "2", check=True)
     settle(src)
@@ -56,8 +55,7 @@ def test_a_key_list_dump_reads_those_keys_and_marks_missing_ones_absent(src):
 
 def test_a_composite_key_table_is_dumped_in_key_order_with_row_value_pagination(src):
     src.workload(seed=13, rows=200).create()
-    src.dblog("capture", "--init", "--source", src.source_id, check=True)
-    src.spawn("capture", "--source", src.source_id)
+    src.start_capture()
     src.dblog("dump", "--source", src.source_id, "--table", "order_lines", "--chunk-size", "7", check=True)
     settle(src)
     staged = src.staged()
@@ -153,8 +151,7 @@ def test_a_table_the_capture_user_may_not_read_is_refused_before_anything_is_wri
 
 def test_status_reports_capture_position_lag_and_dump_progress_as_json(src):
     src.workload(seed=16, rows=50).create()
-    src.dblog("capture", "--init", "--source", src.source_id, check=True)
-    src.spawn("capture", "--source", src.source_id)
+    src.start_capture()
     src.dblog("dump", "--source", src.source_id, "--table", "accounts", "--chunk-size", "20", check=True)
     settle(src)
     status = json.loads(src.dblog("status", "--json", check=True).stdout)[src.source_id]
