@@ -65,7 +65,9 @@ def cmd_dump(args) -> int:
         staged = StagedLog(config.staging_root())
         ensure_checkpoint(store, source)
         if args.action == "run":
-            dump_id = args.dump_id or _fail("`dblog dump run` needs the dump id")
+            if not args.dump_id:
+                raise DumpError("`dblog dump run` needs the dump id (see `dblog status`)")
+            dump_id = args.dump_id
         else:
             if args.all and args.table:
                 raise DumpError("give either --all or --table, not both")
@@ -113,10 +115,6 @@ def cmd_setup(args) -> int:
         notes = config.source(sid).preflight(create=True)
         print(f"{sid}: ready" + (f" ({'; '.join(notes)})" if notes else ""))
     return 0
-
-
-def _fail(msg: str):
-    raise DumpError(msg)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -19,12 +19,13 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from kazoo.exceptions import LockTimeout
+
 from . import state as paths
 from .schema import TableSchema, decode_key, encode_key, normalize_key
 from .sources.base import WATERMARK_TABLE, Source
 from .staging import StagedLog
 from .state import Lease, StateStore
-from kazoo.exceptions import LockTimeout
 
 log = logging.getLogger("dblog.dump")
 RUNNING, PAUSED, CANCELLED = "running", "paused", "cancelled"
