@@ -175,7 +175,10 @@ def _arrow_schema(schema: TableSchema, meta_fields: list[pa.Field]) -> pa.Schema
 def build_table(schema: TableSchema, meta_fields: list[pa.Field], rows: list[dict]) -> pa.Table:
     """Rows as dicts (data columns and metadata by name; missing ones are null)."""
     target = _arrow_schema(schema, meta_fields)
-    return pa.Table.from_arrays([_array([r.get(f.name) for r in rows], f) for f in target], schema=target)
+    try:  # one pass in C over all rows: ~10x faster than a list per column
+        return pa.Table.from_arrays(pa.array(rows, type=pa.struct(list(target))).flatten(), schema=target)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        return pa.Table.from_arrays([_array([r.get(f.name) for r in rows], f) for f in target], schema=target)
 
 
 def rows_table(schema: TableSchema, meta_fields: list[pa.Field], rows: list[tuple],
