@@ -4,9 +4,7 @@ from __future__ import annotations
 import uuid
 
 import pandas  # noqa: F401  (pyarrow loads it on first Table; load it before timing, as a running capture has)
-
 from common import admin, median, namespace, run_sql, source, staged, store, timed
-
 from dblog import state as paths
 from dblog.capture import Capture, sync_point
 
@@ -34,7 +32,11 @@ def _table(kind: str) -> None:
 
 def bare_mysql(src, start: dict) -> int:
     from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+    from pymysqlreplication.row_event import (
+        DeleteRowsEvent,
+        UpdateRowsEvent,
+        WriteRowsEvent,
+    )
     reader = BinLogStreamReader(connection_settings=src.settings, server_id=src.server_id + 1, resume_stream=True,
                                 log_file=start["log_file"], log_pos=start["log_pos"], blocking=False,
                                 only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],

@@ -6,8 +6,19 @@ import json
 import signal
 import time
 
-from common import ADMIN, admin, env_for, median, namespace, run_sql, source, spawn, staged, store, timed
-
+from common import (
+    ADMIN,
+    admin,
+    env_for,
+    median,
+    namespace,
+    run_sql,
+    source,
+    spawn,
+    staged,
+    store,
+    timed,
+)
 from dblog.capture import ensure_checkpoint
 from dblog.dump import DumpSpec, create_dump, run_dump
 

@@ -9,8 +9,8 @@ transaction that checks the lease (so a deposed capture cannot move it).
 from __future__ import annotations
 
 import logging
-import queue
 import os
+import queue
 import socket
 import threading
 import time
@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from . import state as paths
 from .events import ChangeEvent
 from .reconcile import watermark_positions
-from .schema import encode_key
 from .sources.base import WATERMARK_TABLE, Source, Transaction
 from .staging import StagedLog
 from .state import Lease, StateStore
@@ -33,7 +32,7 @@ def event_row(e: ChangeEvent) -> dict:
     """The staged form of an event: data columns (after image, or before for deletes) + metadata."""
     row = dict(e.after if e.after is not None else (e.before or {}))
     row.update(_position=e.position, _op=e.op, _txid=e.txid, _commit_ts=e.commit_ts,
-               _old_key=None if e.old_key is None else encode_key(e.old_key),
+               _old_key=e.old_key,
                # A delete's data columns already are its before image; only updates need it apart.
                _before=e.before if e.after is not None else None,
                _unchanged=e.unchanged or None)

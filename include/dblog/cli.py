@@ -9,7 +9,17 @@ import sys
 
 from . import config
 from .capture import Capture, ensure_checkpoint, reset_checkpoint
-from .dump import CANCELLED, PAUSED, RUNNING, DumpError, DumpSpec, create_dump, dump_status, run_dump, set_control
+from .dump import (
+    CANCELLED,
+    PAUSED,
+    RUNNING,
+    DumpError,
+    DumpSpec,
+    create_dump,
+    dump_status,
+    run_dump,
+    set_control,
+)
 from .sources.base import SourceError
 from .staging import StagedLog
 from .state import StateStore

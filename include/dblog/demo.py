@@ -13,8 +13,8 @@ import time
 
 from . import config
 from .reconcile import rebuild, watermark_positions
-from .state import StateStore
 from .staging import StagedLog
+from .state import StateStore
 from .verify import compare
 from .workload import Workload, connect
 

@@ -7,14 +7,12 @@ whole staged history; it is the reference the Spark jobs and the convergence tes
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from .events import ChangeEvent
 from .rules import DumpRecord, Window, merge_latest, window_survivors
-from .schema import from_json_value
 from .sources.base import WATERMARK_TABLE
 from .staging import StagedLog
 
@@ -32,11 +30,10 @@ def events_of(table_name: str, source: str, log: pa.Table) -> list[ChangeEvent]:
     if log.num_rows == 0:
         return []
     key_cols, data_cols = _key_columns(log), _data_columns(log)
-    key_types = [log.schema.field(c).type for c in key_cols]
     out = []
     for r in log.to_pylist():
-        old = r["_old_key"]
-        old_key = None if old is None else tuple(from_json_value(v, t) for v, t in zip(json.loads(old), key_types))
+        old = r.get("_old_key")
+        old_key = None if old is None else tuple(old[c] for c in key_cols)
         row = {c: r[c] for c in data_cols}
         out.append(ChangeEvent(source, table_name, r["_op"], r["_position"], tuple(r[c] for c in key_cols),
                                None if r["_op"] == "d" else row, old_key=old_key, txid=r["_txid"],

@@ -27,14 +27,17 @@ LOG_FIELDS = [
     pa.field("_op", pa.string(), nullable=False),
     pa.field("_txid", pa.string()),
     pa.field("_commit_ts", pa.timestamp("us", tz="UTC")),
-    pa.field("_old_key", pa.string()),         # JSON array, set when an update changed the key
     pa.field("_unchanged", pa.list_(pa.string())),
 ]
 
 
 def log_fields(schema: TableSchema) -> list[pa.Field]:
-    """LOG_FIELDS plus `_before`: an update's row before the change, typed like the row."""
-    return LOG_FIELDS + [pa.field("_before", pa.struct(schema.arrow_fields()))]
+    """LOG_FIELDS plus two typed structs: `_old_key`, set when an update changed the primary key,
+    and `_before`, an update's row before the change."""
+    key_fields = [f for f in schema.arrow_fields() if f.name in schema.key]
+    key_fields.sort(key=lambda f: schema.key.index(f.name))
+    return LOG_FIELDS + [pa.field("_old_key", pa.struct(key_fields)),
+                         pa.field("_before", pa.struct(schema.arrow_fields()))]
 
 
 CHUNK_FIELDS = [
@@ -75,7 +78,12 @@ class StagedLog:
 
     # -- writing -------------------------------------------------------------------------------
     def write_segment(self, source: str, schema: TableSchema, rows: list[dict]) -> str:
-        """Stage log rows (data columns + `log_fields`) of one table; returns the file path."""
+        """Stage log rows (data columns + `log_fields`) of one table; returns the file path.
+
+        `_old_key` may be given as a tuple in key order."""
+        for r in rows:
+            if isinstance(r.get("_old_key"), tuple):
+                r["_old_key"] = dict(zip(schema.key, r["_old_key"]))
         table = build_table(schema, log_fields(schema), rows)
         positions = table.column("_position")
         first, last = pc.min(positions).as_py(), pc.max(positions).as_py()

@@ -4,7 +4,6 @@ import os
 import signal
 
 from conftest import wait_for
-
 from dblog import state as paths
 from dblog.capture import sync_point
 from dblog.reconcile import rebuild, watermark_positions

@@ -3,13 +3,11 @@ import json
 import threading
 
 import pytest
-
 from conftest import wait_for
-from test_convergence import assert_converged, settle
-
 from dblog import state as paths
 from dblog.reconcile import rebuild
 from dblog.rules import visible_rows
+from test_convergence import assert_converged, settle
 
 
 def dumps_registered(env):

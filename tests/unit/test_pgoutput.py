@@ -3,7 +3,15 @@ import datetime as dt
 import struct
 from decimal import Decimal
 
-from dblog.sources.pgoutput import UNCHANGED, Begin, Commit, Decoder, Relation, RowChange, Truncate
+from dblog.sources.pgoutput import (
+    UNCHANGED,
+    Begin,
+    Commit,
+    Decoder,
+    Relation,
+    RowChange,
+    Truncate,
+)
 
 
 def cstr(s: str) -> bytes:

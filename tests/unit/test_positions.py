@@ -1,8 +1,13 @@
 import random
 
 import pytest
-
-from dblog.positions import Position, binlog_file_index, int_to_lsn, lsn_to_int, mysql_position
+from dblog.positions import (
+    Position,
+    binlog_file_index,
+    int_to_lsn,
+    lsn_to_int,
+    mysql_position,
+)
 
 
 def test_encoded_positions_sort_like_their_tuples():

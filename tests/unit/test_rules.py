@@ -1,8 +1,16 @@
 """The reconciliation rule, the output order and the merge rule, on the paper's examples."""
 from dblog.events import ChangeEvent
 from dblog.positions import Position
-from dblog.rules import (Chunk, DumpRecord, Window, merge_latest, ordered_output,
-                         touched_in_window, visible_rows, window_survivors)
+from dblog.rules import (
+    Chunk,
+    DumpRecord,
+    Window,
+    merge_latest,
+    ordered_output,
+    touched_in_window,
+    visible_rows,
+    window_survivors,
+)
 
 T, WM = "app.items", "dblog.watermarks"
 

@@ -4,8 +4,15 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
-
-from dblog.schema import Column, TableSchema, coerce, decode_key, encode_key, from_json_value, normalize_key
+from dblog.schema import (
+    Column,
+    TableSchema,
+    coerce,
+    decode_key,
+    encode_key,
+    from_json_value,
+    normalize_key,
+)
 from dblog.sources.base import Dialect
 from dblog.sources.mysql import MySQLDialect
 

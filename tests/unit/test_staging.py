@@ -2,7 +2,6 @@
 import os
 
 import pyarrow as pa
-
 from dblog.positions import Position
 from dblog.schema import Column, TableSchema
 from dblog.staging import StagedLog
@@ -57,3 +56,9 @@ def test_an_update_keeps_its_before_image_typed_like_the_row(tmp_path):
     log = StagedLog(str(tmp_path))
     log.write_segment("s", T, [{**rows(1)[0], "_op": "u", "_before": {"id": 1, "v": "old"}}, rows(2)[0]])
     assert log.read_log("s", "app.t")["_before"].to_pylist() == [{"id": 1, "v": "old"}, None]
+
+
+def test_a_key_update_stages_its_old_key_typed_like_the_key(tmp_path):
+    log = StagedLog(str(tmp_path))
+    log.write_segment("s", T, [{**rows(2)[0], "_op": "u", "_old_key": (1,)}])
+    assert log.read_log("s", "app.t")["_old_key"].to_pylist() == [{"id": 1}]

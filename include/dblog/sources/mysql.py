@@ -9,14 +9,31 @@ from typing import Iterator
 import pyarrow as pa
 import pymysql
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import HeartbeatLogEvent, QueryEvent, RotateEvent, XidEvent
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.event import (
+    HeartbeatLogEvent,
+    QueryEvent,
+    RotateEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
 
 from ..events import DELETE, INSERT, UPDATE, ChangeEvent
-from ..positions import binlog_file_index, encode as encode_position, mysql_position
+from ..positions import binlog_file_index, mysql_position
+from ..positions import encode as encode_position
 from ..schema import Column, decimal_type, normalize_key
-from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source,
-                   SourceError, Transaction)
+from .base import (
+    WATERMARK_SCHEMA,
+    WATERMARK_TABLE,
+    Dialect,
+    HistoryLost,
+    Source,
+    SourceError,
+    Transaction,
+)
 
 _INTS = {"tinyint", "smallint", "mediumint", "int", "integer", "year"}
 _STRINGS = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json",

@@ -1,0 +1,76 @@
+"""The paper's rules on Spark DataFrames: the same rules as `dblog.rules`, in another shape.
+
+`tests/unit/test_spark_rules.py` holds both to the same cases. Inputs are the staged log and
+chunk files as Spark reads them (`_position`, `_op`, `_old_key` struct, `_unchanged`, `_lw`, `_hw`).
+"""
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+TOMBSTONES = ("d", "x")  # a deleted row; a key a repair dump found absent
+
+
+def watermark_positions(watermark_log: DataFrame) -> DataFrame:
+    """Watermark value (UUID) -> position of its staged event."""
+    return (watermark_log.select(F.col("value").alias("_wm"), F.col("_position").alias("_wm_position"))
+            .dropDuplicates(["_wm"]))
+
+
+def with_windows(chunks: DataFrame, watermarks: DataFrame) -> DataFrame:
+    """Chunk rows with their window (`_lw_position`, `_hw_position`). Rows whose high watermark
+    is not staged yet drop out here: they are reconciled by a later run."""
+    lw = watermarks.select(F.col("_wm").alias("_lw"), F.col("_wm_position").alias("_lw_position"))
+    hw = watermarks.select(F.col("_wm").alias("_hw"), F.col("_wm_position").alias("_hw_position"))
+    return chunks.join(F.broadcast(lw), "_lw").join(F.broadcast(hw), "_hw")
+
+
+def touched(log: DataFrame, key: list[str]) -> DataFrame:
+    """(key..., `_touched_at`) for every event; a primary-key update touches the old key too."""
+    new = log.select(*key, F.col("_position").alias("_touched_at"))
+    old = (log.where(F.col("_old_key").isNotNull())
+           .select(*[F.col(f"_old_key.{k}").alias(k) for k in key], F.col("_position").alias("_touched_at")))
+    return new.unionByName(old)
+
+
+def window_survivors(chunks: DataFrame, log: DataFrame, watermarks: DataFrame, key: list[str]) -> DataFrame:
+    """Chunk rows not touched by a same-table event strictly between LW and HW, stamped with
+    HW's position (Algorithm 1, steps 6-7)."""
+    c, t = with_windows(chunks, watermarks).alias("c"), touched(log, key).alias("t")
+    hit = [F.col(f"c.{k}") == F.col(f"t.{k}") for k in key] + [
+        F.col("t._touched_at") > F.col("c._lw_position"), F.col("t._touched_at") < F.col("c._hw_position")]
+    return c.join(t, hit, "left_anti").withColumn("_position", F.col("_hw_position"))
+
+
+def records(log: DataFrame, survivors: DataFrame, key: list[str], columns: list[str]) -> DataFrame:
+    """Log events and surviving chunk rows as one record stream (`_origin` log / dump); a key
+    update also leaves a tombstone at its old key."""
+    meta = ["_position", "_op", "_unchanged", "_origin"]
+    events = log.withColumn("_origin", F.lit("log")).select(*columns, *meta)
+    moved = (log.where(F.col("_old_key").isNotNull())
+             .select(*[F.col(f"_old_key.{k}").alias(k) if k in key else F.lit(None).alias(k) for k in columns],
+                     "_position", F.lit("d").alias("_op"), F.lit(None).cast("array<string>").alias("_unchanged"),
+                     F.lit("log").alias("_origin")))
+    dumped = survivors.select(*columns, "_position", "_op", F.lit(None).cast("array<string>").alias("_unchanged"),
+                              F.lit("dump").alias("_origin"))
+    return events.unionByName(moved, allowMissingColumns=True).unionByName(dumped, allowMissingColumns=True)
+
+
+def latest(recs: DataFrame, key: list[str], columns: list[str]) -> DataFrame:
+    """Per key the record with the highest position (the merge rule), tombstones included.
+
+    PostgreSQL leaves unchanged TOASTed values out of an update: they take the key's previous value.
+    """
+    history = Window.partitionBy(*key).orderBy("_position").rowsBetween(Window.unboundedPreceding, 0)
+    unchanged = F.coalesce(F.col("_unchanged"), F.array().cast("array<string>"))
+    filled = recs.select(*key, *[
+        F.last(F.when(~F.array_contains(unchanged, c), F.struct(F.col(c).alias("v"))), ignorenulls=True)
+        .over(history)["v"].alias(c) for c in columns if c not in key], "_position", "_op", "_origin")
+    newest = Window.partitionBy(*key).orderBy(F.col("_position").desc())
+    return (filled.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1").drop("_rank")
+            .select(*columns, "_position", "_op", "_origin"))
+
+
+def visible(state: DataFrame) -> DataFrame:
+    """What users query: tombstones hidden."""
+    return state.where(~F.col("_op").isin(*TOMBSTONES))

@@ -1,0 +1,80 @@
+"""Scenarios for the reconciliation and merge rules, shared by the Python and Spark tests.
+
+Table T has key `id` and one column `v`. Positions are small integers; watermark events carry
+their UUID-like value. Each case: log events (watermarks included), chunks (LW value, HW value,
+rows), and the rows a user must see afterwards.
+"""
+from dblog.events import ChangeEvent
+from dblog.positions import Position
+from dblog.rules import Chunk, Window, merge_latest, ordered_output, visible_rows
+
+T, WM = "app.t", "dblog.watermarks"
+
+
+def pos(n: int) -> str:
+    return Position(1, n, 0).encode()
+
+
+def ev(n, key, op="u", v=None, old=None, unchanged=()):
+    after = None if op == "d" else {"id": key, "v": v if v is not None else f"log@{n}"}
+    e = ChangeEvent("s", T, op, pos(n), (key,), after, old_key=None if old is None else (old,))
+    e.unchanged = list(unchanged)
+    return e
+
+
+def wm(n, value):
+    return ChangeEvent("s", WM, "u", pos(n), (value,), {"id": "slot", "value": value})
+
+
+def chunk(lw, hw, *keys):
+    return (lw, hw, [{"id": k, "v": f"chunk:{k}"} for k in keys])
+
+
+CASES = {
+    "paper_k1_to_k6": (
+        [ev(1, 2), wm(2, "lw"), ev(3, 1), ev(4, 3), wm(5, "hw"), ev(6, 4)],
+        [chunk("lw", "hw", 1, 2, 3, 4, 5, 6)],
+        {1: "log@3", 2: "chunk:2", 3: "log@4", 4: "log@6", 5: "chunk:5", 6: "chunk:6"}),
+    "reference_41_42_43": (
+        [wm(10, "lw"), ev(11, 42), wm(12, "hw")],
+        [chunk("lw", "hw", 41, 42, 43)],
+        {41: "chunk:41", 42: "log@11", 43: "chunk:43"}),
+    "delete_and_reinsert_in_window": (
+        [wm(1, "lw"), ev(2, 7, op="d"), ev(3, 7, op="c", v="new"), wm(4, "hw")],
+        [chunk("lw", "hw", 6, 7)],
+        {6: "chunk:6", 7: "new"}),
+    "key_update_in_window_touches_both_keys": (
+        [wm(1, "lw"), ev(2, 9, old=3, v="moved"), wm(3, "hw")],
+        [chunk("lw", "hw", 3, 5, 9)],
+        {5: "chunk:5", 9: "moved"}),
+    "a_later_delete_keeps_the_chunk_row_dead": (
+        [wm(1, "lw"), wm(2, "hw"), ev(3, 1, op="d")],
+        [chunk("lw", "hw", 1, 2)],
+        {2: "chunk:2"}),
+    "a_chunk_whose_hw_is_not_staged_waits": (
+        [wm(1, "lw"), ev(2, 5, op="c", v="ins")],
+        [chunk("lw", "hw-not-yet", 1, 2)],
+        {5: "ins"}),
+    "an_older_chunk_cannot_overwrite_a_newer_change": (
+        [wm(1, "lw1"), wm(2, "hw1"), ev(3, 1, v="newer"), wm(4, "lw2"), wm(5, "hw2")],
+        [chunk("lw2", "hw2", 2), chunk("lw1", "hw1", 1, 2)],
+        {1: "newer", 2: "chunk:2"}),
+    "unchanged_toast_value_keeps_the_previous_one": (
+        [ev(1, 1, op="c", v="big"), ev(2, 1, v=None, unchanged=["v"])],
+        [],
+        {1: "big"}),
+    "events_of_another_table_drop_nothing": (
+        [wm(1, "lw"), ChangeEvent("s", "app.other", "u", pos(2), (1,), {"id": 1, "v": "x"}), wm(3, "hw")],
+        [chunk("lw", "hw", 1)],
+        {1: "chunk:1"}),
+}
+
+
+def python_visible(log, chunks) -> dict:
+    """What a user sees after the Python rules: the paper's output order, merged."""
+    positions = {e.after["value"]: e.position for e in log if e.table == WM}
+    ready = [Chunk(Window(T, positions[lw], positions[hw]), tuple(rows), ("id",))
+             for lw, hw, rows in chunks if lw in positions and hw in positions]
+    state = merge_latest({}, ordered_output([e for e in log if e.table in (T, WM)], ready,
+                                            lambda e: e.table == WM))
+    return {k[0]: row["v"] for k, row in visible_rows(state).items()}
