@@ -36,8 +36,6 @@ from .base import (
 )
 
 _INTS = {"tinyint", "smallint", "mediumint", "int", "integer", "year"}
-_STRINGS = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json",
-            "time", "bit", "inet4", "inet6", "uuid"}
 _BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 
 
