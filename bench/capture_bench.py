@@ -49,20 +49,17 @@ def bare_mysql(src, start: dict) -> int:
     return n
 
 
-def bare_postgres(src, end_lsn: int, decode: bool = False) -> int:
+def bare_postgres(src, end_lsn: int) -> int:
     import psycopg2.extras
     conn = src.connect(connection_factory=psycopg2.extras.LogicalReplicationConnection)
     cur = conn.cursor()
     cur.start_replication(slot_name=src.slot, decode=False,
                           options={"proto_version": "1", "publication_names": src.publication})
-    from dblog.sources.pgoutput import Decoder
-    decoder, n = Decoder(), 0
+    n = 0
     while True:
         msg = cur.read_message()
         if msg is None:
             continue
-        if decode:
-            decoder.decode(msg.payload)
         kind = msg.payload[:1]
         if kind in (b"I", b"U", b"D"):
             n += 1
@@ -73,15 +70,13 @@ def bare_postgres(src, end_lsn: int, decode: bool = False) -> int:
 
 
 def run(kind: str, rows: int = 100_000, reps: int = 3) -> dict:
-    bare_rates, ours_rates, decode_rates, counts = [], [], [], []
+    bare_rates, ours_rates, counts = [], [], []
     for rep in range(reps):
         _table(kind)
-        slots = [f"bench_bare_{uuid.uuid4().hex[:6]}", f"bench_ours_{uuid.uuid4().hex[:6]}",
-                 f"bench_decode_{uuid.uuid4().hex[:6]}"]
+        slots = [f"bench_bare_{uuid.uuid4().hex[:6]}", f"bench_ours_{uuid.uuid4().hex[:6]}"]
         bare_src, our_src = source(kind, "bench_bare", NS, slots[0]), source(kind, "bench_ours", NS, slots[1])
         st = store()
-        decode_src = source(kind, "bench_decode", NS, slots[2])
-        for s in (bare_src, our_src, decode_src):
+        for s in (bare_src, our_src):
             s.preflight()
         start = our_src.start_point()
         if start is not None:
@@ -91,9 +86,6 @@ def run(kind: str, rows: int = 100_000, reps: int = 3) -> dict:
         from dblog.positions import lsn_to_int
         end = lsn_to_int(our_src.head()["lsn"]) if kind == "postgres" else None
         bare_s, n_bare = timed(lambda: bare_mysql(bare_src, start) if kind == "mysql" else bare_postgres(bare_src, end))
-        if kind == "postgres":  # psycopg2 only transports; decoding pgoutput is ours, so show both
-            decode_s, n_decode = timed(lambda: bare_postgres(decode_src, end, decode=True))
-            decode_rates.append(n_decode / decode_s)
         capture = Capture(our_src, st, staged())
         ours_s, stats = timed(lambda: capture.run(until_watermark=mark))
         bare_rates.append(n_bare / bare_s)
@@ -101,13 +93,10 @@ def run(kind: str, rows: int = 100_000, reps: int = 3) -> dict:
         counts.append((n_bare, stats.events))
         st.stop()
         if kind == "postgres":
-            for s in (bare_src, our_src, decode_src):
+            for s in (bare_src, our_src):
                 s.close()
             run_sql(kind, *[f"SELECT pg_drop_replication_slot('{s}')" for s in slots])
     out = {"rows_changed": counts[0][0], "bare_rows_per_s": round(median(bare_rates)),
            "capture_rows_per_s": round(median(ours_rates)),
            "ratio": round(median([o / b for o, b in zip(ours_rates, bare_rates)]), 3), "reps": reps}
-    if decode_rates:
-        out["bare_decode_rows_per_s"] = round(median(decode_rates))
-        out["ratio_vs_decode"] = round(median([o / d for o, d in zip(ours_rates, decode_rates)]), 3)
     return out

@@ -3,15 +3,9 @@ import datetime as dt
 import struct
 from decimal import Decimal
 
-from dblog.sources.pgoutput import (
-    UNCHANGED,
-    Begin,
-    Commit,
-    Decoder,
-    Relation,
-    RowChange,
-    Truncate,
-)
+from dblog.sources.pgoutput import Begin, Commit, Decoder, Relation, RowChange, Truncate
+
+UNCHANGED = object()  # a value the test sends as 'u' (an unchanged TOASTed value)
 
 
 def cstr(s: str) -> bytes:
@@ -64,7 +58,10 @@ def test_an_update_with_a_key_change_carries_the_old_key_and_unchanged_toast_val
     d.decode(relation())
     upd = d.decode(b"U" + struct.pack("!I", 16384) + b"K" + tuple_data("7", None, None, None, None, None) +
                    b"N" + tuple_data("8", "1", None, None, "f", UNCHANGED))
-    assert upd.old["id"] == 7 and upd.new["id"] == 8 and upd.new["note"] is UNCHANGED
+    assert upd.old["id"] == 7 and upd.new["id"] == 8
+    assert upd.new["note"] is None and upd.unchanged == ["note"]
+    plain = d.decode(b"U" + struct.pack("!I", 16384) + b"N" + tuple_data("8", "2", None, None, "t", "x"))
+    assert plain.unchanged is None
 
 
 def test_a_delete_and_a_truncate_are_decoded():

@@ -13,7 +13,6 @@ from decimal import Decimal
 from typing import Any
 
 PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
-UNCHANGED = object()  # an unchanged TOASTed value left out of the new tuple
 
 
 @dataclass
@@ -54,8 +53,9 @@ class Commit:
 class RowChange:
     kind: str                       # I, U, D
     relation: Relation
-    new: dict | None                # column -> value (UNCHANGED for unchanged TOAST)
+    new: dict | None                # column -> value (None for an unchanged TOASTed value)
     old: dict | None                # replica identity tuple ('K': key columns, 'O': full row)
+    unchanged: list[str] | None = None  # columns of `new` whose TOASTed value was left out
 
 
 @dataclass
@@ -95,75 +95,82 @@ PARSERS = {
 class Decoder:
     def __init__(self) -> None:
         self.relations: dict[int, Relation] = {}
+        self._parsers: dict[int, list] = {}  # relation oid -> per-column (name, parser or None)
+        self._unchanged: list[str] | None = None
 
     def decode(self, payload: bytes) -> Begin | Commit | Relation | RowChange | Truncate | None:
-        kind, body = chr(payload[0]), memoryview(payload)[1:]
-        if kind == "B":
-            final_lsn, ts, xid = struct.unpack_from("!QqI", body)
+        # Offsets index `payload` directly (no memoryview copies): this runs once per row.
+        kind = payload[0]
+        if kind == 0x42:  # B
+            final_lsn, ts, xid = _BEGIN.unpack_from(payload, 1)
             return Begin(final_lsn, _ts(ts), xid)
-        if kind == "C":
-            _flags, commit_lsn, end_lsn, ts = struct.unpack_from("!bQQq", body)
+        if kind == 0x43:  # C
+            _flags, commit_lsn, end_lsn, ts = _COMMIT.unpack_from(payload, 1)
             return Commit(commit_lsn, end_lsn, _ts(ts))
-        if kind == "R":
-            rel = self._relation(body)
+        if kind == 0x49:  # I
+            oid = _U32.unpack_from(payload, 1)[0]
+            new, _ = self._tuple(oid, payload, 6)  # skip 'N'
+            return RowChange("I", self.relations[oid], new, None, self._unchanged)
+        if kind == 0x55:  # U
+            oid = _U32.unpack_from(payload, 1)[0]
+            old, off = None, 5
+            if payload[off] in (0x4B, 0x4F):  # K (key) or O (old row)
+                old, off = self._tuple(oid, payload, off + 1)
+            new, _ = self._tuple(oid, payload, off + 1)
+            return RowChange("U", self.relations[oid], new, old, self._unchanged)
+        if kind == 0x44:  # D
+            oid = _U32.unpack_from(payload, 1)[0]
+            old, _ = self._tuple(oid, payload, 6)
+            return RowChange("D", self.relations[oid], None, old)
+        if kind == 0x52:  # R
+            rel = self._relation(payload)
             self.relations[rel.oid] = rel
+            self._parsers[rel.oid] = [(c.name, PARSERS.get(c.type_oid)) for c in rel.columns]
             return rel
-        if kind == "I":
-            (oid,), off = struct.unpack_from("!I", body), 4
-            rel = self.relations[oid]
-            new, _ = self._tuple(rel, body, off + 1)  # skip 'N'
-            return RowChange("I", rel, new, None)
-        if kind == "U":
-            (oid,), off = struct.unpack_from("!I", body), 4
-            rel, old = self.relations[oid], None
-            marker = chr(body[off])
-            if marker in ("K", "O"):
-                old, off = self._tuple(rel, body, off + 1)
-                marker = chr(body[off])
-            new, _ = self._tuple(rel, body, off + 1)
-            return RowChange("U", rel, new, old)
-        if kind == "D":
-            (oid,), off = struct.unpack_from("!I", body), 4
-            rel = self.relations[oid]
-            old, _ = self._tuple(rel, body, off + 1)
-            return RowChange("D", rel, None, old)
-        if kind == "T":
-            (n, _opts), off = struct.unpack_from("!IB", body), 5
-            oids = struct.unpack_from(f"!{n}I", body, off)
+        if kind == 0x54:  # T
+            n, _opts = struct.unpack_from("!IB", payload, 1)
+            oids = struct.unpack_from(f"!{n}I", payload, 6)
             return Truncate([self.relations[o] for o in oids if o in self.relations])
         return None  # Origin, Type, Message: nothing to capture
 
-    def _relation(self, body: memoryview) -> Relation:
-        (oid,), off = struct.unpack_from("!I", body), 4
-        namespace, off = _cstring(body, off)
-        name, off = _cstring(body, off)
-        identity = chr(body[off]); off += 1
-        (ncols,), off = struct.unpack_from("!H", body, off), off + 2
+    def _relation(self, payload: bytes) -> Relation:
+        oid = _U32.unpack_from(payload, 1)[0]
+        namespace, off = _cstring(payload, 5)
+        name, off = _cstring(payload, off)
+        identity = chr(payload[off]); off += 1
+        ncols = _U16.unpack_from(payload, off)[0]; off += 2
         cols = []
         for _ in range(ncols):
-            flags = body[off]; off += 1
-            cname, off = _cstring(body, off)
-            type_oid, _typmod = struct.unpack_from("!Ii", body, off); off += 8
+            flags = payload[off]; off += 1
+            cname, off = _cstring(payload, off)
+            type_oid, _typmod = struct.unpack_from("!Ii", payload, off); off += 8
             cols.append(RelationColumn(cname, type_oid, bool(flags & 1)))
         return Relation(oid, namespace or "pg_catalog", name, identity, cols)
 
-    def _tuple(self, rel: Relation, body: memoryview, off: int) -> tuple[dict, int]:
-        (ncols,), off = struct.unpack_from("!H", body, off), off + 2
+    def _tuple(self, oid: int, payload: bytes, off: int) -> tuple[dict, int]:
+        """Column values from `off`; names of unchanged TOASTed columns (valued None) go to
+        `self._unchanged` (None when there are none, the usual case)."""
+        ncols = _U16.unpack_from(payload, off)[0]; off += 2
         values: dict[str, Any] = {}
-        for col in rel.columns[:ncols]:
-            kind = chr(body[off]); off += 1
-            if kind == "n":
-                values[col.name] = None
-            elif kind == "u":
-                values[col.name] = UNCHANGED
-            else:  # 't' text (or 'b' binary, which pgoutput v1 does not send)
-                (length,), off = struct.unpack_from("!I", body, off), off + 4
-                text = bytes(body[off:off + length]).decode("utf-8"); off += length
-                parse = PARSERS.get(col.type_oid)
-                values[col.name] = parse(text) if parse else text
+        self._unchanged = None
+        for name, parse in self._parsers[oid][:ncols]:
+            kind = payload[off]; off += 1
+            if kind == 0x74:  # t: text (pgoutput v1 never sends b, binary)
+                length = _U32.unpack_from(payload, off)[0]; off += 4
+                text = payload[off:off + length].decode("utf-8"); off += length
+                values[name] = parse(text) if parse else text
+            elif kind == 0x6E:  # n: null
+                values[name] = None
+            else:  # u: an unchanged TOASTed value, left out
+                values[name] = None
+                self._unchanged = (self._unchanged or []) + [name]
         return values, off
 
 
-def _cstring(body: memoryview, off: int) -> tuple[str, int]:
-    end = bytes(body[off:]).index(b"\0") + off
-    return bytes(body[off:end]).decode("utf-8"), end + 1
+_BEGIN, _COMMIT = struct.Struct("!QqI"), struct.Struct("!bQQq")
+_U32, _U16 = struct.Struct("!I"), struct.Struct("!H")
+
+
+def _cstring(payload: bytes, off: int) -> tuple[str, int]:
+    end = payload.index(b"\0", off)
+    return payload[off:end].decode("utf-8"), end + 1

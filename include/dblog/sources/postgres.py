@@ -22,7 +22,10 @@ from .base import (
     SourceError,
     Transaction,
 )
-from .pgoutput import UNCHANGED, Begin, Commit, Decoder, RowChange
+from .pgoutput import Begin, Commit, Decoder, RowChange
+
+
+_OPS = {"I": INSERT, "U": UPDATE, "D": DELETE}
 
 
 def arrow_type(type_name: str, precision, scale) -> pa.DataType:
@@ -250,16 +253,13 @@ class PostgresSource(Source):
         image = change.new if change.new is not None else change.old
         if not schema.column_set.issuperset(image):
             schema = self.table_schema(table, refresh=True)
-        after, unchanged = change.new, []
-        if after is not None and any(v is UNCHANGED for v in after.values()):
-            unchanged = [c for c, v in after.items() if v is UNCHANGED]
-            after = {c: (None if v is UNCHANGED else v) for c, v in after.items()}
+        after = change.new
         key = normalize_key(schema.key_of(after if after is not None else change.old), schema)
         old_key = None
         if change.kind == "U" and change.old is not None:
             prior = normalize_key(schema.key_of(change.old), schema)
             old_key = prior if prior != key else None
-        op = {"I": INSERT, "U": UPDATE, "D": DELETE}[change.kind]
+        op = _OPS[change.kind]
         return ChangeEvent(self.name, table, op, encode_position(begin.final_lsn, index, 0), key, after,
                            before=change.old, old_key=old_key, txid=str(begin.xid), commit_ts=begin.commit_ts,
-                           unchanged=unchanged)
+                           unchanged=change.unchanged or [])
