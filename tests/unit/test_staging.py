@@ -62,3 +62,13 @@ def test_a_key_update_stages_its_old_key_typed_like_the_key(tmp_path):
     log = StagedLog(str(tmp_path))
     log.write_segment("s", T, [{**rows(2)[0], "_op": "u", "_old_key": (1,)}])
     assert log.read_log("s", "app.t")["_old_key"].to_pylist() == [{"id": 1}]
+
+
+def test_a_non_local_filesystem_takes_the_same_write_rename_read_path():
+    # pyarrow's in-memory mock filesystem stands in for s3:// or gs:// (not reachable here).
+    log = StagedLog("mock:///staging")
+    assert not log.local
+    log.write_segment("s", T, rows(3, 4))
+    log.write_segment("s", T, rows(1, 2, 3))
+    assert log.read_log("s", "app.t")["id"].to_pylist() == [1, 2, 3, 4]
+    assert log.tables("s") == ["app.t"]
