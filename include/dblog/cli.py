@@ -9,6 +9,7 @@ import sys
 
 from . import config
 from .capture import Capture, ensure_checkpoint, reset_checkpoint
+from .export import ExportError, export
 from .dump import (
     CANCELLED,
     PAUSED,
@@ -120,6 +121,20 @@ def cmd_status(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    source = config.source(args.source)
+    table = args.table if "." in args.table else f"{source.namespace}.{args.table}"
+    staged = StagedLog(config.staging_root())
+    out = open(args.output, "w") if args.output else sys.stdout
+    try:
+        lines = export(staged, source.name, table, out, args.from_position)
+    finally:
+        if args.output:
+            out.close()
+    print(f"exported {lines} events of {table}", file=sys.stderr)
+    return 0
+
+
 def cmd_setup(args) -> int:
     for sid in ([args.source] if args.source else config.source_ids()):
         notes = config.source(sid).preflight(create=True)
@@ -160,6 +175,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_status)
 
+    e = sub.add_parser("export", help="a table's reconciled change stream (paper's output order) as NDJSON")
+    e.add_argument("--source", default="dblog_mariadb")
+    e.add_argument("--table", required=True)
+    e.add_argument("--from", dest="from_position", help="first position to export (as `dblog status` shows them)")
+    e.add_argument("--output", help="file to write (default: standard output)")
+    e.set_defaults(func=cmd_export)
+
     u = sub.add_parser("setup", help="check sources; create the watermark table, publication and slot")
     u.add_argument("--source")
     u.set_defaults(func=cmd_setup)
@@ -173,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
         return args.func(args)
-    except (DumpError, SourceError, config.ConfigError, ConnectionError) as exc:
+    except (DumpError, SourceError, ExportError, config.ConfigError, ConnectionError) as exc:
         print(f"dblog: error: {exc}", file=sys.stderr)
         return 2
 
