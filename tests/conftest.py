@@ -52,6 +52,7 @@ class SourceEnv:
     tag: str
     staging: Path
     procs: list = field(default_factory=list)
+    query: str = ""  # extra connection options, e.g. "exclude=accounts.note"
 
     @property
     def source_id(self) -> str:
@@ -64,9 +65,10 @@ class SourceEnv:
     @property
     def uri(self) -> str:
         if self.kind == "mariadb":
-            return f"mysql://dblog:dblog@127.0.0.1:{PORTS['MARIADB']}/{self.namespace}"
+            return f"mysql://dblog:dblog@127.0.0.1:{PORTS['MARIADB']}/{self.namespace}" + (
+                f"?{self.query}" if self.query else "")
         return (f"postgres://dblog:dblog@127.0.0.1:{PORTS['POSTGRES']}/shop?schema={self.namespace}"
-                f"&slot=dblog_{self.tag}")
+                f"&slot=dblog_{self.tag}" + (f"&{self.query}" if self.query else ""))
 
     @property
     def env(self) -> dict:

@@ -77,12 +77,28 @@ def source_from_uri(conn_id: str, uri: str) -> Source:
                   password=unquote(parts.password or ""), database=database)
     if parts.scheme in ("mysql", "mariadb"):
         from .sources.mysql import MySQLSource
-        return MySQLSource(conn_id, port=parts.port or 3306, **common)
-    if parts.scheme in ("postgres", "postgresql"):
+        src: Source = MySQLSource(conn_id, port=parts.port or 3306, **common)
+    elif parts.scheme in ("postgres", "postgresql"):
         from .sources.postgres import PostgresSource
-        return PostgresSource(conn_id, port=parts.port or 5432, schema=query.get("schema", "public"),
-                              slot=query.get("slot"), publication=query.get("publication", "dblog"), **common)
-    raise ConfigError(f"connection {conn_id}: unsupported scheme {parts.scheme!r}; use mysql:// or postgres://")
+        src = PostgresSource(conn_id, port=parts.port or 5432, schema=query.get("schema", "public"),
+                             slot=query.get("slot"), publication=query.get("publication", "dblog"), **common)
+    else:
+        raise ConfigError(f"connection {conn_id}: unsupported scheme {parts.scheme!r}; use mysql:// or postgres://")
+    src.exclude = excluded_columns(conn_id, query.get("exclude", ""), src.namespace)
+    return src
+
+
+def excluded_columns(conn_id: str, spec: str, namespace: str) -> dict[str, frozenset[str]]:
+    """`exclude=accounts.note,accounts.ssn` (or schema.table.column): columns never staged."""
+    out: dict[str, set[str]] = {}
+    for item in filter(None, (i.strip() for i in spec.split(","))):
+        parts = item.split(".")
+        if len(parts) not in (2, 3) or not all(parts):
+            raise ConfigError(f"connection {conn_id}: exclude item {item!r} is not table.column or "
+                              "schema.table.column")
+        table = ".".join(parts[:-1]) if len(parts) == 3 else f"{namespace}.{parts[0]}"
+        out.setdefault(table, set()).add(parts[-1])
+    return {t: frozenset(c) for t, c in out.items()}
 
 
 def source(conn_id: str) -> Source:

@@ -99,6 +99,9 @@ class Source(abc.ABC):
     def __init__(self, name: str):
         self.name = name
         self._schemas: dict[str, TableSchema] = {}
+        self._known: dict[str, frozenset[str]] = {}  # table -> its columns, excluded ones included
+        # Columns (personal data, say) that never reach the staged log: "schema.table" -> names.
+        self.exclude: dict[str, frozenset[str]] = {}
 
     @abc.abstractmethod
     def _run(self, sql: str, params=None, fetch: bool = True):
@@ -139,8 +142,22 @@ class Source(abc.ABC):
         if not key:
             raise NoPrimaryKey(f"{self.name}: table {schema_name}.{name} has no primary key; watermark "
                                "chunks need one. Add a primary key or leave the table out of the dump.")
+        excluded = self.exclude.get(f"{schema_name}.{name}", frozenset())
+        if excluded & set(key):
+            raise SourceError(f"{self.name}: cannot exclude key column(s) {', '.join(sorted(excluded & set(key)))} "
+                              f"of {schema_name}.{name}: rows are matched by their key. Fix the exclude list.")
+        # Excluded columns are left out of the schema, so no SELECT, segment or chunk carries them.
+        columns = [c for c in columns if c.name not in excluded]
         schema = TableSchema(f"{schema_name}.{name}", tuple(columns), tuple(key))
         self._schemas[schema.name] = schema
+        self._known[schema.name] = schema.column_set | excluded
+        return schema
+
+    def schema_for_event(self, table: str, names) -> TableSchema:
+        """The table's schema for a log event with these columns; re-read after a column was added."""
+        schema = self.table_schema(table)
+        if not self._known[schema.name].issuperset(names):
+            schema = self.table_schema(table, refresh=True)
         return schema
 
     # set-up and checks ---------------------------------------------------------------------------

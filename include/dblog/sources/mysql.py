@@ -238,9 +238,7 @@ class MySQLSource(Source):
 
     def _row_events(self, log_file: str, ev) -> list[ChangeEvent]:
         table = f"{ev.schema}.{ev.table}"
-        schema = self.table_schema(table)
-        if not schema.column_set.issuperset(c.name for c in ev.columns or ()):
-            schema = self.table_schema(table, refresh=True)
+        schema = self.schema_for_event(table, [c.name for c in ev.columns or ()])
         out = []
         file_index, log_pos = binlog_file_index(log_file), ev.packet.log_pos
         for i, row in enumerate(ev.rows):

@@ -249,10 +249,7 @@ class PostgresSource(Source):
 
     def _event(self, change: RowChange, begin: Begin, index: int) -> ChangeEvent:
         table = change.relation.qualified
-        schema = self.table_schema(table)
-        image = change.new if change.new is not None else change.old
-        if not schema.column_set.issuperset(image):
-            schema = self.table_schema(table, refresh=True)
+        schema = self.schema_for_event(table, change.new if change.new is not None else change.old)
         after = change.new
         key = normalize_key(schema.key_of(after if after is not None else change.old), schema)
         old_key = None
