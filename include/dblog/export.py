@@ -49,7 +49,7 @@ def export(staged: StagedLog, source: str, table: str, out: IO[str], from_positi
                     for r in data.to_pylist()]
             chunks.append(Chunk(Window(table, watermarks[lw], watermarks[hw]), tuple(rows), tuple(key_cols)))
     # Events from the earliest window on, so chunks that straddle `from_position` are reconciled right.
-    low = min([c.window.low for c in chunks] + ([from_position] if from_position else []), default=None)
+    low = None if from_position is None else min([c.window.low for c in chunks] + [from_position])
     log = staged.read_log(source, table, low)
     events = events_of(table, source, log)
     keys = _key_columns(log) if log.num_rows else key_cols
