@@ -7,6 +7,7 @@ statements (invariant 5). Identifiers are quoted by the dialect; values are alwa
 from __future__ import annotations
 
 import abc
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterator, Sequence
@@ -98,14 +99,35 @@ class Source(abc.ABC):
 
     def __init__(self, name: str):
         self.name = name
+        self._conn = None
+        self._lock = threading.Lock()
         self._schemas: dict[str, TableSchema] = {}
         self._known: dict[str, frozenset[str]] = {}  # table -> its columns, excluded ones included
         # Columns (personal data, say) that never reach the staged log: "schema.table" -> names.
         self.exclude: dict[str, frozenset[str]] = {}
 
+    # One SQL connection per source object, shared by the capture's reading and staging threads.
+    _disconnects: tuple[type[BaseException], ...] = ()  # driver errors after which it is replaced
+
     @abc.abstractmethod
+    def connect(self):
+        """A new autocommit DB-API connection (READ COMMITTED, UTC)."""
+
+    def _usable(self, conn) -> bool:
+        return True
+
     def _run(self, sql: str, params=None, fetch: bool = True):
         """Run one autocommitted statement on the source's SQL connection."""
+        with self._lock:
+            if self._conn is None or not self._usable(self._conn):
+                self._conn = self.connect()
+            try:
+                with self._conn.cursor() as cur:
+                    cur.execute(sql, params)
+                    return list(cur.fetchall()) if fetch else None
+            except self._disconnects:
+                self._conn = None  # reconnect on the next statement
+                raise
 
     @property
     @abc.abstractmethod
@@ -174,9 +196,9 @@ class Source(abc.ABC):
     def write_watermark(self, slot: str, value: str) -> None:
         """One single-row autocommitted write of `value` to the watermark table."""
 
-    @abc.abstractmethod
     def fetch(self, sql: str, params: list) -> list[tuple]:
         """Run one autocommitted READ COMMITTED SELECT."""
+        return self._run(sql, params)
 
     def select_chunk(self, schema: TableSchema, after_key: tuple | None, limit: int,
                      upto_key: tuple | None = None) -> list[tuple]:

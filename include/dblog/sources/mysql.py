@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import datetime as dt
 import random
-import threading
 from typing import Iterator
 
 import pyarrow as pa
@@ -74,8 +73,6 @@ class MySQLSource(Source):
         self.settings = dict(host=host, port=port, user=user, passwd=password)
         self.database = self.namespace = database
         self.server_id = server_id or random.randint(10_000, 2**31 - 1)
-        self._conn: pymysql.Connection | None = None
-        self._lock = threading.Lock()
 
     # -- plain SQL ------------------------------------------------------------------------------
     def connect(self) -> pymysql.Connection:
@@ -93,21 +90,14 @@ class MySQLSource(Source):
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         return conn
 
-    def _run(self, sql: str, params=None, fetch: bool = True):
-        with self._lock:
-            if self._conn is None:
-                self._conn = self.connect()
-            try:
-                self._conn.ping()
-                with self._conn.cursor() as cur:
-                    cur.execute(sql, params)
-                    return cur.fetchall() if fetch else None
-            except (pymysql.err.OperationalError, pymysql.err.InterfaceError):
-                self._conn = None  # reconnect on the next statement
-                raise
+    _disconnects = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
 
-    def fetch(self, sql: str, params: list) -> list[tuple]:
-        return list(self._run(sql, params))
+    def _usable(self, conn) -> bool:
+        try:
+            conn.ping()  # reconnects a connection the server dropped
+            return True
+        except self._disconnects:
+            return False
 
     def close(self) -> None:
         if self._conn is not None:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import select
-import threading
 from typing import Iterator
 
 import psycopg2
@@ -60,8 +59,6 @@ class PostgresSource(Source):
         self.schema = self.namespace = schema
         self.slot = slot or f"dblog_{name}".replace("-", "_")
         self.publication = publication
-        self._conn = None
-        self._lock = threading.Lock()
         self._repl = None
 
     # -- plain SQL ------------------------------------------------------------------------------
@@ -76,20 +73,10 @@ class PostgresSource(Source):
             conn.autocommit = True  # every statement its own READ COMMITTED transaction
         return conn
 
-    def _run(self, sql: str, params=None, fetch: bool = True):
-        with self._lock:
-            if self._conn is None or self._conn.closed:
-                self._conn = self.connect()
-            try:
-                with self._conn.cursor() as cur:
-                    cur.execute(sql, params)
-                    return cur.fetchall() if fetch else None
-            except (psycopg2.OperationalError, psycopg2.InterfaceError):
-                self._conn = None
-                raise
+    _disconnects = (psycopg2.OperationalError, psycopg2.InterfaceError)
 
-    def fetch(self, sql: str, params: list) -> list[tuple]:
-        return self._run(sql, params)  # bytea arrives as memoryview; staging makes it bytes
+    def _usable(self, conn) -> bool:
+        return not conn.closed  # (bytea arrives as memoryview; staging makes it bytes)
 
     def close(self) -> None:
         for c in (self._conn, self._repl):
