@@ -24,15 +24,7 @@ from ..events import DELETE, INSERT, UPDATE, ChangeEvent
 from ..positions import binlog_file_index, mysql_position
 from ..positions import encode as encode_position
 from ..schema import Column, decimal_type, normalize_key
-from .base import (
-    WATERMARK_SCHEMA,
-    WATERMARK_TABLE,
-    Dialect,
-    HistoryLost,
-    Source,
-    SourceError,
-    Transaction,
-)
+from .base import WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError, Transaction
 
 _INTS = {"tinyint", "smallint", "mediumint", "int", "integer", "year"}
 _BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}

@@ -12,15 +12,7 @@ from ..events import DELETE, INSERT, UPDATE, ChangeEvent
 from ..positions import encode as encode_position
 from ..positions import int_to_lsn, lsn_to_int, postgres_position
 from ..schema import Column, decimal_type, normalize_key
-from .base import (
-    WATERMARK_SCHEMA,
-    WATERMARK_TABLE,
-    Dialect,
-    HistoryLost,
-    Source,
-    SourceError,
-    Transaction,
-)
+from .base import WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError, Transaction
 from .pgoutput import Begin, Commit, Decoder, RowChange
 
 
