@@ -70,7 +70,6 @@ class CaptureStats:
     transactions: int = 0
     segments: int = 0
     flushes: int = 0
-    max_flush_gap_s: float = 0.0   # longest time between two checkpoint advances while busy
     max_stall_s: float = 0.0       # longest time the loop did not read from the log (flushes included)
     max_lag_s: float = 0.0         # oldest commit at the time it became durable
     position: str | None = None
@@ -124,7 +123,7 @@ class Capture:
             self._acked = durable
 
     def _read(self, writer: "_Writer", resume: dict | None, deadline: float | None, until: str | None) -> None:
-        batch, last_flush, reached = Batch(), time.monotonic(), False
+        batch, reached = Batch(), False
         last_read = time.monotonic()
         for txn in self.source.stream(resume, self.idle_timeout):
             writer.check()  # a staging failure stops the capture at once, not at the next batch
@@ -137,13 +136,9 @@ class Capture:
             due = batch.txns and (txn is None or reached or batch.count >= self.flush_rows
                                   or now - batch.opened >= self.flush_seconds)
             if due:
-                if batch.count:
-                    self.stats.max_flush_gap_s = max(self.stats.max_flush_gap_s, now - last_flush)
                 writer.submit(batch)
-                batch, last_flush = Batch(), time.monotonic()
+                batch = Batch()
                 self._acknowledge(writer)
-            elif txn is None:
-                last_flush = now  # idle: no progress is owed
             done = self.stop_event.is_set() or (deadline is not None and now >= deadline) or reached
             if done:
                 break

@@ -196,7 +196,7 @@ class TableDump:
             chunk_no = progress.chunks
             after = None if progress.last_key is None else json.loads(progress.last_key)
             upto = None if progress.upto_key is None else decode_key(json.loads(progress.upto_key), schema)
-            chunk, key_to = self._read_chunk(schema, keys, after, upto, control["chunk_size"], chunk_no)
+            chunk, key_to = self._read_chunk(schema, keys, after, upto, control["chunk_size"])
             if chunk is None:
                 progress.status, progress.finished_at = DONE, time.time()
                 break
@@ -215,7 +215,7 @@ class TableDump:
         return progress
 
     def _read_chunk(self, schema: TableSchema, keys: list[tuple] | None, after, upto: tuple | None,
-                    limit: int, chunk_no: int):
+                    limit: int):
         """LW, one bounded SELECT, HW. Returns ((rows, ops, metadata), last key), or (None, None) at the end."""
         if keys is not None:
             offset = after or 0

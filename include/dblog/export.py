@@ -10,7 +10,7 @@ import json
 from typing import IO
 
 from .events import ChangeEvent
-from .reconcile import _data_columns, _key_columns, events_of, watermark_positions
+from .reconcile import data_columns, key_columns, events_of, watermark_positions
 from .rules import Chunk, DumpRecord, Window, ordered_output
 from .schema import to_json_value
 from .sources.base import WATERMARK_TABLE
@@ -44,15 +44,15 @@ def export(staged: StagedLog, source: str, table: str, out: IO[str], from_positi
             continue
         lw, hw = data["_lw"][0].as_py(), data["_hw"][0].as_py()
         if lw in watermarks and hw in watermarks and (from_position is None or watermarks[hw] >= from_position):
-            key_cols = _key_columns(data)
-            rows = [{**{c: r[c] for c in _data_columns(data)}, "_op": r["_op"], "_dump_id": r["_dump_id"]}
+            key_cols = key_columns(data)
+            rows = [{**{c: r[c] for c in data_columns(data)}, "_op": r["_op"], "_dump_id": r["_dump_id"]}
                     for r in data.to_pylist()]
             chunks.append(Chunk(Window(table, watermarks[lw], watermarks[hw]), tuple(rows), tuple(key_cols)))
     # Events from the earliest window on, so chunks that straddle `from_position` are reconciled right.
     low = None if from_position is None else min([c.window.low for c in chunks] + [from_position])
     log = staged.read_log(source, table, low)
     events = events_of(table, source, log)
-    keys = _key_columns(log) if log.num_rows else key_cols
+    keys = key_columns(log) if log.num_rows else key_cols
     highs = {c.window.high: c for c in chunks}
     markers = [ChangeEvent(source, WATERMARK_TABLE, "u", hw, (), {}) for hw in highs]
     lines = 0

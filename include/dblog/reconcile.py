@@ -17,19 +17,19 @@ from .sources.base import WATERMARK_TABLE
 from .staging import StagedLog
 
 
-def _key_columns(table: pa.Table) -> list[str]:
+def key_columns(table: pa.Table) -> list[str]:
     meta = table.schema.metadata or {}
     return meta[b"dblog.key"].decode().split(",")
 
 
-def _data_columns(table: pa.Table) -> list[str]:
+def data_columns(table: pa.Table) -> list[str]:
     return [n for n in table.column_names if not n.startswith("_")]
 
 
 def events_of(table_name: str, source: str, log: pa.Table) -> list[ChangeEvent]:
     if log.num_rows == 0:
         return []
-    key_cols, data_cols = _key_columns(log), _data_columns(log)
+    key_cols, data_cols = key_columns(log), data_columns(log)
     out = []
     for r in log.to_pylist():
         old = r.get("_old_key")
@@ -70,7 +70,7 @@ def reconcile_chunk(staged: StagedLog, source: str, table: str, path: str,
     if lw not in watermarks or hw not in watermarks:
         return ChunkResult(path, None, chunk.num_rows, [])
     window = Window(table, watermarks[lw], watermarks[hw])
-    key_cols, data_cols = _key_columns(chunk), _data_columns(chunk)
+    key_cols, data_cols = key_columns(chunk), data_columns(chunk)
     events = events_of(table, source, staged.read_log(source, table, window.low, window.high))
     rows = chunk.to_pylist()
     survivors = window_survivors(rows, lambda r: tuple(r[c] for c in key_cols), window, events)

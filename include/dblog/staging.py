@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -213,7 +212,3 @@ def dedupe_sorted(table: pa.Table, column: str) -> pa.Table:
         keep = pa.concat_arrays([pa.array([True]), pc.invert(same)])
         table = table.filter(keep)
     return table
-
-
-def concat(tables: Iterable[pa.Table]) -> pa.Table:
-    return pa.concat_tables(list(tables), promote_options="permissive")

@@ -16,7 +16,6 @@ lost its session (and so its lock) can never overwrite its successor's state.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,7 +176,3 @@ def control_path(source: str, dump_id: str) -> str:
 
 def table_progress_path(source: str, dump_id: str, table: str) -> str:
     return f"{dump_path(source, dump_id)}/tables/{table}"
-
-
-def now() -> float:
-    return time.time()

@@ -13,13 +13,11 @@ def capture_status(store: StateStore, source: Source) -> dict:
     checkpoint = store.get(paths.checkpoint_path(source.name)) or {}
     leaders = store.lock_holders(paths.capture_lock(source.name))
     head = source.head()
-    caught_up = checkpoint.get("position") is not None and checkpoint["position"] >= head["position"]
     commit_ts = checkpoint.get("commit_ts")
-    # Lag: how old the newest staged commit is, unless nothing newer than it exists.
+    # Lag: the age of the newest staged commit (it also grows while the source is idle).
     lag = None if commit_ts is None else round(max(0.0, time.time() - commit_ts), 3)
     return {"leaders": leaders, "position": checkpoint.get("position"), "resume": checkpoint.get("resume"),
-            "staged_at": checkpoint.get("staged_at"), "head": head, "lag_s": lag,
-            "caught_up": caught_up}
+            "staged_at": checkpoint.get("staged_at"), "head": head, "lag_s": lag}
 
 
 def source_status(store: StateStore, source: Source) -> dict:
