@@ -47,6 +47,17 @@ postgres_up() {
   port_busy "$PG_PORT" && die "port $PG_PORT is taken by another process; set DBLOG_POSTGRES_PORT"
   [ -n "$PG_BIN" ] || die "PostgreSQL binaries not found; run 'make install'"
   mkdir -p "$PG/sock"; chown -R postgres:postgres "$PG"
+  # PostgreSQL refuses root, so the postgres user must be able to reach .local/: a checkout in a
+  # private directory (mktemp -d is mode 700) gets search-only permission (o+x) on its ancestors.
+  local d="" part
+  IFS=/ read -ra parts <<<"$PG"
+  for part in "${parts[@]}"; do
+    [ -n "$part" ] || continue
+    d="$d/$part"
+    runuser -u postgres -- test -x "$d" && continue
+    [ -O "$d" ] || die "user postgres cannot reach $d, which is not ours to open; move the checkout"
+    chmod o+x "$d" && log "granted search (o+x) on $d so the postgres user can reach its data"
+  done
   if [ ! -f "$PG/data/PG_VERSION" ]; then
     runuser -u postgres -- "$PG_BIN/initdb" -D "$PG/data" -U postgres --auth=trust \
       >"$PG/initdb.log" 2>&1 || die "initdb failed; see $PG/initdb.log"
