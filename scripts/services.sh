@@ -49,7 +49,7 @@ postgres_up() {
   mkdir -p "$PG/sock"; chown -R postgres:postgres "$PG"
   # PostgreSQL refuses root, so the postgres user must be able to reach .local/: a checkout in a
   # private directory (mktemp -d is mode 700) gets search-only permission (o+x) on its ancestors.
-  local d="" part
+  local d="" part parts
   IFS=/ read -ra parts <<<"$PG"
   for part in "${parts[@]}"; do
     [ -n "$part" ] || continue
