@@ -83,12 +83,14 @@ clientPortAddress=127.0.0.1
 admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr
 maxSessionTimeout=60000
+maxClientCnxns=200
 CFG
   # zkServer.sh hard-codes /etc paths, so run the Java main directly.
   setsid java -Xmx256m -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar \
     org.apache.zookeeper.server.ZooKeeperServerMain "$ZK/zoo.cfg" </dev/null >"$ZK/zk.log" 2>&1 &
   echo $! >"$ZK/zk.pid"
-  wait_for zookeeper 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$ZK_PORT; printf ruok >&3; grep -q imok <&3"
+  # A probe sent while ZooKeeper is still starting can go unanswered: bound each try.
+  wait_for zookeeper 30 timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$ZK_PORT; printf ruok >&3; grep -q imok <&3"
   log "zookeeper up on 127.0.0.1:$ZK_PORT"
 }
 

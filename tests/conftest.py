@@ -45,6 +45,23 @@ def wait_for(condition, timeout: float = 60.0, interval: float = 0.05, what: str
         time.sleep(interval)
 
 
+TABLES = ("accounts", "order_lines")  # what `dblog.workload` creates
+
+
+def settle(src: "SourceEnv") -> None:
+    """Write a sync watermark and await it behind the checkpoint: every earlier commit is staged
+    and a merge started now covers it."""
+    from dblog import state as paths
+    from dblog.capture import sync_point
+    from dblog.reconcile import watermark_positions
+    mark = sync_point(src.source())
+    position = wait_for(lambda: watermark_positions(src.staged(), src.source_id).get(mark), 120,
+                        what="the capture to catch up")
+    with src.store() as store:
+        wait_for(lambda: ((store.get(paths.checkpoint_path(src.source_id)) or {}).get("position") or "") >= position,
+                 30, what="the checkpoint to pass the sync watermark")
+
+
 @dataclass
 class SourceEnv:
     """One source under test: admin SQL, the engine's Source, state store, staged log, processes."""
@@ -182,3 +199,19 @@ def postgres(services, tmp_path):
     env = make_env("postgres", tmp_path)
     yield env
     env.teardown()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark for the whole run (a session costs ~6-10 s to start)."""
+    from dblog.spark.session import session
+    spark = session("dblog-tests", "local[2]", {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false",
+                                                "spark.driver.memory": "2g"})
+    yield spark
+    spark.stop()
+
+
+@pytest.fixture
+def warehouse(tmp_path):
+    from dblog.warehouse.layout import Warehouse
+    return Warehouse(str(tmp_path / "warehouse"))

@@ -262,6 +262,24 @@ def run_dump(store: StateStore, source: Source, staged: StagedLog, dump_id: str,
             for t in (tables or scope["tables"])]
 
 
+def dumping(store: StateStore, source: str, table: str) -> list[str]:
+    """Dumps that may still stage chunks of `table`: neither done nor cancelled, or a worker still
+    holds the table's lease. While one exists, the warehouse keeps the table's tombstones."""
+    out = []
+    for dump_id in store.children(paths.dumps_path(source)):
+        progress_path = paths.table_progress_path(source, dump_id, table)
+        progress = store.get(progress_path)
+        if progress is None:
+            continue
+        if store.lock_holders(f"{progress_path}/lock"):
+            out.append(dump_id)
+        elif progress["status"] not in (DONE, CANCELLED):
+            control = store.get(paths.control_path(source, dump_id)) or {}
+            if control.get("state") != CANCELLED:
+                out.append(dump_id)
+    return out
+
+
 def dump_status(store: StateStore, source: str, dump_id: str) -> dict:
     scope = store.get(paths.dump_path(source, dump_id)) or {}
     control = store.get(paths.control_path(source, dump_id)) or {}

@@ -176,3 +176,7 @@ def control_path(source: str, dump_id: str) -> str:
 
 def table_progress_path(source: str, dump_id: str, table: str) -> str:
     return f"{dump_path(source, dump_id)}/tables/{table}"
+
+
+def merge_lock(source: str, table: str) -> str:
+    return f"/{source}/merge/{table}/lock"

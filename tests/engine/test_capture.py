@@ -4,12 +4,11 @@ import signal
 import socket
 
 import pytest
-from conftest import wait_for
+from conftest import settle, wait_for
 from dblog import state as paths
 from dblog.capture import Capture, ensure_checkpoint
 from dblog.sources.base import SourceError
 from dblog.state import Fenced
-from test_convergence import settle
 
 
 def test_staged_positions_are_unique_and_increase_in_commit_order(src):

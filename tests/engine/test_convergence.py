@@ -3,20 +3,10 @@ import json
 import os
 import signal
 
-from conftest import wait_for
+from conftest import TABLES, settle, wait_for
 from dblog import state as paths
-from dblog.capture import sync_point
-from dblog.reconcile import rebuild, watermark_positions
+from dblog.reconcile import rebuild
 from dblog.verify import compare
-
-TABLES = ("accounts", "order_lines")
-
-
-def settle(src):
-    """Write a sync watermark and await it in the staged log: every earlier commit is staged."""
-    mark = sync_point(src.source())
-    wait_for(lambda: mark in watermark_positions(src.staged(), src.source_id), 120, what="the capture to catch up")
-
 
 def assert_converged(src, tables=TABLES):
     for t in tables:

@@ -33,42 +33,68 @@ def touched(log: DataFrame, key: list[str]) -> DataFrame:
     return new.unionByName(old)
 
 
-def window_survivors(chunks: DataFrame, log: DataFrame, watermarks: DataFrame, key: list[str]) -> DataFrame:
+def window_survivors(chunks: DataFrame, log: DataFrame | None, watermarks: DataFrame, key: list[str]) -> DataFrame:
     """Chunk rows not touched by a same-table event strictly between LW and HW, stamped with
-    HW's position (Algorithm 1, steps 6-7)."""
-    c, t = with_windows(chunks, watermarks).alias("c"), touched(log, key).alias("t")
-    hit = [F.col(f"c.{k}") == F.col(f"t.{k}") for k in key] + [
-        F.col("t._touched_at") > F.col("c._lw_position"), F.col("t._touched_at") < F.col("c._hw_position")]
-    return c.join(t, hit, "left_anti").withColumn("_position", F.col("_hw_position"))
+    HW's position (Algorithm 1, steps 6-7). `log` None: no event of the table was staged."""
+    c = with_windows(chunks, watermarks)
+    if log is not None:
+        t = touched(log, key).alias("t")
+        c = c.alias("c")
+        hit = [F.col(f"c.{k}") == F.col(f"t.{k}") for k in key] + [
+            F.col("t._touched_at") > F.col("c._lw_position"), F.col("t._touched_at") < F.col("c._hw_position")]
+        c = c.join(t, hit, "left_anti")
+    return c.withColumn("_position", F.col("_hw_position"))
+
+
+def _no_unchanged():
+    return F.lit(None).cast("array<string>").alias("_unchanged")
+
+
+def _no_dump():
+    return F.lit(None).cast("string").alias("_dump_id")
+
+
+def log_records(log: DataFrame, key: list[str], columns: list[str]) -> DataFrame:
+    """Log events as records (`_origin` log); a key update also leaves a tombstone at its old key."""
+    events = log.select(*columns, "_position", "_op", "_unchanged", F.lit("log").alias("_origin"), _no_dump())
+    moved = (log.where(F.col("_old_key").isNotNull())
+             .select(*[F.col(f"_old_key.{k}").alias(k) if k in key else F.lit(None).alias(k) for k in columns],
+                     "_position", F.lit("d").alias("_op"), _no_unchanged(), F.lit("log").alias("_origin"), _no_dump()))
+    return events.unionByName(moved, allowMissingColumns=True)
+
+
+def dump_records(survivors: DataFrame, columns: list[str]) -> DataFrame:
+    """Surviving chunk rows as records (`_origin` dump, `_dump_id`)."""
+    dump_id = F.col("_dump_id") if "_dump_id" in survivors.columns else _no_dump()
+    return survivors.select(*columns, "_position", "_op", _no_unchanged(), F.lit("dump").alias("_origin"),
+                            dump_id.alias("_dump_id"))
 
 
 def records(log: DataFrame, survivors: DataFrame, key: list[str], columns: list[str]) -> DataFrame:
-    """Log events and surviving chunk rows as one record stream (`_origin` log / dump); a key
-    update also leaves a tombstone at its old key."""
-    meta = ["_position", "_op", "_unchanged", "_origin"]
-    events = log.withColumn("_origin", F.lit("log")).select(*columns, *meta)
-    moved = (log.where(F.col("_old_key").isNotNull())
-             .select(*[F.col(f"_old_key.{k}").alias(k) if k in key else F.lit(None).alias(k) for k in columns],
-                     "_position", F.lit("d").alias("_op"), F.lit(None).cast("array<string>").alias("_unchanged"),
-                     F.lit("log").alias("_origin")))
-    dumped = survivors.select(*columns, "_position", "_op", F.lit(None).cast("array<string>").alias("_unchanged"),
-                              F.lit("dump").alias("_origin"))
-    return events.unionByName(moved, allowMissingColumns=True).unionByName(dumped, allowMissingColumns=True)
+    """Log events and surviving chunk rows as one record stream."""
+    return log_records(log, key, columns).unionByName(dump_records(survivors, columns), allowMissingColumns=True)
 
 
-def latest(recs: DataFrame, key: list[str], columns: list[str]) -> DataFrame:
+def latest(recs: DataFrame, key: list[str], columns: list[str], carry: tuple[str, ...] = (),
+           fill_unchanged: bool = True) -> DataFrame:
     """Per key the record with the highest position (the merge rule), tombstones included.
+    On equal positions (the same event merged twice) a lower `_prio`, when present, wins.
 
-    PostgreSQL leaves unchanged TOASTed values out of an update: they take the key's previous value.
+    PostgreSQL leaves unchanged TOASTed values out of an update: they take the key's previous
+    value (`fill_unchanged`; without any `_unchanged` list the fill is skipped, it costs a sort).
     """
-    history = Window.partitionBy(*key).orderBy("_position").rowsBetween(Window.unboundedPreceding, 0)
-    unchanged = F.coalesce(F.col("_unchanged"), F.array().cast("array<string>"))
-    filled = recs.select(*key, *[
-        F.last(F.when(~F.array_contains(unchanged, c), F.struct(F.col(c).alias("v"))), ignorenulls=True)
-        .over(history)["v"].alias(c) for c in columns if c not in key], "_position", "_op", "_origin")
-    newest = Window.partitionBy(*key).orderBy(F.col("_position").desc())
-    return (filled.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1").drop("_rank")
-            .select(*columns, "_position", "_op", "_origin"))
+    meta = ["_position", "_op", "_origin", "_dump_id", *carry]
+    values = [c for c in columns if c not in key]
+    if fill_unchanged:
+        history = Window.partitionBy(*key).orderBy("_position").rowsBetween(Window.unboundedPreceding, 0)
+        unchanged = F.coalesce(F.col("_unchanged"), F.array().cast("array<string>"))
+        values = [F.last(F.when(~F.array_contains(unchanged, c), F.struct(F.col(c).alias("v"))), ignorenulls=True)
+                  .over(history)["v"].alias(c) for c in values]
+    order = [F.col("_position").desc()] + ([F.col("_prio")] if "_prio" in recs.columns else [])
+    newest = Window.partitionBy(*key).orderBy(*order)
+    return (recs.select(*key, *values, *meta, *(["_prio"] if "_prio" in recs.columns else []))
+            .withColumn("_rank", F.row_number().over(newest)).where("_rank = 1")
+            .select(*columns, *meta))
 
 
 def visible(state: DataFrame) -> DataFrame:

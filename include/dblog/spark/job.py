@@ -1,0 +1,348 @@
+"""Merge one source table's staged change log and dump chunks into its warehouse table.
+
+Under the table's ZooKeeper merge lock (merges of one table are serialized, other tables merge
+in parallel), up to the capture's checkpoint position P (every event <= P is staged):
+
+1. chunks not merged yet whose high watermark is <= P are reconciled against the staged log
+   (`rules.window_survivors`: Algorithm 1 steps 5-7);
+2. log events after the last merge (<= P) and the survivors become records (`rules.records`);
+3. the key-range buckets those records fall in are read back and merged with them
+   (`merge.merge_records`: per key the highest position wins);
+4. the touched buckets are written anew (split when they grew too big) and a new version is
+   published (`warehouse.layout`), with what was merged recorded in its manifest.
+
+Tombstones are dropped once no dump of the table can still stage a chunk older than them.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+import time
+import re
+import uuid
+from functools import reduce
+from dataclasses import dataclass, field
+
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from .. import state as paths
+from ..dump import dumping
+from ..reconcile import watermark_positions
+from ..sources.base import WATERMARK_TABLE
+from ..staging import StagedLog
+from ..state import StateStore
+from ..warehouse.layout import TOMBSTONES, Bucket, Manifest, Warehouse
+from . import merge as M
+from .rules import dump_records, log_records, window_survivors
+
+log = logging.getLogger("dblog.merge")
+BUCKET_ROWS = 250_000
+
+
+class MergeError(RuntimeError):
+    """A merge cannot proceed; the message names the problem and the fix."""
+
+
+@dataclass
+class MergeResult:
+    source: str
+    table: str
+    version: int | None = None
+    upto: str | None = None
+    log_events: int = 0
+    chunks: int = 0
+    chunk_rows: int = 0
+    survivors: int = 0
+    buckets_written: int = 0
+    buckets: int = 0
+    rows: int = 0
+    tombstones: int = 0
+    seconds: float = 0.0
+    note: str = ""
+
+    @property
+    def dropped(self) -> int:
+        """Chunk rows dropped in their watermark window (a newer change came through the log)."""
+        return self.chunk_rows - self.survivors
+
+
+@dataclass
+class _Inputs:
+    records: DataFrame | None = None
+    columns: list[tuple[str, str]] = field(default_factory=list)
+    key: list[str] = field(default_factory=list)
+    ready: dict[str, set[int]] = field(default_factory=dict)   # dump id -> chunk numbers merged now
+    fill_unchanged: bool = False
+
+
+def _read(spark: SparkSession, staged: StagedLog, paths_: list[str]) -> DataFrame:
+    uris = paths_ if staged.local else [f"{staged.root.split('://', 1)[0]}://{p}" for p in paths_]
+    return spark.read.option("mergeSchema", "true").parquet(*uris)
+
+
+def _data_columns(df: DataFrame) -> list[tuple[str, str]]:
+    return [(f.name, f.dataType.simpleString()) for f in df.schema.fields if not f.name.startswith("_")]
+
+
+def _widens(old: str, new: str) -> bool:
+    return old == new or (old, new) in {("tinyint", "smallint"), ("tinyint", "int"), ("smallint", "int"),
+                                        ("tinyint", "bigint"), ("smallint", "bigint"), ("int", "bigint"),
+                                        ("float", "double")}
+
+
+def _columns(manifest: Manifest | None, found: list[tuple[str, str]], table: str) -> list[tuple[str, str]]:
+    """Warehouse columns: the existing ones (a dropped source column stays, null from then on),
+    then columns new in the source. A type the warehouse cannot widen to is an error."""
+    columns = [tuple(c) for c in manifest.columns] if manifest else []
+    known = dict(columns)
+    for name, spark_type in found:
+        if name not in known:
+            columns.append((name, spark_type))
+            known[name] = spark_type
+        elif not _widens(known[name], spark_type) and not _widens(spark_type, known[name]):
+            raise MergeError(f"{table}.{name} changed type from {known[name]} to {spark_type} in the source; "
+                             f"the warehouse cannot widen it. Remove the warehouse table's directory and run "
+                             f"a full dump of {table} to rebuild it with the new type")
+        elif not _widens(spark_type, known[name]):
+            columns[[c for c, _ in columns].index(name)] = (name, spark_type)
+            known[name] = spark_type
+    return columns
+
+
+def _pending_chunks(staged: StagedLog, source: str, table: str, manifest: Manifest | None) -> dict[tuple[str, int], str]:
+    pending = {}
+    for path in staged.chunk_files(source, table):
+        dump_id, name = path.rsplit("/", 2)[-2:]
+        number = int(name.split(".")[0])
+        if manifest is None or not manifest.chunk_merged(dump_id, number):
+            pending[(dump_id, number)] = path
+    return pending
+
+
+def _ready_chunks(spark: SparkSession, staged: StagedLog, source: str, pending: dict[tuple[str, int], str],
+                  upto: str, out: _Inputs, result: MergeResult) -> tuple[DataFrame | None, DataFrame | None, str | None]:
+    """Pending chunks whose HW is staged and <= `upto`: (their rows, watermark positions, lowest LW)."""
+    chunks = _read(spark, staged, list(pending.values()))
+    positions = watermark_positions(staged, source)
+    seen, wanted, low = set(), {}, None
+    for r in chunks.groupBy("_dump_id", "_chunk", "_lw", "_hw").count().collect():
+        seen.add((r["_dump_id"], r["_chunk"]))
+        lw, hw = positions.get(r["_lw"]), positions.get(r["_hw"])
+        if lw is not None and hw is not None and hw <= upto and (r["_dump_id"], r["_chunk"]) in pending:
+            out.ready.setdefault(r["_dump_id"], set()).add(r["_chunk"])
+            wanted.update({r["_lw"]: lw, r["_hw"]: hw})
+            result.chunk_rows += r["count"]
+            low = lw if low is None else min(low, lw)
+    for (dump_id, number), path in pending.items():  # a chunk without rows has nothing to wait for
+        if (dump_id, number) not in seen and pq.read_metadata(path, filesystem=staged.fs).num_rows == 0:
+            out.ready.setdefault(dump_id, set()).add(number)
+    result.chunks = sum(len(v) for v in out.ready.values())
+    if not wanted:
+        return None, None, None
+    ready = spark.createDataFrame([(d, n) for d, ns in out.ready.items() for n in ns], "_dump_id string, _chunk bigint")
+    watermarks = spark.createDataFrame(list(wanted.items()), "_wm string, _wm_position string")
+    return chunks.join(F.broadcast(ready), ["_dump_id", "_chunk"]), watermarks, low
+
+
+def _inputs(spark: SparkSession, staged: StagedLog, source: str, table: str, manifest: Manifest | None,
+            upto: str, result: MergeResult) -> _Inputs:
+    """The records to merge: log events after the last merge and reconciled chunk rows, <= upto."""
+    out = _Inputs()
+    done_upto = manifest.log_upto if manifest else None
+    pending = _pending_chunks(staged, source, table, manifest)
+    chunks = watermarks = None
+    low = done_upto  # None: nothing merged yet, every staged event is new
+    if pending:
+        chunks, watermarks, chunk_low = _ready_chunks(spark, staged, source, pending, upto, out, result)
+        if chunk_low is not None and low is not None:
+            low = min(low, chunk_low)  # the windows may reach back before the last merge
+    segments = staged.segments(source, table, low, upto)
+    events = None
+    if segments:
+        events = _read(spark, staged, segments).where(F.col("_position") <= upto)
+        if low is not None:
+            events = events.where(F.col("_position") >= low)
+        events = events.dropDuplicates(["_position"])  # re-staged after a crash
+    if events is None and chunks is None:
+        return out
+    sample = segments[0] if segments else next(iter(pending.values()))
+    out.key = pq.read_schema(sample, filesystem=staged.fs).metadata[b"dblog.key"].decode().split(",")
+    out.columns = _columns(manifest, (_data_columns(events) if events is not None else []) +
+                           (_data_columns(chunks) if chunks is not None else []), table)
+    names = [c for c, _ in out.columns]
+    parts = []
+    if events is not None:
+        events = M.align(events, out.columns)
+        new = events if done_upto is None else events.where(F.col("_position") > done_upto)
+        out.fill_unchanged = new.where(F.size("_unchanged") > 0).limit(1).count() > 0
+        parts.append(log_records(new, out.key, names))
+    if chunks is not None:
+        parts.append(dump_records(window_survivors(M.align(chunks, out.columns), events, watermarks, out.key), names))
+    out.records = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+    return out
+
+
+def merge_table(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse: Warehouse, source: str,
+                table: str, *, bucket_rows: int = BUCKET_ROWS, lock_timeout: float = 600.0) -> MergeResult:
+    """Merge what the capture and the dumps staged for `table`, up to the capture's checkpoint."""
+    if bucket_rows < 1:
+        raise MergeError(f"bucket rows must be >= 1, got {bucket_rows}")
+    started = time.monotonic()
+    result = MergeResult(source, table)
+    try:
+        lease = store.lease(paths.merge_lock(source, table), f"{socket.gethostname()}:{os.getpid()}", lock_timeout)
+    except Exception as exc:  # kazoo's LockTimeout
+        raise MergeError(f"another merge of {source}/{table} holds its lock for more than {lock_timeout:.0f}s; "
+                         "wait for it, or check `dblog status` for a stuck worker") from exc
+    try:
+        warehouse.clean(source, table)
+        _merge(spark, store, staged, warehouse, result, bucket_rows)
+    finally:
+        lease.release()
+    result.seconds = time.monotonic() - started
+    log.info("%s/%s: %s", source, table, result)
+    return result
+
+
+def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse: Warehouse, result: MergeResult,
+           bucket_rows: int) -> None:
+    source, table = result.source, result.table
+    purge = not dumping(store, source, table)   # decided before chunks are listed: see module doc
+    upto = (store.get(paths.checkpoint_path(source)) or {}).get("position")
+    manifest = warehouse.manifest(source, table)
+    if manifest is not None:
+        result.version, result.buckets, result.rows = manifest.version, len(manifest.buckets), manifest.rows
+        result.tombstones = sum(b.tombstone_rows for b in manifest.buckets)
+        if manifest.log_upto is not None and (upto is None or upto < manifest.log_upto):
+            upto = manifest.log_upto
+    if upto is None:
+        result.note = "nothing staged yet: start the capture first"
+        return
+    result.upto = upto
+    inputs = _inputs(spark, staged, source, table, manifest, upto, result)
+    if inputs.records is None and not inputs.ready:
+        result.note = "up to date"
+        return
+    if manifest is not None and inputs.key and manifest.key != inputs.key:
+        raise MergeError(f"the primary key of {table} changed from {manifest.key} to {inputs.key}; remove the "
+                         f"warehouse table's directory and run a full dump of {table} to rebuild it")
+    key = inputs.key or manifest.key
+    columns = inputs.columns or [tuple(c) for c in manifest.columns]
+    base = manifest or Manifest(source, table, key, [list(c) for c in columns], [Bucket(None)])
+    version_dir = warehouse.version_path(source, table)
+    new_files: dict[str, str] = {}
+    buckets = base.buckets
+    if inputs.records is not None:
+        recs = inputs.records.persist()
+        counts = dict(recs.groupBy("_origin").count().collect())
+        result.log_events, result.survivors = counts.get("log", 0), counts.get("dump", 0)
+        buckets, new_files = _rewrite(spark, warehouse, base, recs, key, columns, upto, purge, bucket_rows,
+                                      inputs.fill_unchanged, version_dir, result)
+        recs.unpersist()
+    if manifest is None and not any(b.files for b in buckets):
+        result.note = "nothing to merge yet"
+        return
+    new = Manifest(source, table, key, [list(c) for c in columns], buckets,
+                   log_upto=max(upto, manifest.log_upto or "") if manifest else upto,
+                   chunks=dict(base.chunks), version=base.version)
+    for dump_id, numbers in inputs.ready.items():
+        new.add_chunks(dump_id, numbers)
+    warehouse.commit(new, new_files, version_dir)
+    result.version, result.buckets, result.rows = new.version, len(new.buckets), new.rows
+    result.tombstones = sum(b.tombstone_rows for b in new.buckets)
+
+
+def _rewrite(spark: SparkSession, warehouse: Warehouse, base: Manifest, recs: DataFrame, key: list[str],
+             columns: list[tuple[str, str]], upto: str, purge: bool, bucket_rows: int, fill_unchanged: bool,
+             version_dir: str | None, result: MergeResult) -> tuple[list[Bucket], dict[str, str]]:
+    """Merge `recs` into the buckets they touch; returns the new bucket list and its new files."""
+    types, names = dict(columns), [c for c, _ in columns]
+    bounds = [b.lo for b in base.buckets]
+    if [tuple(c) for c in base.columns] != list(columns) or version_dir is None:
+        touched = set(range(len(bounds)))  # new columns: every file gets the same schema
+    else:
+        touched = {r[0] for r in recs.select(M.bucket_of(key, types, bounds)).distinct().collect()}
+    old_files = [os.path.join(version_dir, f) for i in sorted(touched) for f in base.buckets[i].files] + \
+        [os.path.join(version_dir, TOMBSTONES, f) for i in sorted(touched) for f in base.buckets[i].tombstones] \
+        if version_dir else []
+    existing = M.align(spark.read.parquet(*old_files), columns) if old_files else None
+    merged = M.merge_records(existing, recs, key, names, dt.datetime.now(dt.timezone.utc), fill_unchanged)
+    if purge:
+        merged = merged.where(~(M.is_tombstone() & (F.col("_dblog_position") <= upto)))
+    merged = merged.withColumn("_b", M.bucket_of(key, types, bounds)).persist()
+    sizes: dict[int, int] = {}
+    for r in merged.groupBy("_b").count().collect():
+        sizes[r["_b"]] = r["count"]
+    splits = _split_points(merged, key, types, {b: n for b, n in sizes.items() if n > 2 * bucket_rows}, bucket_rows)
+    entries: list[tuple[list[str] | None, int | None]] = []   # (lower bound, bucket it was) per bucket
+    for i, b in enumerate(base.buckets):
+        entries += [(b.lo, i)] + [(p, None) for p in splits.get(i, [])]
+    out = merged
+    if splits:
+        out = merged.withColumn("_b", M.bucket_of(key, types, [lo for lo, _ in entries]))
+    out = out.withColumn("_t", M.is_tombstone().cast("int"))
+    pieces = sum(1 for j, (_, old) in enumerate(entries) if old is None or old in touched)
+    scratch = warehouse.scratch(base.source, base.table)
+    out.repartition(max(1, pieces), "_b").write.partitionBy("_b", "_t").parquet(scratch)
+    counts = {(r["_b"], r["_t"]): r["count"] for r in out.groupBy("_b", "_t").count().collect()}
+    written: dict[tuple[int, int], list[str]] = {}
+    new_files: dict[str, str] = {}
+    for dirpath, _, files in os.walk(scratch):
+        found = re.search(r"_b=(\d+)/_t=(\d)$", dirpath)
+        for name in files if found else []:
+            if name.endswith(".parquet") and not name.startswith((".", "_")):
+                b, t = int(found.group(1)), int(found.group(2))
+                stored = f"{'t' if t else 'b'}-{uuid.uuid4().hex}.parquet"
+                new_files[f"{TOMBSTONES}/{stored}" if t else stored] = os.path.join(dirpath, name)
+                written.setdefault((b, t), []).append(stored)
+    buckets: list[Bucket] = []
+    for j, (lo, old) in enumerate(entries):
+        if old is not None and old not in touched:
+            buckets.append(Bucket(**vars(base.buckets[old])))
+            continue
+        bucket = Bucket(lo, written.get((j, 0), []), written.get((j, 1), []), counts.get((j, 0), 0), counts.get((j, 1), 0))
+        if bucket.files or bucket.tombstones:
+            buckets.append(bucket)
+            result.buckets_written += 1
+    if not buckets:
+        buckets = [Bucket(None)]
+    if not any(b.files for b in buckets):  # every row deleted: an empty file keeps the table readable
+        empty = warehouse.scratch(base.source, base.table)
+        merged.drop("_b").limit(0).coalesce(1).write.parquet(empty)
+        name = next(f for f in os.listdir(empty) if f.endswith(".parquet") and not f.startswith((".", "_")))
+        stored = f"b-{uuid.uuid4().hex}.parquet"
+        new_files[stored] = os.path.join(empty, name)
+        buckets[0].files.append(stored)
+    buckets[0].lo = None  # the first bucket always starts below every key
+    merged.unpersist()
+    return buckets, new_files
+
+
+def _split_points(merged: DataFrame, key: list[str], types: dict[str, str], oversized: dict[int, int],
+                  bucket_rows: int) -> dict[int, list[list[str]]]:
+    """New lower bounds inside each oversized bucket, from a sorted sample of its keys."""
+    if not oversized:
+        return {}
+    fractions = {b: min(1.0, 64 * -(-n // bucket_rows) / n) for b, n in oversized.items()}
+    strings = M.key_strings(key, types)
+    rows = (merged.where(F.col("_b").isin(*oversized)).sampleBy("_b", fractions, seed=7)
+            .select("_b", *key, *strings).orderBy("_b", *key).collect())
+    samples: dict[int, list[list[str]]] = {}
+    for r in rows:
+        samples.setdefault(r["_b"], []).append([r[f"_s_{k}"] for k in key])
+    return {b: M.split_points(samples.get(b, []), n, bucket_rows) for b, n in oversized.items()}
+
+
+def staged_tables(staged: StagedLog, source: str) -> list[str]:
+    """Every table with a staged log or staged chunks, the watermark table aside."""
+    return sorted((set(staged.tables(source)) | set(staged.chunk_tables(source))) - {WATERMARK_TABLE})
+
+
+def merge_source(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse: Warehouse, source: str,
+                 tables: list[str] | None = None, **options) -> list[MergeResult]:
+    return [merge_table(spark, store, staged, warehouse, source, t, **options)
+            for t in (tables or staged_tables(staged, source))]

@@ -1,0 +1,97 @@
+"""The warehouse merge as pure DataFrame functions: key-range buckets and the merge rule.
+
+Warehouse rows are the table's columns plus the metadata columns in `META`. A merge turns the
+rows of the buckets it touches back into records (`as_records`), adds the new records and keeps
+per key the one with the highest position (`rules.latest`, the one merge rule).
+"""
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from .rules import TOMBSTONES, latest
+
+META = ("_dblog_position", "_dblog_op", "_dblog_origin", "_dblog_dump_id", "_dblog_merged_at")
+_RECORD = ("_position", "_op", "_origin", "_dump_id", "_merged_at")
+
+
+def is_tombstone(op: Column | str = "_dblog_op") -> Column:
+    return (F.col(op) if isinstance(op, str) else op).isin(*TOMBSTONES)
+
+
+def _literal(value: str, spark_type: str) -> Column:
+    # Bounds are kept as Spark's own string form of each key value, so they cast back exactly.
+    return F.unhex(F.lit(value)) if spark_type == "binary" else F.lit(value).cast(spark_type)
+
+
+def key_strings(key: list[str], types: dict[str, str]) -> list[Column]:
+    """Key values in the form bucket bounds are stored in."""
+    return [(F.hex(F.col(k)) if types[k] == "binary" else F.col(k).cast("string")).alias(f"_s_{k}") for k in key]
+
+
+def _key_value(key: list[str]) -> Column:
+    return F.col(key[0]) if len(key) == 1 else F.struct(*[F.col(k) for k in key])
+
+
+def _bound(bound: list[str], key: list[str], types: dict[str, str]) -> Column:
+    values = [_literal(v, types[k]).alias(k) for v, k in zip(bound, key)]
+    return values[0] if len(key) == 1 else F.struct(*values)
+
+
+def bucket_of(key: list[str], types: dict[str, str], bounds: list[list[str] | None]) -> Column:
+    """Index of the key-range bucket a row falls in; `bounds[i]` is bucket i's inclusive lower
+    bound (None for bucket 0). A balanced tree of comparisons: log2(buckets) per row."""
+    value = _key_value(key)
+
+    def tree(lo: int, hi: int) -> Column:
+        if lo == hi:
+            return F.lit(lo)
+        mid = (lo + hi + 1) // 2
+        return F.when(value < _bound(bounds[mid], key, types), tree(lo, mid - 1)).otherwise(tree(mid, hi))
+
+    return tree(0, len(bounds) - 1)
+
+
+def split_points(samples: list[list[str]], rows: int, bucket_rows: int) -> list[list[str]]:
+    """Lower bounds that cut a bucket of `rows` rows into pieces of about `bucket_rows`, taken
+    from a sorted sample of its keys."""
+    pieces = math.ceil(rows / bucket_rows)
+    if pieces < 2 or not samples:
+        return []
+    points: list[list[str]] = []
+    for j in range(1, pieces):
+        candidate = samples[min(len(samples) - 1, round(j * len(samples) / pieces))]
+        if candidate != samples[0] and (not points or candidate != points[-1]):
+            points.append(candidate)
+    return points
+
+
+def align(df: DataFrame, columns: list[tuple[str, str]]) -> DataFrame:
+    """`df` with exactly the warehouse's data columns (missing ones null), metadata kept."""
+    have = set(df.columns)
+    data = [(F.col(c) if c in have else F.lit(None)).cast(t).alias(c) for c, t in columns]
+    return df.select(*data, *[c for c in df.columns if c.startswith("_")])
+
+
+def as_records(rows: DataFrame) -> DataFrame:
+    """Warehouse rows as merge records; on equal positions they win over new ones (`_prio` 0)."""
+    renamed = [F.col(m).alias(r) for m, r in zip(META, _RECORD)]
+    data = [c for c in rows.columns if not c.startswith("_")]
+    return rows.select(*data, *renamed, F.lit(None).cast("array<string>").alias("_unchanged"), F.lit(0).alias("_prio"))
+
+
+def merge_records(existing: DataFrame | None, records: DataFrame, key: list[str], columns: list[str],
+                  merged_at: datetime, fill_unchanged: bool) -> DataFrame:
+    """Warehouse rows after applying `records` to `existing` warehouse rows (the merge rule)."""
+    incoming = records.withColumn("_merged_at", F.lit(merged_at).cast("timestamp")).withColumn("_prio", F.lit(1))
+    both = incoming if existing is None else as_records(existing).unionByName(incoming)
+    state = latest(both, key, columns, carry=("_merged_at",), fill_unchanged=fill_unchanged)
+    return state.select(*columns, *[F.col(r).alias(m) for r, m in zip(_RECORD, META)])
+
+
+def visible(rows: DataFrame) -> DataFrame:
+    """What users query: tombstones hidden."""
+    return rows.where(~is_tombstone())
