@@ -62,6 +62,18 @@ def settle(src: "SourceEnv") -> None:
                  30, what="the checkpoint to pass the sync watermark")
 
 
+def parquet_column_names(root: Path) -> set[str]:
+    """Every column name (struct fields included) of every Parquet file under `root`."""
+    import pyarrow.parquet as pq
+    names = set()
+    for path in root.rglob("*.parquet"):
+        for f in pq.read_schema(path):
+            names.add(f.name)
+            if hasattr(f.type, "num_fields"):  # the _before and _old_key structs
+                names.update(f.type.field(i).name for i in range(f.type.num_fields))
+    return names
+
+
 @dataclass
 class SourceEnv:
     """One source under test: admin SQL, the engine's Source, state store, staged log, processes."""
@@ -69,6 +81,7 @@ class SourceEnv:
     tag: str
     staging: Path
     procs: list = field(default_factory=list)
+    conns: list = field(default_factory=list)  # a failed test's open transaction must not block teardown
     query: str = ""  # extra connection options, e.g. "exclude=accounts.note"
 
     @property
@@ -128,6 +141,7 @@ class SourceEnv:
     def workload(self, seed: int = 0, rows: int = 2000):
         from dblog.workload import Workload, connect
         kind, conn = connect(ADMIN[self.kind])
+        self.conns.append(conn)
         return Workload(kind, conn, self.namespace, seed, rows)
 
     def table(self, name: str) -> str:
@@ -161,6 +175,8 @@ class SourceEnv:
                      f"ALTER DEFAULT PRIVILEGES IN SCHEMA {self.namespace} GRANT SELECT ON TABLES TO dblog")
 
     def teardown(self) -> None:
+        for c in self.conns:
+            c.close()
         for p in self.procs:
             if p.poll() is None:
                 p.kill()

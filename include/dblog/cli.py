@@ -14,6 +14,7 @@ from .dump import (
     CANCELLED,
     PAUSED,
     RUNNING,
+    MAX_KEYS,
     DumpError,
     DumpSpec,
     create_dump,
@@ -123,7 +124,7 @@ def cmd_status(args) -> int:
 
 def cmd_export(args) -> int:
     source = config.source(args.source)
-    table = args.table if "." in args.table else f"{source.namespace}.{args.table}"
+    table = _qualified(source, args.table)
     staged = StagedLog(config.staging_root())
     out = open(args.output, "w") if args.output else sys.stdout
     try:
@@ -133,6 +134,61 @@ def cmd_export(args) -> int:
             out.close()
     print(f"exported {lines} events of {table}", file=sys.stderr)
     return 0
+
+
+def _qualified(source, table: str) -> str:
+    return table if "." in table else f"{source.namespace}.{table}"
+
+
+def cmd_merge(args) -> int:
+    from .spark.job import MergeError, merge_source
+    from .spark.session import session
+    from .warehouse.layout import Warehouse
+    if args.bucket_rows < 1:
+        raise MergeError(f"--bucket-rows must be >= 1, got {args.bucket_rows}")
+    sources = [config.source(s) for s in (args.source or config.source_ids())]
+    staged, warehouse = StagedLog(config.staging_root()), Warehouse(config.warehouse_root())
+    spark = session("dblog-merge", args.master)
+    with _store() as store:
+        for src in sources:
+            tables = [_qualified(src, t) for t in args.table] if args.table else None
+            for r in merge_source(spark, store, staged, warehouse, src.name, tables, bucket_rows=args.bucket_rows):
+                print(f"{src.name} {r.table}: version {r.version}, {r.log_events} log events, {r.chunks} chunks "
+                      f"({r.chunk_rows} rows, {r.dropped} dropped in windows), {r.buckets_written}/{r.buckets} "
+                      f"buckets written, {r.rows} rows, {r.seconds:.1f}s" + (f" [{r.note}]" if r.note else ""))
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from .verify import compare_warehouse
+    from .warehouse.layout import Warehouse
+    source = config.source(args.source)
+    warehouse = Warehouse(config.warehouse_root())
+    tables = [_qualified(source, t) for t in args.table] if args.table else warehouse.tables(source.name)
+    if not tables:
+        print(f"dblog: error: {source.name} has no warehouse tables yet; run `dblog merge` first", file=sys.stderr)
+        return 2
+    drift = False
+    for table in tables:
+        diff = compare_warehouse(source, warehouse, table, args.page)
+        drift |= not diff.equal
+        if args.json:
+            print(json.dumps({"source": source.name, "table": table, "equal": diff.equal,
+                              "source_rows": diff.source_rows, "warehouse_rows": diff.staged_rows,
+                              "ranges": diff.ranges, "drifted": [vars(r) for r in diff.drifted],
+                              "keys": [list(k) for k in diff.keys()[:MAX_KEYS]]}, default=str))
+            continue
+        print(f"{source.name} {table}: {'equal' if diff.equal else 'DRIFT'} - source {diff.source_rows} rows, "
+              f"warehouse {diff.staged_rows} rows, {len(diff.drifted)} of {diff.ranges} key ranges differ")
+        for r in diff.drifted:
+            print(f"  keys {r.first} .. {r.last}: source {r.source_rows} rows (hash {r.source_hash}), "
+                  f"warehouse {r.copy_rows} rows (hash {r.copy_hash})")
+        if diff.extra:
+            print(f"  {len(diff.extra)} keys only in the warehouse, e.g. {diff.extra[:5]}")
+        if not diff.equal:
+            print(f"  repair: dblog dump --source {source.name} --table {table} --keys @keys.json "
+                  "(keys from `dblog verify --json`), then dblog merge")
+    return 1 if drift else 0
 
 
 def cmd_setup(args) -> int:
@@ -182,6 +238,20 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--output", help="file to write (default: standard output)")
     e.set_defaults(func=cmd_export)
 
+    m = sub.add_parser("merge", help="merge staged changes and dump chunks into the warehouse (Spark)")
+    m.add_argument("--source", action="append", help="connection id (repeatable; default: every configured source)")
+    m.add_argument("--table", action="append", help="table to merge (repeatable; default: every staged table)")
+    m.add_argument("--bucket-rows", type=int, default=250_000, help="rows per warehouse file before it splits")
+    m.add_argument("--master", help="Spark master (default: spark-submit's, else DBLOG_SPARK_MASTER, else local[*])")
+    m.set_defaults(func=cmd_merge)
+
+    v = sub.add_parser("verify", help="compare source and warehouse per key range; exit 1 on drift")
+    v.add_argument("--source", default="dblog_mariadb")
+    v.add_argument("--table", action="append", help="table to check (repeatable; default: every warehouse table)")
+    v.add_argument("--page", type=int, default=5000, help="rows per key range")
+    v.add_argument("--json", action="store_true", help="one JSON object per table, with the keys to repair")
+    v.set_defaults(func=cmd_verify)
+
     u = sub.add_parser("setup", help="check sources; create the watermark table, publication and slot")
     u.add_argument("--source")
     u.set_defaults(func=cmd_setup)
@@ -195,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
         return args.func(args)
-    except (DumpError, SourceError, ExportError, config.ConfigError, ConnectionError) as exc:
+    except (DumpError, SourceError, ExportError, config.ConfigError, ConnectionError, ValueError, RuntimeError) as exc:
         print(f"dblog: error: {exc}", file=sys.stderr)
         return 2
 

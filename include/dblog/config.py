@@ -6,7 +6,8 @@ A source is a connection id. Its URI names the database family and what to captu
     postgres://user:password@host:port/database?schema=public&slot=dblog_x&publication=dblog
 
 ZooKeeper is the `dblog_zookeeper` connection (`zookeeper://host:port[,host:port]/chroot`), the
-staged log root is `DBLOG_STAGING` (a path or any pyarrow filesystem URI). Without any of these,
+staged log root is `DBLOG_STAGING` (a path or any pyarrow filesystem URI), the warehouse root
+`DBLOG_WAREHOUSE` (a POSIX path). Without any of these,
 the local services of `make up` are used.
 """
 from __future__ import annotations
@@ -50,6 +51,10 @@ def source_ids() -> list[str]:
 
 def staging_root() -> str:
     return os.environ.get("DBLOG_STAGING") or os.path.abspath(os.path.join(os.getcwd(), ".local", "staging"))
+
+
+def warehouse_root() -> str:
+    return os.environ.get("DBLOG_WAREHOUSE") or os.path.abspath(os.path.join(os.getcwd(), ".local", "warehouse"))
 
 
 @dataclass(frozen=True)

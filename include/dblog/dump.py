@@ -196,7 +196,7 @@ class TableDump:
             chunk_no = progress.chunks
             after = None if progress.last_key is None else json.loads(progress.last_key)
             upto = None if progress.upto_key is None else decode_key(json.loads(progress.upto_key), schema)
-            chunk, key_to = self._read_chunk(schema, keys, after, upto, control["chunk_size"])
+            chunk, key_to, schema = self._read_chunk(schema, keys, after, upto, control["chunk_size"])
             if chunk is None:
                 progress.status, progress.finished_at = DONE, time.time()
                 break
@@ -216,21 +216,24 @@ class TableDump:
 
     def _read_chunk(self, schema: TableSchema, keys: list[tuple] | None, after, upto: tuple | None,
                     limit: int):
-        """LW, one bounded SELECT, HW. Returns ((rows, ops, metadata), last key), or (None, None) at the end."""
+        """LW, one bounded SELECT, HW. Returns ((rows, ops, metadata), last key, schema read), or
+        (None, None, schema) at the end."""
         if keys is not None:
             offset = after or 0
             batch = keys[offset:offset + limit]
             if not batch:
-                return None, None
+                return None, None, schema
         else:
             after_key = None if after is None else normalize_key(decode_key(after, schema), schema)
         lw, hw = str(uuid.uuid4()), str(uuid.uuid4())
         self.source.write_watermark(self.slot, lw)
+        # Columns added before LW are read; a write of one inside the window drops the row anyway.
+        schema = self.source.table_schema(schema.name, refresh=True)
         found = self.source.select_keys(schema, batch) if keys is not None else \
             self.source.select_chunk(schema, after_key, limit, upto)
         self.source.write_watermark(self.slot, hw)
         if keys is None and not found:
-            return None, None
+            return None, None, schema
         rows, ops = list(found), ["r"] * len(found)
         if keys is not None:
             # A requested key the source no longer has is staged as absent: the repair deletes it.
@@ -248,7 +251,7 @@ class TableDump:
             key_to = encode_key(normalize_key(schema.key_of_tuple(found[-1]), schema))
         meta = {"_lw": lw, "_hw": hw, "_key_from": key_from, "_key_to": key_to,
                 "_read_ts": dt.datetime.now(dt.timezone.utc)}
-        return (rows, ops, meta), key_to
+        return (rows, ops, meta), key_to, schema
 
 
 def run_dump(store: StateStore, source: Source, staged: StagedLog, dump_id: str,

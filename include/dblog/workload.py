@@ -29,6 +29,8 @@ DDL = {
     ],
 }
 NOW = {"mysql": "NOW(6)", "postgres": "now()"}
+ACCOUNTS = "accounts (id, name, balance, updated_at, note, data)"  # named: columns may be added later
+LINES = "order_lines (order_id, line_no, sku, qty, price)"
 IGNORE = {"mysql": ("INSERT IGNORE INTO", ""), "postgres": ("INSERT INTO", " ON CONFLICT DO NOTHING")}
 
 
@@ -59,12 +61,12 @@ class Workload:
         n = self.rows if accounts is None else accounts
         batch = [self._account(i) for i in range(1, n + 1)]
         for i in range(0, len(batch), 5000):
-            cur.executemany(f"INSERT INTO {self.ns}.accounts VALUES (%s, %s, %s, {NOW[self.kind]}, %s, %s)",
+            cur.executemany(f"INSERT INTO {self.ns}.{ACCOUNTS} VALUES (%s, %s, %s, {NOW[self.kind]}, %s, %s)",
                             batch[i:i + 5000])
         lines = [self._line(o, l) for o in range(1, (orders if orders is not None else n // 2) + 1)
                  for l in range(1, self.rng.randint(1, 5) + 1)]
         for i in range(0, len(lines), 5000):
-            cur.executemany(f"INSERT INTO {self.ns}.order_lines VALUES (%s, %s, %s, %s, %s)", lines[i:i + 5000])
+            cur.executemany(f"INSERT INTO {self.ns}.{LINES} VALUES (%s, %s, %s, %s, %s)", lines[i:i + 5000])
         self.conn.commit()
 
     def _account(self, i: int) -> tuple:
@@ -84,7 +86,7 @@ class Workload:
         for _ in range(1 if r.random() < 0.7 else r.randint(2, 10)):
             op, key = r.random(), r.randint(1, int(self.rows * 1.2))
             if op < 0.25:
-                cur.execute(f"{ins} {ns}.accounts VALUES (%s, %s, %s, {NOW[self.kind]}, %s, %s){tail}",
+                cur.execute(f"{ins} {ns}.{ACCOUNTS} VALUES (%s, %s, %s, {NOW[self.kind]}, %s, %s){tail}",
                             self._account(key))
             elif op < 0.55:
                 cur.execute(f"UPDATE {ns}.accounts SET balance = %s, name = %s, updated_at = {NOW[self.kind]} "
@@ -93,7 +95,7 @@ class Workload:
                 cur.execute(f"DELETE FROM {ns}.accounts WHERE id = %s", (key,))
             elif op < 0.72:  # delete and re-insert the same key in one transaction
                 cur.execute(f"DELETE FROM {ns}.accounts WHERE id = %s", (key,))
-                cur.execute(f"INSERT INTO {ns}.accounts VALUES (%s, %s, %s, {NOW[self.kind]}, %s, %s)",
+                cur.execute(f"INSERT INTO {ns}.{ACCOUNTS} VALUES (%s, %s, %s, {NOW[self.kind]}, %s, %s)",
                             self._account(key))
             elif op < 0.77:  # primary-key update, onto a fresh key
                 self.next_id += 1
@@ -107,7 +109,7 @@ class Workload:
                             (order, r.randint(1, 5)))
             else:
                 order = r.randint(1, int(self.rows * 0.6))
-                cur.execute(f"{ins} {ns}.order_lines VALUES (%s, %s, %s, %s, %s){tail}",
+                cur.execute(f"{ins} {ns}.{LINES} VALUES (%s, %s, %s, %s, %s){tail}",
                             self._line(order, r.randint(1, 6)))
             self.ops += 1
         self.conn.commit()

@@ -7,7 +7,8 @@ from conftest import wait_for
 from dblog import state as paths
 from dblog.reconcile import rebuild
 from dblog.rules import visible_rows
-from test_convergence import assert_converged, settle
+from conftest import settle
+from test_convergence import assert_converged
 
 
 def dumps_registered(env):

@@ -1,19 +1,7 @@
 """Excluded columns (personal data) never reach the staged log, from the stream or from dumps."""
-import pyarrow.parquet as pq
-
-from test_convergence import settle
+from conftest import parquet_column_names, settle
 
 from dblog.verify import compare
-
-
-def staged_column_names(root):
-    names = set()
-    for path in root.rglob("*.parquet"):
-        for f in pq.read_schema(path):
-            names.add(f.name)
-            if hasattr(f.type, "num_fields"):  # the _before and _old_key structs
-                names.update(f.type.field(i).name for i in range(f.type.num_fields))
-    return names
 
 
 def test_excluded_columns_appear_in_no_staged_file_and_the_rest_converges(src):
@@ -24,7 +12,7 @@ def test_excluded_columns_appear_in_no_staged_file_and_the_rest_converges(src):
     w.run(seconds=1)
     src.dblog("dump", "--source", src.source_id, "--table", "accounts", "--chunk-size", "40", check=True)
     settle(src)
-    names = staged_column_names(src.staging)
+    names = parquet_column_names(src.staging)
     assert {"id", "name", "balance"} <= names and not {"note", "data"} & names
     assert compare(src.source(), src.staged(), src.table("accounts")).equal
 

@@ -1,7 +1,7 @@
 """`dblog export`: the reconciled change stream in the paper's order, replayable into the table."""
 import json
 
-from test_convergence import settle
+from conftest import settle
 
 from dblog.rules import DumpRecord, merge_latest, visible_rows
 from dblog.verify import compare, source_rows

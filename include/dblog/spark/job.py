@@ -252,6 +252,7 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
     for dump_id, numbers in inputs.ready.items():
         new.add_chunks(dump_id, numbers)
     warehouse.commit(new, new_files, version_dir)
+    warehouse.clean(source, table)  # the scratch output, versions past their keep time
     result.version, result.buckets, result.rows = new.version, len(new.buckets), new.rows
     result.tombstones = sum(b.tombstone_rows for b in new.buckets)
 

@@ -1,0 +1,149 @@
+"""Merge cost: a full dump of N and 10N rows merged into an empty warehouse table, against a plain
+Spark Parquet write of the same rows; then a 1,000-key change batch merged into the 10N table,
+against rewriting that table. Same Spark session, same run.
+
+The staged input is synthesized (chunk files of `CHUNK` rows with their watermarks, a checkpoint
+in ZooKeeper), so the figures are the merge's own, not the source's read speed.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import tempfile
+import time
+import uuid
+from decimal import Decimal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dblog import state as paths
+from dblog.positions import encode
+from dblog.schema import Column, TableSchema
+from dblog.sources.base import WATERMARK_TABLE
+from dblog.spark.job import merge_table
+from dblog.staging import CHUNK_FIELDS, StagedLog, log_fields
+from dblog.state import StateStore
+from dblog.warehouse.layout import Warehouse
+
+SOURCE, TABLE, CHUNK = "bench", "bench.items", 50_000
+SCHEMA = TableSchema(TABLE, (
+    Column("id", "bigint", pa.int64()), Column("name", "varchar(32)", pa.string()),
+    Column("amount", "decimal(12,2)", pa.decimal128(12, 2)), Column("ts", "timestamp(6)", pa.timestamp("us")),
+    Column("note", "text", pa.string())), ("id",))
+META = {b"dblog.table": TABLE.encode(), b"dblog.key": b"id"}
+
+
+def _rows(ids: np.ndarray, salt: int) -> dict:
+    n = len(ids)
+    return {"id": pa.array(ids, pa.int64()),
+            "name": pa.array([f"item-{i}-{salt}" for i in ids.tolist()]),
+            "amount": pa.array([Decimal(int(i) % 100000) / 100 for i in ids.tolist()], pa.decimal128(12, 2)),
+            "ts": pa.array(np.full(n, 1_700_000_000_000_000 + salt, dtype="int64"), pa.timestamp("us")),
+            "note": pa.array(np.full(n, "x" * 40))}
+
+
+def stage_dump(staged: StagedLog, rows: int, first_pos: int) -> int:
+    """Chunk files for ids 1..rows and their watermark events; returns the last position used."""
+    dump_id, pos, marks = f"d{uuid.uuid4().hex[:6]}", first_pos, []
+    for number, start in enumerate(range(1, rows + 1, CHUNK)):
+        ids = np.arange(start, min(start + CHUNK, rows + 1), dtype="int64")
+        lw, hw = str(uuid.uuid4()), str(uuid.uuid4())
+        marks += [(lw, encode(pos, 0, 0)), (hw, encode(pos + 1, 0, 0))]
+        pos += 2
+        cols = _rows(ids, 0)
+        n = len(ids)
+        meta = {"_dump_id": pa.array([dump_id] * n), "_chunk": pa.array(np.full(n, number), pa.int64()),
+                "_op": pa.array(["r"] * n), "_lw": pa.array([lw] * n), "_hw": pa.array([hw] * n),
+                "_key_from": pa.nulls(n, pa.string()), "_key_to": pa.nulls(n, pa.string()),
+                "_read_ts": pa.nulls(n, pa.timestamp("us", tz="UTC"))}
+        schema = pa.schema(SCHEMA.arrow_fields() + CHUNK_FIELDS, metadata=META)
+        table = pa.Table.from_arrays([cols[c] for c in SCHEMA.column_names] + [meta[f.name] for f in CHUNK_FIELDS],
+                                     schema=schema)
+        path = f"{staged.chunk_dir(SOURCE, TABLE, dump_id)}/{number:08d}.parquet"
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        pq.write_table(table, path, compression="zstd")
+    wm = pa.table({"value": [v for v, _ in marks], "_position": [p for _, p in marks], "_op": ["u"] * len(marks)})
+    directory = staged.log_dir(SOURCE, WATERMARK_TABLE)
+    os.makedirs(directory, exist_ok=True)
+    pq.write_table(wm, f"{directory}/{marks[0][1]}_{marks[-1][1]}.parquet")
+    return pos
+
+
+def stage_updates(staged: StagedLog, ids: np.ndarray, first_pos: int) -> int:
+    cols = _rows(ids, 1)
+    n = len(ids)
+    positions = [encode(first_pos + i, 0, 0) for i in range(n)]
+    fields = log_fields(SCHEMA)
+    extra = {"_position": pa.array(positions), "_op": pa.array(["u"] * n), "_txid": pa.nulls(n, pa.string()),
+             "_commit_ts": pa.nulls(n, pa.timestamp("us", tz="UTC")), "_unchanged": pa.nulls(n, pa.list_(pa.string())),
+             "_old_key": pa.nulls(n, fields[-2].type), "_before": pa.nulls(n, fields[-1].type)}
+    table = pa.Table.from_arrays([cols[c] for c in SCHEMA.column_names] + [extra[f.name] for f in fields],
+                                 schema=pa.schema(SCHEMA.arrow_fields() + fields, metadata=META))
+    directory = staged.log_dir(SOURCE, TABLE)
+    os.makedirs(directory, exist_ok=True)
+    pq.write_table(table, f"{directory}/{positions[0]}_{positions[-1]}.parquet")
+    return first_pos + n
+
+
+def _merge(spark, store, staged, warehouse, upto: int) -> float:
+    store.put(paths.checkpoint_path(SOURCE), {"position": encode(upto, 0, 0)})
+    started = time.perf_counter()
+    result = merge_table(spark, store, staged, warehouse, SOURCE, TABLE)
+    elapsed = time.perf_counter() - started
+    print(f"    merge: {result.rows} rows, {result.buckets_written}/{result.buckets} buckets written, {elapsed:.1f}s",
+          flush=True)
+    return elapsed
+
+
+def _plain_write(spark, source_paths: list[str], out: str) -> float:
+    started = time.perf_counter()
+    spark.read.parquet(*source_paths).write.parquet(out)
+    return time.perf_counter() - started
+
+
+def full_dump(spark, store, rows: int, tmp: str) -> dict:
+    staged, warehouse = StagedLog(f"{tmp}/staged-{rows}"), Warehouse(f"{tmp}/wh-{rows}")
+    upto = stage_dump(staged, rows, 1_000)
+    chunk_files = staged.chunk_files(SOURCE, TABLE)
+    plain = _plain_write(spark, chunk_files, f"{tmp}/plain-{rows}")
+    merged = _merge(spark, store, staged, warehouse, upto)
+    return {"rows": rows, "merge_s": round(merged, 2), "plain_write_s": round(plain, 2),
+            "ratio": round(merged / plain, 2), "staged": staged, "warehouse": warehouse, "upto": upto}
+
+
+def change_batch(spark, store, base: dict, keys: int, clustered: bool, tmp: str) -> dict:
+    rng = np.random.default_rng(7)
+    rows = base["rows"]
+    ids = np.arange(rows - keys + 1, rows + 1, dtype="int64") if clustered else \
+        np.sort(rng.choice(np.arange(1, rows + 1, dtype="int64"), keys, replace=False))
+    base["upto"] = stage_updates(base["staged"], ids, base["upto"] + 1)
+    merged = _merge(spark, store, base["staged"], base["warehouse"], base["upto"])
+    current = base["warehouse"].version_path(SOURCE, TABLE)
+    rewrite = _plain_write(spark, [current], f"{tmp}/rewrite-{uuid.uuid4().hex[:6]}")
+    return {"keys": keys, "table_rows": rows, "keys_are": "recent ids" if clustered else "random ids",
+            "merge_s": round(merged, 2), "rewrite_s": round(rewrite, 2), "ratio": round(merged / rewrite, 3)}
+
+
+def run(rows: int, zk_hosts: str) -> dict:
+    from dblog.spark.session import session
+    spark = session("dblog-merge-bench", os.environ.get("DBLOG_SPARK_MASTER", "local[2]"),
+                    {"spark.ui.enabled": "false", "spark.driver.memory": "6g"})
+    store = StateStore(zk_hosts, f"/bench_merge_{uuid.uuid4().hex[:6]}").start()
+    try:
+        with tempfile.TemporaryDirectory(dir=os.environ.get("DBLOG_BENCH_TMP")) as tmp:
+            print("  warm-up", flush=True)
+            full_dump(spark, store, CHUNK * 2, tmp)
+            out = {"full": [], "batches": [], "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+            for n in (rows, rows * 10):
+                print(f"  full dump of {n} rows", flush=True)
+                result = full_dump(spark, store, n, tmp)
+                out["full"].append({k: v for k, v in result.items() if k in ("rows", "merge_s", "plain_write_s", "ratio")})
+            for clustered in (True, False):
+                print(f"  1,000-key batch into {rows * 10} rows ({'recent' if clustered else 'random'} ids)", flush=True)
+                out["batches"].append(change_batch(spark, store, result, 1000, clustered, tmp))
+            return out
+    finally:
+        store.stop()
+        spark.stop()
