@@ -237,12 +237,8 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
     new_files: dict[str, str] = {}
     buckets = base.buckets
     if inputs.records is not None:
-        recs = inputs.records.persist()
-        counts = dict(recs.groupBy("_origin").count().collect())
-        result.log_events, result.survivors = counts.get("log", 0), counts.get("dump", 0)
-        buckets, new_files = _rewrite(spark, warehouse, base, recs, key, columns, upto, purge, bucket_rows,
-                                      inputs.fill_unchanged, version_dir, result)
-        recs.unpersist()
+        buckets, new_files = _rewrite(spark, warehouse, base, inputs.records, key, columns, upto, purge,
+                                      bucket_rows, inputs.fill_unchanged, version_dir, result)
     if manifest is None and not any(b.files for b in buckets):
         result.note = "nothing to merge yet"
         return
@@ -263,34 +259,36 @@ def _rewrite(spark: SparkSession, warehouse: Warehouse, base: Manifest, recs: Da
     """Merge `recs` into the buckets they touch; returns the new bucket list and its new files."""
     types, names = dict(columns), [c for c, _ in columns]
     bounds = [b.lo for b in base.buckets]
+    incoming: dict[int, int] = {}
+    for r in (recs.groupBy(M.bucket_of(key, types, bounds).alias("_b"))
+              .agg(F.count("*").alias("n"), F.sum((F.col("_origin") == "dump").cast("long")).alias("dump")).collect()):
+        incoming[r["_b"]] = r["n"]
+        result.survivors += r["dump"]
+        result.log_events += r["n"] - r["dump"]
     if [tuple(c) for c in base.columns] != list(columns) or version_dir is None:
         touched = set(range(len(bounds)))  # new columns: every file gets the same schema
     else:
-        touched = {r[0] for r in recs.select(M.bucket_of(key, types, bounds)).distinct().collect()}
+        touched = set(incoming)
     old_files = [os.path.join(version_dir, f) for i in sorted(touched) for f in base.buckets[i].files] + \
         [os.path.join(version_dir, TOMBSTONES, f) for i in sorted(touched) for f in base.buckets[i].tombstones] \
         if version_dir else []
     existing = M.align(spark.read.parquet(*old_files), columns) if old_files else None
-    merged = M.merge_records(existing, recs, key, names, dt.datetime.now(dt.timezone.utc), fill_unchanged)
-    if purge:
-        merged = merged.where(~(M.is_tombstone() & (F.col("_dblog_position") <= upto)))
-    merged = merged.withColumn("_b", M.bucket_of(key, types, bounds)).persist()
-    sizes: dict[int, int] = {}
-    for r in merged.groupBy("_b").count().collect():
-        sizes[r["_b"]] = r["count"]
-    splits = _split_points(merged, key, types, {b: n for b, n in sizes.items() if n > 2 * bucket_rows}, bucket_rows)
+    # Sizes are estimated (an update counts twice), so a bucket may split a little early; never late.
+    estimate = {b: base.buckets[b].rows + base.buckets[b].tombstone_rows + incoming.get(b, 0) for b in touched}
+    oversized = {b: n for b, n in estimate.items() if n > 2 * bucket_rows}
+    keys = recs.select(*key) if existing is None else existing.select(*key).unionByName(recs.select(*key))
+    splits = _split_points(keys.withColumn("_b", M.bucket_of(key, types, bounds)), key, types, oversized, bucket_rows)
     entries: list[tuple[list[str] | None, int | None]] = []   # (lower bound, bucket it was) per bucket
     for i, b in enumerate(base.buckets):
         entries += [(b.lo, i)] + [(p, None) for p in splits.get(i, [])]
-    out = merged
-    if splits:
-        out = merged.withColumn("_b", M.bucket_of(key, types, [lo for lo, _ in entries]))
-    out = out.withColumn("_t", M.is_tombstone().cast("int"))
-    pieces = sum(1 for j, (_, old) in enumerate(entries) if old is None or old in touched)
+    pieces = sum(1 for _, old in entries if old is None or old in touched)
+    merged = M.merge_records(existing, recs, key, names, dt.datetime.now(dt.timezone.utc), fill_unchanged,
+                             M.bucket_of(key, types, [lo for lo, _ in entries]), max(1, pieces))
+    if purge:
+        merged = merged.where(~(M.is_tombstone() & (F.col("_dblog_position") <= upto)))
     scratch = warehouse.scratch(base.source, base.table)
-    out.repartition(max(1, pieces), "_b").write.partitionBy("_b", "_t").parquet(scratch)
-    counts = {(r["_b"], r["_t"]): r["count"] for r in out.groupBy("_b", "_t").count().collect()}
-    written: dict[tuple[int, int], list[str]] = {}
+    merged.withColumn("_t", M.is_tombstone().cast("int")).write.partitionBy("_b", "_t").parquet(scratch)
+    written: dict[tuple[int, int], list[tuple[str, int]]] = {}
     new_files: dict[str, str] = {}
     for dirpath, _, files in os.walk(scratch):
         found = re.search(r"_b=(\d+)/_t=(\d)$", dirpath)
@@ -298,14 +296,16 @@ def _rewrite(spark: SparkSession, warehouse: Warehouse, base: Manifest, recs: Da
             if name.endswith(".parquet") and not name.startswith((".", "_")):
                 b, t = int(found.group(1)), int(found.group(2))
                 stored = f"{'t' if t else 'b'}-{uuid.uuid4().hex}.parquet"
-                new_files[f"{TOMBSTONES}/{stored}" if t else stored] = os.path.join(dirpath, name)
-                written.setdefault((b, t), []).append(stored)
+                path = os.path.join(dirpath, name)
+                new_files[f"{TOMBSTONES}/{stored}" if t else stored] = path
+                written.setdefault((b, t), []).append((stored, pq.read_metadata(path).num_rows))
     buckets: list[Bucket] = []
     for j, (lo, old) in enumerate(entries):
         if old is not None and old not in touched:
             buckets.append(Bucket(**vars(base.buckets[old])))
             continue
-        bucket = Bucket(lo, written.get((j, 0), []), written.get((j, 1), []), counts.get((j, 0), 0), counts.get((j, 1), 0))
+        live, dead = written.get((j, 0), []), written.get((j, 1), [])
+        bucket = Bucket(lo, [f for f, _ in live], [f for f, _ in dead], sum(n for _, n in live), sum(n for _, n in dead))
         if bucket.files or bucket.tombstones:
             buckets.append(bucket)
             result.buckets_written += 1
@@ -319,18 +319,18 @@ def _rewrite(spark: SparkSession, warehouse: Warehouse, base: Manifest, recs: Da
         new_files[stored] = os.path.join(empty, name)
         buckets[0].files.append(stored)
     buckets[0].lo = None  # the first bucket always starts below every key
-    merged.unpersist()
     return buckets, new_files
 
 
-def _split_points(merged: DataFrame, key: list[str], types: dict[str, str], oversized: dict[int, int],
+def _split_points(keys: DataFrame, key: list[str], types: dict[str, str], oversized: dict[int, int],
                   bucket_rows: int) -> dict[int, list[list[str]]]:
-    """New lower bounds inside each oversized bucket, from a sorted sample of its keys."""
+    """New lower bounds inside each oversized bucket, from a sorted sample of its keys (`keys`
+    with their current bucket `_b`)."""
     if not oversized:
         return {}
     fractions = {b: min(1.0, 64 * -(-n // bucket_rows) / n) for b, n in oversized.items()}
     strings = M.key_strings(key, types)
-    rows = (merged.where(F.col("_b").isin(*oversized)).sampleBy("_b", fractions, seed=7)
+    rows = (keys.where(F.col("_b").isin(*oversized)).sampleBy("_b", fractions, seed=7)
             .select("_b", *key, *strings).orderBy("_b", *key).collect())
     samples: dict[int, list[list[str]]] = {}
     for r in rows:

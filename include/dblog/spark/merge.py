@@ -84,12 +84,14 @@ def as_records(rows: DataFrame) -> DataFrame:
 
 
 def merge_records(existing: DataFrame | None, records: DataFrame, key: list[str], columns: list[str],
-                  merged_at: datetime, fill_unchanged: bool) -> DataFrame:
-    """Warehouse rows after applying `records` to `existing` warehouse rows (the merge rule)."""
+                  merged_at: datetime, fill_unchanged: bool, bucket: Column, buckets: int) -> DataFrame:
+    """Warehouse rows (with their bucket `_b`) after applying `records` to `existing` warehouse
+    rows by the merge rule. One shuffle, by bucket, serves the merge and the per-bucket write."""
     incoming = records.withColumn("_merged_at", F.lit(merged_at).cast("timestamp")).withColumn("_prio", F.lit(1))
     both = incoming if existing is None else as_records(existing).unionByName(incoming)
-    state = latest(both, key, columns, carry=("_merged_at",), fill_unchanged=fill_unchanged)
-    return state.select(*columns, *[F.col(r).alias(m) for r, m in zip(_RECORD, META)])
+    both = both.withColumn("_b", bucket).repartition(buckets, "_b")
+    state = latest(both, key, columns, carry=("_merged_at",), fill_unchanged=fill_unchanged, within=("_b",))
+    return state.select(*columns, *[F.col(r).alias(m) for r, m in zip(_RECORD, META)], "_b")
 
 
 def visible(rows: DataFrame) -> DataFrame:

@@ -76,25 +76,26 @@ def records(log: DataFrame, survivors: DataFrame, key: list[str], columns: list[
 
 
 def latest(recs: DataFrame, key: list[str], columns: list[str], carry: tuple[str, ...] = (),
-           fill_unchanged: bool = True) -> DataFrame:
+           fill_unchanged: bool = True, within: tuple[str, ...] = ()) -> DataFrame:
     """Per key the record with the highest position (the merge rule), tombstones included.
     On equal positions (the same event merged twice) a lower `_prio`, when present, wins.
 
     PostgreSQL leaves unchanged TOASTed values out of an update: they take the key's previous
     value (`fill_unchanged`; without any `_unchanged` list the fill is skipped, it costs a sort).
+    `within`: columns that depend on the key only (a bucket): the windows reuse their partitioning.
     """
     meta = ["_position", "_op", "_origin", "_dump_id", *carry]
     values = [c for c in columns if c not in key]
     if fill_unchanged:
-        history = Window.partitionBy(*key).orderBy("_position").rowsBetween(Window.unboundedPreceding, 0)
+        history = Window.partitionBy(*within, *key).orderBy("_position").rowsBetween(Window.unboundedPreceding, 0)
         unchanged = F.coalesce(F.col("_unchanged"), F.array().cast("array<string>"))
         values = [F.last(F.when(~F.array_contains(unchanged, c), F.struct(F.col(c).alias("v"))), ignorenulls=True)
                   .over(history)["v"].alias(c) for c in values]
     order = [F.col("_position").desc()] + ([F.col("_prio")] if "_prio" in recs.columns else [])
-    newest = Window.partitionBy(*key).orderBy(*order)
-    return (recs.select(*key, *values, *meta, *(["_prio"] if "_prio" in recs.columns else []))
+    newest = Window.partitionBy(*within, *key).orderBy(*order)
+    return (recs.select(*within, *key, *values, *meta, *(["_prio"] if "_prio" in recs.columns else []))
             .withColumn("_rank", F.row_number().over(newest)).where("_rank = 1")
-            .select(*columns, *meta))
+            .select(*columns, *meta, *within))
 
 
 def visible(state: DataFrame) -> DataFrame:
