@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: install up down status test unit demo bench lock clean
+.PHONY: install up down status test unit demo merge verify bench lock clean
 
 install:
 	@bash scripts/install.sh
@@ -25,6 +25,12 @@ unit: install
 
 demo: up
 	$(VENV)/python -m dblog.demo
+
+merge: up
+	$(VENV)/dblog merge
+
+verify: up
+	$(VENV)/dblog verify --source dblog_mariadb && $(VENV)/dblog verify --source dblog_postgres
 
 bench: up
 	$(VENV)/python bench/run.py

@@ -79,8 +79,8 @@ class _Inputs:
     fill_unchanged: bool = False
 
 
-def _read(spark: SparkSession, staged: StagedLog, paths_: list[str]) -> DataFrame:
-    uris = paths_ if staged.local else [f"{staged.root.split('://', 1)[0]}://{p}" for p in paths_]
+def _read(spark: SparkSession, staged: StagedLog, files: list[str]) -> DataFrame:
+    uris = files if staged.local else [f"{staged.root.split('://', 1)[0]}://{p}" for p in files]
     return spark.read.option("mergeSchema", "true").parquet(*uris)
 
 
