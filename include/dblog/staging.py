@@ -128,12 +128,14 @@ class StagedLog:
         infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{source}/log", allow_not_found=True))
         return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
 
-    def segments(self, source: str, table: str, low: str | None = None, high: str | None = None) -> list[str]:
-        """Segment files that may hold positions in [low, high] (pruned by their names)."""
+    def segments(self, source: str, table: str, low: str | None = None, high: str | None = None,
+                 after: str | None = None) -> list[str]:
+        """Segment files that may hold positions in [low, high], or in (after, high] (pruned by
+        their names)."""
         out = []
         for path in self._files(self.log_dir(source, table)):
             first, last = path.rsplit("/", 1)[1][: -len(".parquet")].split("_")
-            if (low is None or last >= low) and (high is None or first <= high):
+            if (low is None or last >= low) and (after is None or last > after) and (high is None or first <= high):
                 out.append(path)
         return out
 

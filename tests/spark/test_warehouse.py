@@ -97,6 +97,15 @@ def test_re_running_a_merge_changes_nothing_and_repeated_staged_events_are_harml
                              f"{half['_position'][0].as_py()}_{half['_position'][-1].as_py()}.parquet")
     merge(spark, mariadb, warehouse)
     assert_warehouse_equals_source(mariadb, warehouse)
+    # The capture's last batch is one accounts event: the checkpoint ends exactly on its segment.
+    mariadb.sql(f"INSERT INTO {mariadb.table('accounts')} (id, name) VALUES (999999, 'last')")
+    with mariadb.store() as store:
+        def last_event_checkpointed():
+            log = staged.read_log(mariadb.source_id, mariadb.table("accounts"))
+            checkpoint = store.get(paths.checkpoint_path(mariadb.source_id))["position"]
+            return log["name"][-1].as_py() == "last" and checkpoint == log["_position"][-1].as_py()
+        wait_for(last_event_checkpointed, 60, what="the update to be checkpointed")
+    merge(spark, mariadb, warehouse)
     before = {t: warehouse.manifest(mariadb.source_id, mariadb.table(t)) for t in ("accounts", "order_lines")}
     again = merge(spark, mariadb, warehouse)
     assert {r.note for r in again} == {"up to date"}

@@ -72,3 +72,15 @@ def test_a_non_local_filesystem_takes_the_same_write_rename_read_path():
     log.write_segment("s", T, rows(1, 2, 3))
     assert log.read_log("s", "app.t")["id"].to_pylist() == [1, 2, 3, 4]
     assert log.tables("s") == ["app.t"]
+
+
+def test_segments_after_a_position_leave_out_a_segment_ending_on_it(tmp_path):
+    staged = StagedLog(str(tmp_path))
+    directory = tmp_path / "s" / "log" / "db.t"
+    directory.mkdir(parents=True)
+    for name in ("a_c", "d_f", "g_h"):
+        (directory / f"{name}.parquet").write_bytes(b"")
+    names = lambda paths: [p.rsplit("/", 1)[1] for p in paths]  # noqa: E731
+    assert names(staged.segments("s", "db.t", low="f")) == ["d_f.parquet", "g_h.parquet"]
+    assert names(staged.segments("s", "db.t", after="f")) == ["g_h.parquet"]
+    assert names(staged.segments("s", "db.t", after="e", high="f")) == ["d_f.parquet"]

@@ -160,7 +160,9 @@ def _inputs(spark: SparkSession, staged: StagedLog, source: str, table: str, man
         chunks, watermarks, chunk_low = _ready_chunks(spark, staged, source, pending, upto, out, result)
         if chunk_low is not None and low is not None:
             low = min(low, chunk_low)  # the windows may reach back before the last merge
-    segments = staged.segments(source, table, low, upto)
+    # Without chunk windows to cover, only segments with events after the last merge matter.
+    segments = staged.segments(source, table, low, upto) if chunks is not None else \
+        staged.segments(source, table, high=upto, after=done_upto)
     events = None
     if segments:
         events = _read(spark, staged, segments).where(F.col("_position") <= upto)
