@@ -92,8 +92,3 @@ def merge_records(existing: DataFrame | None, records: DataFrame, key: list[str]
     both = both.withColumn("_b", bucket).repartition(buckets, "_b")
     state = latest(both, key, columns, carry=("_merged_at",), fill_unchanged=fill_unchanged, within=("_b",))
     return state.select(*columns, *[F.col(r).alias(m) for r, m in zip(_RECORD, META)], "_b")
-
-
-def visible(rows: DataFrame) -> DataFrame:
-    """What users query: tombstones hidden."""
-    return rows.where(~is_tombstone())
