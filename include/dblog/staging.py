@@ -51,7 +51,8 @@ CHUNK_FIELDS = [
 ]
 
 
-def _table_dir(table: str) -> str:
+def table_dir_name(table: str) -> str:
+    """A table name as one path component (refused when it could escape its directory)."""
     if "/" in table or table.startswith("."):
         raise ValueError(f"table name not usable as a path: {table!r}")
     return table
@@ -70,10 +71,10 @@ class StagedLog:
 
     # -- paths --------------------------------------------------------------------------------
     def log_dir(self, source: str, table: str) -> str:
-        return f"{self.base}/{source}/log/{_table_dir(table)}"
+        return f"{self.base}/{source}/log/{table_dir_name(table)}"
 
     def chunk_dir(self, source: str, table: str, dump_id: str) -> str:
-        return f"{self.base}/{source}/chunks/{_table_dir(table)}/{dump_id}"
+        return f"{self.base}/{source}/chunks/{table_dir_name(table)}/{dump_id}"
 
     # -- writing -------------------------------------------------------------------------------
     def write_segment(self, source: str, schema: TableSchema, rows: list[dict]) -> str:
@@ -154,7 +155,7 @@ class StagedLog:
     def chunk_files(self, source: str, table: str, dump_id: str | None = None) -> list[str]:
         if dump_id is not None:
             return self._files(self.chunk_dir(source, table, dump_id))
-        return self._files(f"{self.base}/{source}/chunks/{_table_dir(table)}", recursive=True)
+        return self._files(f"{self.base}/{source}/chunks/{table_dir_name(table)}", recursive=True)
 
     def read_chunk(self, path: str) -> pa.Table:
         return pq.read_table(path, filesystem=self.fs)

@@ -271,8 +271,7 @@ def _rewrite(spark: SparkSession, warehouse: Warehouse, base: Manifest, recs: Da
         touched = set(range(len(bounds)))  # new columns: every file gets the same schema
     else:
         touched = set(incoming)
-    old_files = [os.path.join(version_dir, f) for i in sorted(touched) for f in base.buckets[i].files] + \
-        [os.path.join(version_dir, TOMBSTONES, f) for i in sorted(touched) for f in base.buckets[i].tombstones] \
+    old_files = warehouse.files(base.source, base.table, base, tombstones=True, buckets=sorted(touched)) \
         if version_dir else []
     existing = M.align(spark.read.parquet(*old_files), columns) if old_files else None
     # Sizes are estimated (an update counts twice), so a bucket may split a little early; never late.

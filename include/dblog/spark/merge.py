@@ -18,8 +18,8 @@ META = ("_dblog_position", "_dblog_op", "_dblog_origin", "_dblog_dump_id", "_dbl
 _RECORD = ("_position", "_op", "_origin", "_dump_id", "_merged_at")
 
 
-def is_tombstone(op: Column | str = "_dblog_op") -> Column:
-    return (F.col(op) if isinstance(op, str) else op).isin(*TOMBSTONES)
+def is_tombstone() -> Column:
+    return F.col("_dblog_op").isin(*TOMBSTONES)
 
 
 def _literal(value: str, spark_type: str) -> Column:

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..staging import table_dir_name
+
 MANIFEST = "_manifest.json"
 TOMBSTONES = "_tombstones"
 FORMAT = 1
@@ -98,9 +100,7 @@ class Warehouse:
         self.keep_s = keep_s
 
     def table_dir(self, source: str, table: str) -> str:
-        if "/" in table or table.startswith("."):
-            raise ValueError(f"table name not usable as a path: {table!r}")
-        return os.path.join(self.root, source, table)
+        return os.path.join(self.root, source, table_dir_name(table))
 
     def current_path(self, source: str, table: str) -> str:
         """The path users read (`spark.read.parquet(...)`); a link that moves on every merge."""
@@ -124,11 +124,14 @@ class Warehouse:
         with open(os.path.join(version, MANIFEST)) as f:
             return Manifest.from_json(json.load(f))
 
-    def files(self, source: str, table: str, manifest: Manifest, tombstones: bool = False) -> list[str]:
+    def files(self, source: str, table: str, manifest: Manifest, tombstones: bool = False,
+              buckets: list[int] | None = None) -> list[str]:
+        """Paths of the current version's files (of `buckets` only, when given)."""
         version = self.version_path(source, table)
-        out = [os.path.join(version, f) for b in manifest.buckets for f in b.files]
+        chosen = manifest.buckets if buckets is None else [manifest.buckets[i] for i in buckets]
+        out = [os.path.join(version, f) for b in chosen for f in b.files]
         if tombstones:
-            out += [os.path.join(version, TOMBSTONES, f) for b in manifest.buckets for f in b.tombstones]
+            out += [os.path.join(version, TOMBSTONES, f) for b in chosen for f in b.tombstones]
         return out
 
     def read(self, source: str, table: str, columns: list[str]) -> pa.Table | None:
