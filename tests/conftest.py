@@ -51,15 +51,11 @@ TABLES = ("accounts", "order_lines")  # what `dblog.workload` creates
 def settle(src: "SourceEnv") -> None:
     """Write a sync watermark and await it behind the checkpoint: every earlier commit is staged
     and a merge started now covers it."""
-    from dblog import state as paths
-    from dblog.capture import sync_point
-    from dblog.reconcile import watermark_positions
+    from dblog.capture import caught_up, sync_point
     mark = sync_point(src.source())
-    position = wait_for(lambda: watermark_positions(src.staged(), src.source_id).get(mark), 120,
-                        what="the capture to catch up")
     with src.store() as store:
-        wait_for(lambda: ((store.get(paths.checkpoint_path(src.source_id)) or {}).get("position") or "") >= position,
-                 30, what="the checkpoint to pass the sync watermark")
+        wait_for(lambda: caught_up(store, src.staged(), src.source_id, mark), 120,
+                 what="the capture to stage the sync watermark and checkpoint past it")
 
 
 def parquet_column_names(root: Path) -> set[str]:

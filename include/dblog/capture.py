@@ -231,6 +231,16 @@ def reset_checkpoint(store: StateStore, source: Source) -> None:
     source.reset_stream()
 
 
+def caught_up(store: StateStore, staged: StagedLog, source: str, mark: str) -> str | None:
+    """The position of the sync watermark `mark` once the checkpoint has passed it, else None.
+    From then on a merge covers every commit made before `sync_point` returned `mark`."""
+    position = watermark_positions(staged, source).get(mark)
+    if position is None:
+        return None
+    checkpoint = store.get(paths.checkpoint_path(source)) or {}
+    return position if (checkpoint.get("position") or "") >= position else None
+
+
 def sync_point(source: Source) -> str:
     """Write a fresh watermark and return its value: once it is staged, so is every earlier commit."""
     value = str(uuid.uuid4())

@@ -146,17 +146,27 @@ def cmd_merge(args) -> int:
     from .warehouse.layout import Warehouse
     if args.bucket_rows < 1:
         raise MergeError(f"--bucket-rows must be >= 1, got {args.bucket_rows}")
-    sources = [config.source(s) for s in (args.source or config.source_ids())]
+    sources = [config.source(s) for s in (_listed(args.source) or config.source_ids())]
     staged, warehouse = StagedLog(config.staging_root()), Warehouse(config.warehouse_root())
     spark = session("dblog-merge", args.master)
+    results: list[dict] = []
     with _store() as store:
         for src in sources:
-            tables = [_qualified(src, t) for t in args.table] if args.table else None
+            tables = [_qualified(src, t) for t in _listed(args.table)] or None
             for r in merge_source(spark, store, staged, warehouse, src.name, tables, bucket_rows=args.bucket_rows):
+                results.append({**vars(r), "dropped": r.dropped})
                 print(f"{src.name} {r.table}: version {r.version}, {r.log_events} log events, {r.chunks} chunks "
                       f"({r.chunk_rows} rows, {r.dropped} dropped in windows), {r.buckets_written}/{r.buckets} "
                       f"buckets written, {r.rows} rows, {r.seconds:.1f}s" + (f" [{r.note}]" if r.note else ""))
+    if args.report:
+        with open(args.report, "w") as f:
+            json.dump(results, f, default=str)
     return 0
+
+
+def _listed(values: list[str] | None) -> list[str]:
+    """Repeated and comma-separated option values (`--source a,b --source c`)."""
+    return [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
 
 
 def cmd_verify(args) -> int:
@@ -176,7 +186,7 @@ def cmd_verify(args) -> int:
             print(json.dumps({"source": source.name, "table": table, "equal": diff.equal,
                               "source_rows": diff.source_rows, "warehouse_rows": diff.staged_rows,
                               "ranges": diff.ranges, "drifted": [vars(r) for r in diff.drifted],
-                              "keys": [list(k) for k in diff.keys()[:MAX_KEYS]]}, default=str))
+                              "repair": diff.repair(MAX_KEYS)}, default=str))
             continue
         print(f"{source.name} {table}: {'equal' if diff.equal else 'DRIFT'} - source {diff.source_rows} rows, "
               f"warehouse {diff.staged_rows} rows, {len(diff.drifted)} of {diff.ranges} key ranges differ")
@@ -187,7 +197,7 @@ def cmd_verify(args) -> int:
             print(f"  {len(diff.extra)} keys only in the warehouse, e.g. {diff.extra[:5]}")
         if not diff.equal:
             print(f"  repair: dblog dump --source {source.name} --table {table} --keys @keys.json "
-                  "(keys from `dblog verify --json`), then dblog merge")
+                  "(the repair.keys of `dblog verify --json`), then dblog merge")
     return 1 if drift else 0
 
 
@@ -239,10 +249,11 @@ def parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_export)
 
     m = sub.add_parser("merge", help="merge staged changes and dump chunks into the warehouse (Spark)")
-    m.add_argument("--source", action="append", help="connection id (repeatable; default: every configured source)")
+    m.add_argument("--source", action="append", help="connection id (repeatable or comma-separated; default: every configured source)")
     m.add_argument("--table", action="append", help="table to merge (repeatable; default: every staged table)")
     m.add_argument("--bucket-rows", type=int, default=250_000, help="rows per warehouse file before it splits")
     m.add_argument("--master", help="Spark master (default: spark-submit's, else DBLOG_SPARK_MASTER, else local[*])")
+    m.add_argument("--report", help="write the per-table results to this file as JSON")
     m.set_defaults(func=cmd_merge)
 
     v = sub.add_parser("verify", help="compare source and warehouse per key range; exit 1 on drift")

@@ -15,9 +15,11 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from .sources.base import Source
+if TYPE_CHECKING:  # the engine's heavy modules load only when a source is built (DAG files import this)
+    from .sources.base import Source
 
 ZOOKEEPER_CONN = "dblog_zookeeper"
 _ID = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -27,7 +29,8 @@ class ConfigError(ValueError):
     pass
 
 
-def _local_defaults() -> dict[str, str]:
+def local_connections() -> dict[str, str]:
+    """Connection URIs of the services `make up` starts (ports from DBLOG_*_PORT)."""
     my, pg, zk = (os.environ.get(f"DBLOG_{n}_PORT", d) for n, d in
                   (("MARIADB", "3307"), ("POSTGRES", "5433"), ("ZK", "2182")))
     return {
@@ -38,7 +41,7 @@ def _local_defaults() -> dict[str, str]:
 
 
 def connection_uri(conn_id: str) -> str:
-    uri = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}") or _local_defaults().get(conn_id)
+    uri = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}") or local_connections().get(conn_id)
     if not uri:
         raise ConfigError(f"no connection {conn_id!r}: set AIRFLOW_CONN_{conn_id.upper()} to a URI such as "
                           "mysql://user:password@host:3306/db or postgres://user:password@host:5432/db")
@@ -64,13 +67,18 @@ class ZooKeeperConfig:
     session_timeout: float  # how long a dead leader keeps its lease before a standby takes over
 
 
-def zookeeper() -> ZooKeeperConfig:
-    parts = urlsplit(connection_uri(ZOOKEEPER_CONN))
-    return ZooKeeperConfig(parts.netloc.rsplit("@", 1)[-1], parts.path or "/dblog",
-                           float(os.environ.get("DBLOG_ZK_SESSION_TIMEOUT", "10")))
+def zookeeper(uri: str | None = None) -> ZooKeeperConfig:
+    """`zookeeper://host:port[,host:port]/chroot[?session_timeout=S]`; default: the dblog_zookeeper connection."""
+    parts = urlsplit(uri or connection_uri(ZOOKEEPER_CONN))
+    hosts = parts.netloc.rsplit("@", 1)[-1]
+    if not hosts:
+        raise ConfigError(f"connection {ZOOKEEPER_CONN}: no host; use zookeeper://host:2181/dblog")
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    timeout = query.get("session_timeout") or os.environ.get("DBLOG_ZK_SESSION_TIMEOUT", "10")
+    return ZooKeeperConfig(hosts, parts.path.rstrip("/") or "/dblog", float(timeout))
 
 
-def source_from_uri(conn_id: str, uri: str) -> Source:
+def source_from_uri(conn_id: str, uri: str) -> "Source":
     if not _ID.match(conn_id):
         raise ConfigError(f"source id {conn_id!r} must be lower-case letters, digits and _ (it names paths)")
     parts = urlsplit(uri)
@@ -82,7 +90,7 @@ def source_from_uri(conn_id: str, uri: str) -> Source:
                   password=unquote(parts.password or ""), database=database)
     if parts.scheme in ("mysql", "mariadb"):
         from .sources.mysql import MySQLSource
-        src: Source = MySQLSource(conn_id, port=parts.port or 3306, **common)
+        src: "Source" = MySQLSource(conn_id, port=parts.port or 3306, **common)
     elif parts.scheme in ("postgres", "postgresql"):
         from .sources.postgres import PostgresSource
         src = PostgresSource(conn_id, port=parts.port or 5432, schema=query.get("schema", "public"),
@@ -106,5 +114,5 @@ def excluded_columns(conn_id: str, spec: str, namespace: str) -> dict[str, froze
     return {t: frozenset(c) for t, c in out.items()}
 
 
-def source(conn_id: str) -> Source:
+def source(conn_id: str) -> "Source":
     return source_from_uri(conn_id, connection_uri(conn_id))

@@ -8,6 +8,7 @@ state rebuilt from the staged log (`compare`, the engine's own check).
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -71,6 +72,15 @@ class Diff:
     def keys(self) -> list[tuple]:
         """Every key a repair dump has to cover."""
         return sorted(set(self.missing) | set(self.extra) | set(self.different), key=repr)
+
+    def repair(self, max_keys: int) -> dict | None:
+        """What a repair dump must cover: the drifted keys, or the whole table past `max_keys`."""
+        if self.equal:
+            return None
+        keys = self.keys()
+        if len(keys) > max_keys:
+            return {"tables": [self.table], "keys": None}
+        return {"tables": [self.table], "keys": [json.loads(encode_key(k)) for k in keys]}
 
 
 def _hex(total: int) -> str:

@@ -1,0 +1,56 @@
+"""
+### dblog_dump: watermark chunk dump of one source's tables, then a Spark merge
+
+Trigger it from the UI (**Trigger DAG** shows the form) or the REST API with a conf:
+
+| param | meaning |
+|---|---|
+| `source` | connection id of the source database |
+| `tables` | tables to dump, `table` or `schema.table`, one per line; empty = every table |
+| `keys` | primary keys to re-read (a repair), with exactly one table: `[1, 2]` or `[[1, "a"]]` |
+| `chunk_size` | rows per chunk (one short SELECT between a low and a high watermark) |
+| `delay_seconds` | pause between chunks, to spare a busy source |
+| `dump_id` | optional name (letters, digits, `._-`); to pause/resume/cancel it use **dblog_dump_control** |
+
+The capture (**dblog_capture**) must be running: the dump's chunks are reconciled against the
+change stream. Unknown tables, tables without a primary key or malformed keys fail the `start`
+task at once and nothing is written. One task per table runs in the `dblog_dump_<source>` pool;
+then the run waits (deferred) for the capture to pass the dump and merges it into the warehouse.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import DAG, Param
+
+from dblog.config import source_ids
+from dblog_airflow.groups import dump_source
+from dblog_airflow.operators.merge import MergeOperator
+
+SOURCES = source_ids()
+
+with DAG(
+    dag_id="dblog_dump",
+    doc_md=__doc__,
+    schedule=None,
+    tags=["dblog", "dump"],
+    max_active_runs=4,
+    render_template_as_native_obj=True,
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
+    params={
+        "source": Param(SOURCES[0], type="string", enum=SOURCES, title="Source connection"),
+        "tables": Param([], type="array", items={"type": "string", "minLength": 1}, title="Tables",
+                        description="One per line; empty dumps every table of the source."),
+        "keys": Param(None, type=["null", "array"], maxItems=100_000, title="Primary keys (repair)",
+                      description='JSON array with one table, e.g. [1, 2] or [[1, "a"]]; empty = whole tables.'),
+        "chunk_size": Param(1000, type="integer", minimum=1, maximum=100_000, title="Chunk size (rows)"),
+        "delay_seconds": Param(0.0, type="number", minimum=0, maximum=3600, title="Delay between chunks (s)"),
+        "dump_id": Param(None, type=["null", "string"], pattern="^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+                         title="Dump id (optional)"),
+    },
+) as dag:
+    groups = [dump_source(s, selected_source="{{ params.source }}", tables="{{ params.tables }}",
+                          keys="{{ params['keys'] }}", chunk_size="{{ params.chunk_size }}",
+                          delay_seconds="{{ params.delay_seconds }}", dump_id="{{ params.dump_id }}")
+              for s in SOURCES]
+    groups >> MergeOperator(task_id="merge", sources="{{ params.source }}", trigger_rule="none_failed_min_one_success")

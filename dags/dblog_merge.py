@@ -1,0 +1,31 @@
+"""
+### dblog_merge: merge the staged change stream (and finished dump chunks) into the warehouse
+
+Runs `spark_jobs/merge.py` through the `spark_default` connection every
+`DBLOG_MERGE_EVERY_MINUTES` minutes (default 5), one run at a time; a table's merges are also
+serialized by a ZooKeeper lock, so a merge started by a dump run cannot interleave.
+
+Each table that got a new version emits an Asset event (alias `dblog_warehouse`; asset name
+`dblog.<source>.<schema.table>`): schedule downstream DAGs on
+`dblog_airflow.operators.merge.warehouse_asset(source, table)`.
+"""
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG
+
+from dblog_airflow.operators.merge import MergeOperator
+
+with DAG(
+    dag_id="dblog_merge",
+    doc_md=__doc__,
+    schedule=timedelta(minutes=float(os.environ.get("DBLOG_MERGE_EVERY_MINUTES", "5"))),
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["dblog", "merge"],
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
+) as dag:
+    MergeOperator(task_id="merge")
