@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["airflow_fixtures"]  # Airflow under test (tests/dags, tests/e2e)
+
 ROOT = Path(__file__).resolve().parents[1]
 PORTS = {k: os.environ.get(f"DBLOG_{k}_PORT", d) for k, d in (("MARIADB", "3307"), ("POSTGRES", "5433"), ("ZK", "2182"))}
 ADMIN = {"mariadb": f"mysql://root@127.0.0.1:{PORTS['MARIADB']}/mysql",
@@ -23,7 +25,7 @@ ADMIN = {"mariadb": f"mysql://root@127.0.0.1:{PORTS['MARIADB']}/mysql",
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if "/unit/" not in str(item.fspath):
+        if "/unit/" not in str(item.fspath) and not item.get_closest_marker("offline"):
             item.add_marker(pytest.mark.integration)
 
 
@@ -58,6 +60,15 @@ def settle(src: "SourceEnv") -> None:
                  what="the capture to stage the sync watermark and checkpoint past it")
 
 
+def assert_warehouse_equals_source(src: "SourceEnv", warehouse, tables=TABLES) -> None:
+    from dblog.verify import compare_warehouse
+    for t in tables:
+        diff = compare_warehouse(src.source(), warehouse, src.table(t))
+        assert diff.equal, (f"{t}: {len(diff.missing)} missing, {len(diff.extra)} extra, {len(diff.different)} "
+                            f"different, e.g. {diff.keys()[:5]}; drifted ranges {diff.drifted[:3]}")
+        assert diff.source_rows > 0
+
+
 def parquet_column_names(root: Path) -> set[str]:
     """Every column name (struct fields included) of every Parquet file under `root`."""
     import pyarrow.parquet as pq
@@ -79,6 +90,7 @@ class SourceEnv:
     procs: list = field(default_factory=list)
     conns: list = field(default_factory=list)  # a failed test's open transaction must not block teardown
     query: str = ""  # extra connection options, e.g. "exclude=accounts.note"
+    chroot: str = ""  # ZooKeeper chroot; sources of one test that share a deployment share it
 
     @property
     def source_id(self) -> str:
@@ -87,6 +99,14 @@ class SourceEnv:
     @property
     def namespace(self) -> str:
         return f"t_{self.tag}"
+
+    @property
+    def zk_chroot(self) -> str:
+        return self.chroot or f"/test_{self.tag}"
+
+    @property
+    def zk_uri(self) -> str:
+        return f"zookeeper://127.0.0.1:{PORTS['ZK']}{self.zk_chroot}"
 
     @property
     def uri(self) -> str:
@@ -99,7 +119,7 @@ class SourceEnv:
     @property
     def env(self) -> dict:
         return {**os.environ, f"AIRFLOW_CONN_{self.source_id.upper()}": self.uri,
-                "AIRFLOW_CONN_DBLOG_ZOOKEEPER": f"zookeeper://127.0.0.1:{PORTS['ZK']}/test_{self.tag}",
+                "AIRFLOW_CONN_DBLOG_ZOOKEEPER": self.zk_uri,
                 "DBLOG_STAGING": str(self.staging), "DBLOG_SOURCES": self.source_id,
                 "DBLOG_ZK_SESSION_TIMEOUT": "3",
                 "PYTHONPATH": str(ROOT / "include")}
@@ -128,7 +148,7 @@ class SourceEnv:
 
     def store(self):
         from dblog.state import StateStore
-        return StateStore(f"127.0.0.1:{PORTS['ZK']}", f"/test_{self.tag}", timeout=3).start()
+        return StateStore(f"127.0.0.1:{PORTS['ZK']}", self.zk_chroot, timeout=3).start()
 
     def staged(self):
         from dblog.staging import StagedLog

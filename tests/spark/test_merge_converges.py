@@ -1,20 +1,11 @@
 """Invariant 6 through Spark: the warehouse equals its source after dumps under concurrent writes."""
-from conftest import TABLES, settle
+from conftest import assert_warehouse_equals_source, settle
 from dblog.spark.job import merge_source
-from dblog.verify import compare_warehouse
 
 
 def merge(spark, src, warehouse, **options):
     with src.store() as store:
         return merge_source(spark, store, src.staged(), warehouse, src.source_id, **options)
-
-
-def assert_warehouse_equals_source(src, warehouse, tables=TABLES):
-    for t in tables:
-        diff = compare_warehouse(src.source(), warehouse, src.table(t))
-        assert diff.equal, (f"{t}: {len(diff.missing)} missing, {len(diff.extra)} extra, {len(diff.different)} "
-                            f"different, e.g. {diff.keys()[:5]}; drifted ranges {diff.drifted[:3]}")
-        assert diff.source_rows > 0
 
 
 def test_merges_at_arbitrary_moments_during_a_dump_under_writes_converge_to_the_source(src, spark, warehouse):

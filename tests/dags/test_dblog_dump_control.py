@@ -1,0 +1,26 @@
+"""dblog_dump_control through `dag.test()`: pause, throttle, resume and cancel reach the dump."""
+from __future__ import annotations
+
+
+def test_the_control_dag_pauses_throttles_resumes_and_cancels_a_dump(mariadb, deploy):
+    from dblog import state as paths
+    mariadb.workload(seed=41, rows=50).create()
+    mariadb.dblog("capture", "--init", "--source", mariadb.source_id, check=True)
+    dump_id = mariadb.dblog("dump", "--source", mariadb.source_id, "--table", "accounts", "--create-only",
+                            check=True).stdout.strip()
+    airflow = deploy(mariadb)
+    steps = (("pause", {}, {"state": "paused"}),
+             ("throttle", {"chunk_size": 7, "delay_seconds": 0.5}, {"state": "paused", "chunk_size": 7, "delay_s": 0.5}),
+             ("resume", {}, {"state": "running", "chunk_size": 7}),
+             ("status", {}, {"state": "running"}),
+             ("cancel", {}, {"state": "cancelled"}))
+    with mariadb.store() as store:
+        for action, extra, expected in steps:
+            states, _ = airflow.run("dblog_dump_control", {"source": mariadb.source_id, "dump_id": dump_id,
+                                                           "action": action, **extra})
+            assert states == {"control": "success"}, (action, states)
+            control = store.get(paths.control_path(mariadb.source_id, dump_id))
+            assert expected.items() <= control.items(), (action, control)
+    states, _ = airflow.run("dblog_dump_control", {"source": mariadb.source_id, "dump_id": "no-such-dump",
+                                                   "action": "pause"})
+    assert states == {"control": "failed"}

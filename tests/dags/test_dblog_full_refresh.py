@@ -1,0 +1,45 @@
+"""dblog_full_refresh and dblog_merge through `dag.test()`: two sources under writes converge."""
+from __future__ import annotations
+
+from conftest import assert_warehouse_equals_source, settle
+
+
+def asset_events(prefix: str) -> dict[str, list[dict]]:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    with create_session() as session:
+        rows = (session.query(AssetModel.name, AssetEvent.extra).join(AssetEvent, AssetEvent.asset_id == AssetModel.id)
+                .filter(AssetModel.name.like(f"{prefix}%")).all())
+    out: dict[str, list[dict]] = {}
+    for name, extra in rows:
+        out.setdefault(name, []).append(extra)
+    return out
+
+
+def test_full_refresh_of_every_source_under_writes_then_merges_converge_and_publish_assets(
+        mariadb, postgres, deploy, warehouse, monkeypatch):
+    postgres.chroot = mariadb.zk_chroot  # one deployment: one ZooKeeper chroot, one staging root
+    writers = []
+    for s in (mariadb, postgres):
+        s.workload(seed=21, rows=1500).create()
+        s.start_capture()
+        writers.append(s.spawn_workload(seconds=3600, seed=22, rows=1500))
+    monkeypatch.setenv("DBLOG_FULL_REFRESH_CHUNK_SIZE", "200")
+    airflow = deploy(mariadb, postgres)
+
+    states, run = airflow.run("dblog_full_refresh")
+    assert str(run.state) == "success", states
+    dumped = sorted(t for t, state in states.items() if ".dump_table[" in t and state == "success")
+    assert len(dumped) == 4, states  # two tables of each source, one mapped task each
+
+    for w in writers:
+        w.terminate(); w.wait()
+    for s in (mariadb, postgres):
+        settle(s)
+    states, run = airflow.run("dblog_merge")
+    assert states == {"merge": "success"}
+    for s in (mariadb, postgres):
+        assert_warehouse_equals_source(s, warehouse)
+        events = asset_events(f"dblog.{s.source_id}.")
+        assert set(events) == {f"dblog.{s.source_id}.{s.table(t)}" for t in ("accounts", "order_lines")}
+        assert all(e["version"] >= 1 for es in events.values() for e in es)
