@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: install up down status test unit demo merge verify bench lock clean
+.PHONY: install up down status test unit demo airflow merge verify bench lock clean
 
 install:
 	@bash scripts/install.sh
@@ -24,7 +24,10 @@ unit: install
 	$(VENV)/pytest -q -m "not integration"
 
 demo: up
-	$(VENV)/python -m dblog.demo
+	$(VENV)/python scripts/demo.py
+
+airflow: up
+	@bash scripts/airflow.sh
 
 merge: up
 	$(VENV)/dblog merge

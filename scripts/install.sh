@@ -10,6 +10,7 @@ command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || need+=(maria
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+[ -x /usr/bin/chromium ] || need+=(chromium)  # the UI test's browser (playwright drives it)
 if [ ${#need[@]} -gt 0 ]; then
   [ "$(id -u)" = 0 ] || { echo "[install] need root to apt-get install ${need[*]}" >&2; exit 1; }
   log "apt-get install ${need[*]}"
@@ -34,4 +35,4 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   uv pip install -q --python .venv/bin/python --no-deps -e .
   echo "$want" >"$stamp"
 fi
-log "ready: .venv ($(.venv/bin/python --version)), services: mariadb, postgresql, zookeeper"
+log "ready: .venv ($(.venv/bin/python --version)), services: mariadb, postgresql, zookeeper; chromium"

@@ -114,10 +114,14 @@ class Workload:
             self.ops += 1
         self.conn.commit()
 
-    def run(self, seconds: float, max_ops: int | None = None) -> int:
-        end = time.monotonic() + seconds
+    def run(self, seconds: float, max_ops: int | None = None, rate: float | None = None) -> int:
+        """Transactions until `seconds` pass or `max_ops` row changes; at most `rate` changes/s if set."""
+        start = time.monotonic()
+        end = start + seconds
         while time.monotonic() < end and (max_ops is None or self.ops < max_ops):
             self.step()
+            if rate:
+                time.sleep(max(0.0, start + self.ops / rate - time.monotonic()))
         return self.ops
 
 
@@ -128,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rows", type=int, default=2000)
+    p.add_argument("--rate", type=float, help="row changes per second (default: as fast as the source takes them)")
     p.add_argument("--create", action="store_true", help="create and load the tables first")
     args = p.parse_args(argv)
     kind, conn = connect(args.uri)
@@ -135,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.create:
         w.create()
         w.rng = random.Random(args.seed + 1)
-    ops = w.run(args.seconds)
+    ops = w.run(args.seconds, rate=args.rate)
     print(ops)
     return 0
 

@@ -1,7 +1,6 @@
 """dblog_dump through `dag.test()` against the real services."""
 from __future__ import annotations
 
-from conftest import settle
 
 
 def test_bad_input_fails_the_run_at_once_and_writes_nothing(mariadb, deploy):
