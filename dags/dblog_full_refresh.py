@@ -3,7 +3,7 @@
 
 Re-reads everything in watermark chunks while the capture runs, so the warehouse converges even
 after lost history or manual edits, without locks or a stalled change stream. Schedule:
-`DBLOG_FULL_REFRESH_SCHEDULE` (cron or preset, default `@weekly`); chunk size and delay:
+`DBLOG_FULL_REFRESH_SCHEDULE` (cron or preset, default `@weekly`; empty = trigger only); chunk size and delay:
 `DBLOG_FULL_REFRESH_CHUNK_SIZE` (default 5000) and `DBLOG_FULL_REFRESH_DELAY` (seconds, default 0).
 Each source's tables run in its `dblog_dump_<source>` pool.
 """
@@ -21,7 +21,7 @@ from dblog_airflow.operators.merge import MergeOperator
 with DAG(
     dag_id="dblog_full_refresh",
     doc_md=__doc__,
-    schedule=os.environ.get("DBLOG_FULL_REFRESH_SCHEDULE", "@weekly"),
+    schedule=os.environ.get("DBLOG_FULL_REFRESH_SCHEDULE", "@weekly") or None,  # empty: no schedule (trigger only)
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,

@@ -5,7 +5,7 @@ Per source: write a sync watermark and wait for the capture to pass it, merge, t
 warehouse table with its source per primary-key range (row count and row hash; `dblog verify`).
 Every drifted table triggers a **dblog_dump** run for exactly its drifted keys (or the whole
 table past 100,000 keys). Rows written while the check runs may show as drift; their repair is
-a harmless re-read. Schedule: `DBLOG_VERIFY_SCHEDULE` (default `@daily`).
+a harmless re-read. Schedule: `DBLOG_VERIFY_SCHEDULE` (default `@daily`; empty = trigger only).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ SOURCES = source_ids()
 with DAG(
     dag_id="dblog_verify",
     doc_md=__doc__,
-    schedule=os.environ.get("DBLOG_VERIFY_SCHEDULE", "@daily"),
+    schedule=os.environ.get("DBLOG_VERIFY_SCHEDULE", "@daily") or None,  # empty: no schedule (trigger only)
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,

@@ -75,3 +75,84 @@ def deploy(airflow_home, monkeypatch, tmp_path):
         monkeypatch.setenv("DBLOG_ZK_SESSION_TIMEOUT", "3")
         return Deployment(sources)
     return configure
+
+
+@dataclass
+class Standalone:
+    """A running `airflow standalone` (the product as users run it), its REST API and its source."""
+    url: str
+    token: str
+    src: object
+    warehouse: str
+
+    def api(self, method: str, path: str, **kwargs):
+        import requests
+        return requests.request(method, f"{self.url}/api/v2{path}", timeout=30,
+                                headers={"Authorization": f"Bearer {self.token}"}, **kwargs)
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 420) -> str:
+        from conftest import wait_for
+        return wait_for(lambda: self._finished(dag_id, run_id), timeout, interval=1, what=f"{dag_id} {run_id}")
+
+    def _finished(self, dag_id: str, run_id: str) -> str | None:
+        state = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}").json()["state"]
+        return state if state in ("success", "failed") else None
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def standalone(services, airflow_home, tmp_path_factory):
+    """`airflow standalone` on 127.0.0.1 with this project's DAGs, capturing a sample MariaDB
+    source of its own (its dblog_capture DAG runs, as in `make airflow`)."""
+    import signal
+
+    import requests
+    from conftest import make_env, wait_for
+    from dblog_airflow.local import PASSWORD, USER, settings
+    base = tmp_path_factory.mktemp("standalone")
+    src = make_env("mariadb", base)
+    src.workload(seed=51, rows=3000).create()
+    src.dblog("capture", "--init", "--source", src.source_id, check=True)
+    port = _free_port()
+    env = {**os.environ, **settings(base / "airflow"), **{k: v for k, v in src.env.items() if k.startswith("DBLOG_")
+                                                             or k.startswith("AIRFLOW_CONN_")},
+           "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+           "DBLOG_WAREHOUSE": str(base / "warehouse"), "DBLOG_FULL_REFRESH_SCHEDULE": "",
+           "DBLOG_VERIFY_SCHEDULE": "", "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT / 'include'}"}
+    airflow = str(Path(sys.executable).parent / "airflow")
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True)
+    subprocess.run([airflow, "pools", "set", f"dblog_dump_{src.source_id}", "2", "dumps"], env=env, check=True,
+                   capture_output=True)
+    log = open(base / "standalone.log", "w")
+    proc = subprocess.Popen([airflow, "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def healthy():
+            assert proc.poll() is None, f"airflow standalone exited; see {base / 'standalone.log'}"
+            try:
+                return requests.get(f"{url}/api/v2/monitor/health", timeout=5).ok
+            except requests.ConnectionError:
+                return False
+        wait_for(healthy, 180, interval=1, what="airflow standalone to answer")
+        token = requests.post(f"{url}/auth/token", json={"username": USER, "password": PASSWORD},
+                              timeout=30).json()["access_token"]
+        deployment = Standalone(url, token, src, env["DBLOG_WAREHOUSE"])
+        wait_for(lambda: deployment.api("GET", "/dags/dblog_dump").ok, 180, interval=1,
+                 what="the DAG processor to parse dblog_dump")
+        yield deployment
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+        src.teardown()
