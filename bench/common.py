@@ -48,8 +48,8 @@ def namespace(kind: str, name: str) -> None:
 def source(kind: str, name: str, ns: str, slot: str | None = None):
     from dblog.config import source_from_uri
     if kind == "mysql":
-        return source_from_uri(name, f"mysql://dblog:dblog@127.0.0.1:{PORTS['MARIADB']}/{ns}")
-    return source_from_uri(name, f"postgres://dblog:dblog@127.0.0.1:{PORTS['POSTGRES']}/shop?schema={ns}"
+        return source_from_uri(name, f"mysql://dblog:dblog-local-pw@127.0.0.1:{PORTS['MARIADB']}/{ns}")
+    return source_from_uri(name, f"postgres://dblog:dblog-local-pw@127.0.0.1:{PORTS['POSTGRES']}/shop?schema={ns}"
                                  f"&slot={slot or 'bench_' + uuid.uuid4().hex[:8]}")
 
 

@@ -60,8 +60,8 @@ def plain_select(kind: str) -> int:
 
 def _capture_during(kind: str, src, st, stage, seconds: float | None, work) -> dict:
     """Run capture + a writer (subprocesses) around `work` (or for `seconds`); return capture stats."""
-    uri = (f"mysql://dblog:dblog@127.0.0.1:{src.settings['port']}/{NS}" if kind == "mysql" else
-           f"postgres://dblog:dblog@127.0.0.1:{src.dsn['port']}/shop?schema={NS}&slot={src.slot}")
+    uri = (f"mysql://dblog:dblog-local-pw@127.0.0.1:{src.settings['port']}/{NS}" if kind == "mysql" else
+           f"postgres://dblog:dblog-local-pw@127.0.0.1:{src.dsn['port']}/shop?schema={NS}&slot={src.slot}")
     env = env_for(src.name, uri, st.chroot, stage.base)
     capture = spawn(["-m", "dblog.cli", "capture", "--source", src.name], env)
     writer = spawn(["-m", "dblog.workload", ADMIN[kind], NS, "--seconds", "3600", "--rows", "2000"], env)

@@ -7,7 +7,7 @@ Trigger it from the UI (**Trigger DAG** shows the form) or the REST API with a c
 |---|---|
 | `source` | connection id of the source database |
 | `tables` | tables to dump, `table` or `schema.table`, one per line; empty = every table |
-| `keys` | primary keys to re-read (a repair), with exactly one table: `[1, 2]` or `[[1, "a"]]` |
+| `keys` | primary keys to re-read (a repair), with exactly one table: `[1, 2]` or `[[1, "a"]]` (in the form: one per line) |
 | `chunk_size` | rows per chunk (one short SELECT between a low and a high watermark) |
 | `delay_seconds` | pause between chunks, to spare a busy source |
 | `dump_id` | optional name (letters, digits, `._-`); to pause/resume/cancel it use **dblog_dump_control** |
@@ -39,10 +39,11 @@ with DAG(
     default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
     params={
         "source": Param(SOURCES[0], type="string", enum=SOURCES, title="Source connection"),
-        "tables": Param([], type="array", items={"type": "string", "minLength": 1}, title="Tables",
+        "tables": Param([], type=["array", "null"], items={"type": "string", "minLength": 1}, title="Tables",
                         description="One per line; empty dumps every table of the source."),
         "keys": Param(None, type=["null", "array"], maxItems=100_000, title="Primary keys (repair)",
-                      description='JSON array with one table, e.g. [1, 2] or [[1, "a"]]; empty = whole tables.'),
+                      description='With one table: one key per line (7, "abc" or [1, "a"] for a composite '
+                                  "key); empty = whole tables."),
         "chunk_size": Param(1000, type="integer", minimum=1, maximum=100_000, title="Chunk size (rows)"),
         "delay_seconds": Param(0.0, type="number", minimum=0, maximum=3600, title="Delay between chunks (s)"),
         "dump_id": Param(None, type=["null", "string"], pattern="^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",

@@ -95,19 +95,25 @@ CFG
 }
 
 # The capture users: replication + reads + the watermark schema, nothing more (least privilege).
+# Their local password is not a word that appears in logs: Airflow masks a connection's password
+# wherever it occurs in task logs, and "dblog" would be masked everywhere.
+LOCAL_PASSWORD=dblog-local-pw
 provision() {
   mariadb --no-defaults --socket="$MY/mariadb.sock" -uroot <<SQL
 CREATE DATABASE IF NOT EXISTS shop;
 CREATE DATABASE IF NOT EXISTS dblog;
-CREATE USER IF NOT EXISTS 'dblog'@'127.0.0.1' IDENTIFIED BY 'dblog';
-CREATE USER IF NOT EXISTS 'dblog'@'localhost' IDENTIFIED BY 'dblog';
+CREATE USER IF NOT EXISTS 'dblog'@'127.0.0.1' IDENTIFIED BY '$LOCAL_PASSWORD';
+CREATE USER IF NOT EXISTS 'dblog'@'localhost' IDENTIFIED BY '$LOCAL_PASSWORD';
+ALTER USER 'dblog'@'127.0.0.1' IDENTIFIED BY '$LOCAL_PASSWORD';
+ALTER USER 'dblog'@'localhost' IDENTIFIED BY '$LOCAL_PASSWORD';
 GRANT REPLICATION SLAVE, BINLOG MONITOR, SLAVE MONITOR ON *.* TO 'dblog'@'127.0.0.1', 'dblog'@'localhost';
 GRANT SELECT ON shop.* TO 'dblog'@'127.0.0.1', 'dblog'@'localhost';
 GRANT ALL ON dblog.* TO 'dblog'@'127.0.0.1', 'dblog'@'localhost';
 SQL
   local psql=("$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$PG/sock" -p "$PG_PORT" -U postgres)
   runuser -u postgres -- "${psql[@]}" -d postgres -tc "SELECT 1 FROM pg_roles WHERE rolname='dblog'" | grep -q 1 \
-    || runuser -u postgres -- "${psql[@]}" -d postgres -c "CREATE ROLE dblog LOGIN REPLICATION PASSWORD 'dblog'"
+    || runuser -u postgres -- "${psql[@]}" -d postgres -c "CREATE ROLE dblog LOGIN REPLICATION"
+  runuser -u postgres -- "${psql[@]}" -d postgres -c "ALTER ROLE dblog PASSWORD '$LOCAL_PASSWORD'"
   runuser -u postgres -- "${psql[@]}" -d postgres -tc "SELECT 1 FROM pg_database WHERE datname='shop'" | grep -q 1 \
     || runuser -u postgres -- "${psql[@]}" -d postgres -c "CREATE DATABASE shop"
   runuser -u postgres -- "${psql[@]}" -d shop <<SQL

@@ -111,9 +111,9 @@ class SourceEnv:
     @property
     def uri(self) -> str:
         if self.kind == "mariadb":
-            return f"mysql://dblog:dblog@127.0.0.1:{PORTS['MARIADB']}/{self.namespace}" + (
+            return f"mysql://dblog:dblog-local-pw@127.0.0.1:{PORTS['MARIADB']}/{self.namespace}" + (
                 f"?{self.query}" if self.query else "")
-        return (f"postgres://dblog:dblog@127.0.0.1:{PORTS['POSTGRES']}/shop?schema={self.namespace}"
+        return (f"postgres://dblog:dblog-local-pw@127.0.0.1:{PORTS['POSTGRES']}/shop?schema={self.namespace}"
                 f"&slot=dblog_{self.tag}" + (f"&{self.query}" if self.query else ""))
 
     @property

@@ -34,8 +34,8 @@ def local_connections() -> dict[str, str]:
     my, pg, zk = (os.environ.get(f"DBLOG_{n}_PORT", d) for n, d in
                   (("MARIADB", "3307"), ("POSTGRES", "5433"), ("ZK", "2182")))
     return {
-        "dblog_mariadb": f"mysql://dblog:dblog@127.0.0.1:{my}/shop",
-        "dblog_postgres": f"postgres://dblog:dblog@127.0.0.1:{pg}/shop?schema=public",
+        "dblog_mariadb": f"mysql://dblog:dblog-local-pw@127.0.0.1:{my}/shop",
+        "dblog_postgres": f"postgres://dblog:dblog-local-pw@127.0.0.1:{pg}/shop?schema=public",
         ZOOKEEPER_CONN: f"zookeeper://127.0.0.1:{zk}/dblog",
     }
 

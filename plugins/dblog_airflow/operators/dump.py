@@ -6,6 +6,7 @@ written. Table tasks resume from their ZooKeeper progress when retried.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
@@ -20,6 +21,22 @@ def _input_errors() -> tuple[type[Exception], ...]:
     from dblog.dump import DumpError
     from dblog.sources.base import SourceError
     return DumpError, SourceError, ConfigError
+
+
+def _keys(keys: Any) -> list | None:
+    """Keys from a JSON conf, or one per line from the UI form: `7`, `"abc"` or `[1, "a"]`; an
+    unquoted line that is not JSON is taken as a string key."""
+    if not keys:
+        return None
+    if isinstance(keys, list) and all(isinstance(k, str) for k in keys):
+        out = []
+        for line in (k.strip() for k in keys if k.strip()):
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                out.append(line)
+        return out
+    return keys
 
 
 class StartDumpOperator(BaseOperator):
@@ -47,7 +64,7 @@ class StartDumpOperator(BaseOperator):
         if self.selected_source and self.selected_source != self.source_conn_id:
             raise AirflowSkipException(f"this run dumps {self.selected_source}, not {self.source_conn_id}")
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
-        spec = DumpSpec(tables=list(self.tables or []), keys=self.keys or None, chunk_size=self.chunk_size,
+        spec = DumpSpec(tables=list(self.tables or []), keys=_keys(self.keys), chunk_size=self.chunk_size,
                         delay_s=self.delay_seconds, dump_id=self.dump_id or None)
         try:
             source = hook.get_source()
