@@ -94,40 +94,13 @@ CFG
   log "zookeeper up on 127.0.0.1:$ZK_PORT"
 }
 
-# The capture users: replication + reads + the watermark schema, nothing more (least privilege).
-# Their local password is not a word that appears in logs: Airflow masks a connection's password
-# wherever it occurs in task logs, and "dblog" would be masked everywhere.
-LOCAL_PASSWORD=dblog-local-pw
+# The capture users, least privilege: scripts/sql/*.sql (docker-compose.yaml runs the same files).
 provision() {
-  mariadb --no-defaults --socket="$MY/mariadb.sock" -uroot <<SQL
-CREATE DATABASE IF NOT EXISTS shop;
-CREATE DATABASE IF NOT EXISTS dblog;
-CREATE USER IF NOT EXISTS 'dblog'@'127.0.0.1' IDENTIFIED BY '$LOCAL_PASSWORD';
-CREATE USER IF NOT EXISTS 'dblog'@'localhost' IDENTIFIED BY '$LOCAL_PASSWORD';
-ALTER USER 'dblog'@'127.0.0.1' IDENTIFIED BY '$LOCAL_PASSWORD';
-ALTER USER 'dblog'@'localhost' IDENTIFIED BY '$LOCAL_PASSWORD';
-GRANT REPLICATION SLAVE, BINLOG MONITOR, SLAVE MONITOR ON *.* TO 'dblog'@'127.0.0.1', 'dblog'@'localhost';
-GRANT SELECT ON shop.* TO 'dblog'@'127.0.0.1', 'dblog'@'localhost';
-GRANT ALL ON dblog.* TO 'dblog'@'127.0.0.1', 'dblog'@'localhost';
-SQL
+  mariadb --no-defaults --socket="$MY/mariadb.sock" -uroot <scripts/sql/mariadb.sql
   local psql=("$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$PG/sock" -p "$PG_PORT" -U postgres)
-  runuser -u postgres -- "${psql[@]}" -d postgres -tc "SELECT 1 FROM pg_roles WHERE rolname='dblog'" | grep -q 1 \
-    || runuser -u postgres -- "${psql[@]}" -d postgres -c "CREATE ROLE dblog LOGIN REPLICATION"
-  runuser -u postgres -- "${psql[@]}" -d postgres -c "ALTER ROLE dblog PASSWORD '$LOCAL_PASSWORD'"
   runuser -u postgres -- "${psql[@]}" -d postgres -tc "SELECT 1 FROM pg_database WHERE datname='shop'" | grep -q 1 \
     || runuser -u postgres -- "${psql[@]}" -d postgres -c "CREATE DATABASE shop"
-  runuser -u postgres -- "${psql[@]}" -d shop <<SQL
-SET client_min_messages = warning;
-CREATE SCHEMA IF NOT EXISTS dblog AUTHORIZATION dblog;
-GRANT USAGE ON SCHEMA public TO dblog;
-ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO dblog;
-GRANT SELECT ON ALL TABLES IN SCHEMA public TO dblog;
-DO \$\$ BEGIN
-  IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = 'dblog') THEN
-    CREATE PUBLICATION dblog FOR ALL TABLES;
-  END IF;
-END \$\$;
-SQL
+  runuser -u postgres -- "${psql[@]}" -d shop <scripts/sql/postgres.sql
   log "provisioned database shop and capture user dblog on both sources"
 }
 
