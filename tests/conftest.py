@@ -178,9 +178,10 @@ class SourceEnv:
         self.dblog("capture", "--init", "--source", self.source_id, check=True)
         return self.spawn("capture", "--source", self.source_id, *args)
 
-    def spawn_workload(self, seconds: float, seed: int = 1, rows: int = 2000) -> subprocess.Popen:
+    def spawn_workload(self, seconds: float, seed: int = 1, rows: int = 2000,
+                       rate: float | None = None) -> subprocess.Popen:
         return self.spawn(ADMIN[self.kind], self.namespace, "--seconds", str(seconds), "--seed", str(seed),
-                          "--rows", str(rows), module="dblog.workload")
+                          "--rows", str(rows), *(["--rate", str(rate)] if rate else []), module="dblog.workload")
 
     def setup(self) -> None:
         if self.kind == "mariadb":
