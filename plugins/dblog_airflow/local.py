@@ -34,6 +34,7 @@ def settings(home: Path | None = None) -> dict[str, str]:
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
         "AIRFLOW_CONN_SPARK_DEFAULT": "spark://local%5B2%5D",
+        # Explicit roots: Airflow runs tasks in temporary directories, so cwd-relative defaults would drift.
         "DBLOG_STAGING": os.environ.get("DBLOG_STAGING") or str(ROOT / ".local" / "staging"),
         "DBLOG_WAREHOUSE": os.environ.get("DBLOG_WAREHOUSE") or str(ROOT / ".local" / "warehouse"),
         "PYSPARK_PYTHON": sys.executable,

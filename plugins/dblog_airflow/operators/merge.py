@@ -22,7 +22,8 @@ MERGE_JOB = str(Path(__file__).resolve().parents[3] / "spark_jobs" / "merge.py")
 
 def warehouse_asset(source: str, table: str, root: str | None = None) -> Asset:
     """The Asset of one warehouse table (the same name and URI the merge task emits)."""
-    root = root or os.environ.get("DBLOG_WAREHOUSE") or os.path.abspath(".local/warehouse")
+    from dblog.config import warehouse_root
+    root = root or warehouse_root()
     return Asset(name=f"dblog.{source}.{table}", uri=f"file://{root}/{source}/{table}", group="dblog")
 
 
