@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,10 +53,15 @@ CHUNK_FIELDS = [
 
 
 def table_dir_name(table: str) -> str:
-    """A table name as one path component (refused when it could escape its directory)."""
-    if "/" in table or table.startswith("."):
-        raise ValueError(f"table name not usable as a path: {table!r}")
-    return table
+    """A table name as one path component: `%`, `/` and a leading `.` are %-escaped, so any name a
+    database allows stays inside its directory (and ordinary names are unchanged)."""
+    name = table.replace("%", "%25").replace("/", "%2F").replace("\0", "%00")
+    return "%2E" + name[1:] if name.startswith(".") else name
+
+
+def table_from_dir(name: str) -> str:
+    """The inverse of `table_dir_name`."""
+    return unquote(name)
 
 
 @dataclass
@@ -127,7 +133,7 @@ class StagedLog:
 
     def tables(self, source: str) -> list[str]:
         infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{source}/log", allow_not_found=True))
-        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+        return sorted(table_from_dir(i.base_name) for i in infos if i.type == pafs.FileType.Directory)
 
     def segments(self, source: str, table: str, low: str | None = None, high: str | None = None,
                  after: str | None = None) -> list[str]:
@@ -162,7 +168,7 @@ class StagedLog:
 
     def chunk_tables(self, source: str) -> list[str]:
         infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{source}/chunks", allow_not_found=True))
-        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+        return sorted(table_from_dir(i.base_name) for i in infos if i.type == pafs.FileType.Directory)
 
 
 def _array(values: list, field: pa.Field) -> pa.Array:

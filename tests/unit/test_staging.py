@@ -84,3 +84,12 @@ def test_segments_after_a_position_leave_out_a_segment_ending_on_it(tmp_path):
     assert names(staged.segments("s", "db.t", low="f")) == ["d_f.parquet", "g_h.parquet"]
     assert names(staged.segments("s", "db.t", after="f")) == ["g_h.parquet"]
     assert names(staged.segments("s", "db.t", after="e", high="f")) == ["d_f.parquet"]
+
+
+def test_any_table_name_maps_to_one_path_component_and_back():
+    from dblog.staging import table_dir_name, table_from_dir
+    for name in ("shop.accounts", "s.o'rder \"lines\"; -- ✓/x", "s.../../etc", ".hidden", "s.100%", "s.a%2Fb"):
+        encoded = table_dir_name(name)
+        assert "/" not in encoded and not encoded.startswith(".")
+        assert table_from_dir(encoded) == name
+    assert table_dir_name("shop.accounts") == "shop.accounts"

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..staging import table_dir_name
+from ..staging import table_dir_name, table_from_dir
 
 MANIFEST = "_manifest.json"
 TOMBSTONES = "_tombstones"
@@ -115,7 +115,7 @@ class Warehouse:
         base = os.path.join(self.root, source)
         if not os.path.isdir(base):
             return []
-        return sorted(t for t in os.listdir(base) if os.path.islink(os.path.join(base, t, "current")))
+        return sorted(table_from_dir(t) for t in os.listdir(base) if os.path.islink(os.path.join(base, t, "current")))
 
     def manifest(self, source: str, table: str) -> Manifest | None:
         version = self.version_path(source, table)
