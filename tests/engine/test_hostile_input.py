@@ -15,15 +15,20 @@ def _quoted(src, name: str) -> str:
     return f"{src.namespace}.{q}{name.replace(q, q + q)}{q}"
 
 
-def test_hostile_table_names_and_key_values_are_captured_dumped_and_repaired_safely(src):
-    from dblog.verify import compare
-    src.workload(seed=61, rows=50).create()
+def _create_hostile_table(src) -> str:
     table = _quoted(src, HOSTILE)
     src.sql(f"CREATE TABLE {table} (k VARCHAR(64) PRIMARY KEY, v INT)")
     conn = src.admin()
     conn.cursor().executemany(f"INSERT INTO {table} VALUES (%s, %s)", [(k, i) for i, k in enumerate(KEYS)])
     conn.commit()
     conn.close()
+    return table
+
+
+def test_hostile_table_names_and_key_values_are_captured_dumped_and_repaired_safely(src):
+    from dblog.verify import compare
+    src.workload(seed=61, rows=50).create()
+    table = _create_hostile_table(src)
     src.start_capture()
     out = src.dblog("dump", "--source", src.source_id, "--table", HOSTILE, "--chunk-size", "2")
     assert out.returncode == 0, out.stderr
@@ -48,12 +53,7 @@ def test_sql_in_a_table_name_is_an_unknown_table_and_nothing_runs(src):
 def test_a_hostile_table_name_reaches_the_warehouse_intact(mariadb, spark, warehouse):
     from conftest import assert_warehouse_equals_source
     from dblog.spark.job import merge_source
-    table = _quoted(mariadb, HOSTILE)
-    mariadb.sql(f"CREATE TABLE {table} (k VARCHAR(64) PRIMARY KEY, v INT)")
-    conn = mariadb.admin()
-    conn.cursor().executemany(f"INSERT INTO {table} VALUES (%s, %s)", [(k, i) for i, k in enumerate(KEYS)])
-    conn.commit()
-    conn.close()
+    table = _create_hostile_table(mariadb)
     mariadb.start_capture()
     mariadb.dblog("dump", "--source", mariadb.source_id, "--table", HOSTILE, check=True)
     mariadb.sql(f"DELETE FROM {table} WHERE k = %s", params=[KEYS[2]])
