@@ -69,8 +69,8 @@ class StartDumpOperator(BaseOperator):
         try:
             source = hook.get_source()
             with hook.store() as store:
-                ensure_checkpoint(store, source)
-                dump_id = create_dump(store, source, spec)
+                dump_id = create_dump(store, source, spec)  # validates first: bad input writes nothing
+                ensure_checkpoint(store, source)  # before any chunk: its watermarks must be captured
                 tables = store.get(dump_path(source.name, dump_id))["tables"]
         except _input_errors() as exc:
             raise AirflowFailException(f"dump not started: {exc}") from None
