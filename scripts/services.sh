@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Private MariaDB, PostgreSQL and ZooKeeper instances for development, tests and the demo.
 # Loopback only, non-default ports, data under .local/. Never touches system-wide services.
-#   scripts/services.sh up|down|status|env
+#   scripts/services.sh up|down|status|start NAME|stop NAME
 # Ports come from DBLOG_MARIADB_PORT / DBLOG_POSTGRES_PORT / DBLOG_ZK_PORT (3307/5433/2182).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -111,18 +111,26 @@ stop_pid() {  # stop_pid NAME PIDFILE
   kill -KILL "$pid" 2>/dev/null || true
 }
 
+mariadb_down() { stop_pid mariadb "$MY/mariadbd.pid"; }
+postgres_down() {
+  alive "$PG/data/postmaster.pid" || return 0
+  runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$PG/data" -m fast -w stop >/dev/null && log "postgres stopped"
+}
+zookeeper_down() { stop_pid zookeeper "$ZK/zk.pid"; }
+one() {  # one ACTION SERVICE: start or stop a single service
+  case "${2:-}" in mariadb|postgres|zookeeper) "${2}_$1" ;; *) die "usage: $0 start|stop mariadb|postgres|zookeeper" ;; esac
+}
+
 case "${1:-}" in
   up) mariadb_up; postgres_up; zookeeper_up; provision ;;
   provision) provision ;;
-  down)
-    stop_pid mariadb "$MY/mariadbd.pid"
-    if alive "$PG/data/postmaster.pid"; then
-      runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$PG/data" -m fast -w stop >/dev/null && log "postgres stopped"
-    fi
-    stop_pid zookeeper "$ZK/zk.pid" ;;
+  down) mariadb_down; postgres_down; zookeeper_down ;;
+  # One service at a time, for the fault tests (a restart keeps its data).
+  start) one up "${2:-}" ;;
+  stop) one down "${2:-}" ;;
   status)
     alive "$MY/mariadbd.pid" && echo "mariadb up :$MY_PORT" || echo "mariadb down"
     alive "$PG/data/postmaster.pid" && echo "postgres up :$PG_PORT" || echo "postgres down"
     alive "$ZK/zk.pid" && echo "zookeeper up :$ZK_PORT" || echo "zookeeper down" ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|start NAME|stop NAME" >&2; exit 2 ;;
 esac

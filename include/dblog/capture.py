@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from . import state as paths
 from .events import ChangeEvent
 from .reconcile import watermark_positions
+from .retry import reconnecting
 from .sources.base import WATERMARK_TABLE, Source, Transaction
 from .staging import StagedLog
 from .state import Lease, StateStore
@@ -95,10 +96,10 @@ class Capture:
         self.leading.set()
         log.info("%s: capture leader %s", self.source.name, self.identifier)
         try:
-            checkpoint = self._checkpoint = ensure_checkpoint(self.store, self.source)
+            self._checkpoint = ensure_checkpoint(self.store, self.source)
             deadline = None if duration is None else time.monotonic() + duration
             if until_watermark is None or until_watermark not in watermark_positions(self.staged, self.source.name):
-                self._loop(checkpoint.get("resume"), deadline, until_watermark)
+                self._run_reconnecting(deadline, until_watermark)
         finally:
             self.leading.clear()
             self.lease.release()
@@ -107,6 +108,16 @@ class Capture:
 
     def stop(self) -> None:
         self.stop_event.set()
+
+    def _run_reconnecting(self, deadline: float | None, until: str | None) -> None:
+        """Read until done; a source restart only pauses the capture, which then resumes from its
+        last durable checkpoint (what a lost connection had buffered is read again)."""
+        def attempt() -> None:
+            if self.stop_event.is_set() or (deadline is not None and time.monotonic() >= deadline):
+                return
+            self._loop(self._checkpoint.get("resume"), deadline, until)
+
+        reconnecting(self.source, attempt, "capture", stop=self.stop_event)
 
     def _loop(self, resume: dict | None, deadline: float | None, until: str | None) -> None:
         writer = _Writer(self._flush, self.source.name)
@@ -139,6 +150,9 @@ class Capture:
                 writer.submit(batch)
                 batch = Batch()
                 self._acknowledge(writer)
+            elif txn is None and not batch.txns and writer.idle:
+                self._acknowledge(writer)
+                self.source.acknowledge_idle()
             done = self.stop_event.is_set() or (deadline is not None and now >= deadline) or reached
             if done:
                 break
@@ -180,6 +194,7 @@ class _Writer:
         self._flush, self._queue = flush, queue.Queue(maxsize=1)
         self.error: BaseException | None = None
         self.durable: dict | None = None
+        self.submitted = self.staged = 0
         self._thread = threading.Thread(target=self._run, name=f"dblog-stage-{name}", daemon=True)
         self._thread.start()
 
@@ -190,6 +205,7 @@ class _Writer:
             try:
                 self._flush(batch)
                 self.durable = batch.resume
+                self.staged += 1
             except BaseException as exc:  # noqa: B036 - handed to the reading thread
                 self.error = exc
 
@@ -199,7 +215,13 @@ class _Writer:
 
     def submit(self, batch: Batch) -> None:
         self.check()
+        self.submitted += 1
         self._queue.put(batch)
+
+    @property
+    def idle(self) -> bool:
+        """Every submitted batch is staged."""
+        return self.error is None and self.staged == self.submitted
 
     def close(self) -> None:
         self._queue.put(None)

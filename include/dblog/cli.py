@@ -24,7 +24,7 @@ from .dump import (
 )
 from .sources.base import SourceError
 from .staging import StagedLog
-from .state import StateStore
+from .state import Fenced, StateStore
 from .status import source_status
 
 log = logging.getLogger("dblog")
@@ -56,10 +56,26 @@ def cmd_capture(args) -> int:
         if args.init:
             print(json.dumps(ensure_checkpoint(store, source), default=str))
             return 0
-        capture = Capture(source, store, StagedLog(config.staging_root()), flush_rows=args.flush_rows,
-                          flush_seconds=args.flush_seconds)
-        signal.signal(signal.SIGTERM, lambda *_: capture.stop())
-        stats = capture.run(duration=args.duration, until_watermark=args.until_watermark)
+        stopped = False
+
+        def stop(*_):
+            nonlocal stopped
+            stopped = True
+            capture.stop()
+
+        signal.signal(signal.SIGTERM, stop)
+        while True:
+            capture = Capture(source, store, StagedLog(config.staging_root()), flush_rows=args.flush_rows,
+                              flush_seconds=args.flush_seconds)
+            try:
+                stats = capture.run(duration=args.duration, until_watermark=args.until_watermark)
+                break
+            except Fenced as exc:
+                # Our ZooKeeper session ended (a long outage): another capture may lead now. Queue
+                # for the lease again; whoever leads resumes from the fenced checkpoint.
+                if stopped or args.duration is not None or args.until_watermark is not None:
+                    raise
+                log.warning("%s: %s; standing by to lead again", source.name, exc)
         print(json.dumps(stats.__dict__))
     return 0
 

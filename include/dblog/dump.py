@@ -22,6 +22,7 @@ from typing import Callable
 from kazoo.exceptions import LockTimeout
 
 from . import state as paths
+from .retry import reconnecting
 from .schema import TableSchema, decode_key, encode_key, normalize_key
 from .sources.base import WATERMARK_TABLE, Source
 from .staging import StagedLog
@@ -32,6 +33,7 @@ RUNNING, PAUSED, CANCELLED = "running", "paused", "cancelled"
 DONE, PENDING = "done", "pending"
 _DUMP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_KEYS = 100_000
+RECONNECT_FOR_S = 120.0  # then the dump fails; re-running it resumes after its last chunk
 
 
 class DumpError(ValueError):
@@ -53,7 +55,8 @@ class TableProgress:
     status: str = PENDING
     last_key: str | None = None     # JSON of the last completed key (or key-list offset)
     upto_key: str | None = None     # JSON of the table's highest key when the dump started
-    chunks: int = 0
+    chunks: int = 0                 # chunks staged and recorded
+    next_chunk: int | None = None   # number of the next chunk file (None: `chunks`); see _chunks
     rows: int = 0
     started_at: float | None = None
     finished_at: float | None = None
@@ -185,24 +188,35 @@ class TableDump:
                 progress.status, progress.finished_at = DONE, time.time()
                 self.store.fenced_put(lease, self.progress_path, asdict(progress))
                 return progress
+        if progress.status == RUNNING:
+            # Taking over from a worker that crashed or lost its session: it may still stage the
+            # one chunk it was reading (its progress write is fenced, so never more). Skip that
+            # number, so its late file can never replace one of ours under the same name: every
+            # chunk file stays a valid read of its own window, and the merge takes each one.
+            progress.next_chunk = (progress.chunks if progress.next_chunk is None else progress.next_chunk) + 1
         progress.status = RUNNING
         progress.started_at = progress.started_at or time.time()
+        self.store.fenced_put(lease, self.progress_path, asdict(progress))  # a successor sees RUNNING
         started, rows_this_run = time.monotonic(), 0
         while True:
             control = self._control()
             if control["state"] == CANCELLED:
                 progress.status = CANCELLED
                 break
-            chunk_no = progress.chunks
+            chunk_no = progress.chunks if progress.next_chunk is None else progress.next_chunk
             after = None if progress.last_key is None else json.loads(progress.last_key)
             upto = None if progress.upto_key is None else decode_key(json.loads(progress.upto_key), schema)
-            chunk, key_to, schema = self._read_chunk(schema, keys, after, upto, control["chunk_size"])
+            chunk, key_to, schema = reconnecting(  # a source restart pauses the dump, it does not fail it
+                self.source, lambda: self._read_chunk(schema, keys, after, upto, control["chunk_size"]),
+                f"chunk {chunk_no} of {self.table}", give_up_after=RECONNECT_FOR_S)
             if chunk is None:
                 progress.status, progress.finished_at = DONE, time.time()
                 break
             rows = chunk[0]
+            lease.check()  # a worker that lost its lease stops before it stages (see the takeover rule)
             self.staged.write_chunk(self.source.name, schema, self.dump_id, chunk_no, *chunk)
-            progress.chunks, progress.rows = chunk_no + 1, progress.rows + len(rows)
+            progress.chunks, progress.rows = progress.chunks + 1, progress.rows + len(rows)
+            progress.next_chunk = chunk_no + 1
             progress.last_key = key_to
             rows_this_run += len(rows)
             progress.rows_per_s = rows_this_run / max(time.monotonic() - started, 1e-9)

@@ -16,11 +16,14 @@ lost its session (and so its lock) can never overwrite its successor's state.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
+
+T = TypeVar("T")
 from kazoo.recipe.lock import Lock
 
 
@@ -49,9 +52,14 @@ class Lease:
         return f"{self.lock.path}/{self.lock.node}"
 
     def check(self) -> None:
-        """Raise Fenced unless the session is connected and the lock node is still ours."""
+        """Raise Fenced unless the lock node is still ours. While the connection is suspended
+        (ZooKeeper restarting) the session, and so the lease, may survive: wait for it."""
         zk = self.store.zk
-        if zk.state != KazooState.CONNECTED or not zk.exists(self.node_path):
+        try:
+            alive = self.store.call(zk.exists, self.node_path)
+        except (ConnectionLoss, ConnectionError):
+            alive = False
+        if not alive:
             raise Fenced(f"lease {self.lock.path} was lost (ZooKeeper session {zk.state})")
 
     def release(self) -> None:
@@ -62,11 +70,29 @@ class Lease:
 
 
 class StateStore:
-    def __init__(self, hosts: str, chroot: str = "/dblog", timeout: float = 10.0):
+    """ZooKeeper reads and writes. Each call rides out a lost connection (a ZooKeeper restart or
+    failover) for up to `outage` seconds, since the session, and the leases held in it, outlive
+    the connection; after that it raises ConnectionError."""
+
+    def __init__(self, hosts: str, chroot: str = "/dblog", timeout: float = 10.0, outage: float = 120.0):
         self.hosts = hosts
         self.chroot = "/" + chroot.strip("/")
         self.zk = KazooClient(hosts=f"{hosts}{self.chroot}", timeout=timeout)
         self._timeout = timeout
+        self.outage = outage
+
+    def call(self, fn: Callable[..., T], *args, **kwargs) -> T:
+        deadline = time.monotonic() + self.outage
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except (ConnectionLoss, SessionExpiredError):
+                while self.zk.state != KazooState.CONNECTED:
+                    if time.monotonic() > deadline:
+                        raise ConnectionError(f"ZooKeeper at {self.hosts} unreachable for {self.outage:.0f} s; "
+                                              "check that it runs. Re-running resumes from the last "
+                                              "recorded state.") from None
+                    time.sleep(0.05)
 
     def start(self) -> "StateStore":
         root = KazooClient(hosts=self.hosts, timeout=self._timeout)
@@ -94,30 +120,30 @@ class StateStore:
     # -- plain reads and writes ------------------------------------------------------------
     def get(self, path: str) -> Any:
         try:
-            return _load(self.zk.get(path)[0])
+            return _load(self.call(self.zk.get, path)[0])
         except NoNodeError:
             return None
 
     def put(self, path: str, value: Any) -> None:
         data = _dump(value)
         try:
-            self.zk.set(path, data)
+            self.call(self.zk.set, path, data)
         except NoNodeError:
             try:
-                self.zk.create(path, data, makepath=True)
+                self.call(self.zk.create, path, data, makepath=True)
             except NodeExistsError:
-                self.zk.set(path, data)
+                self.call(self.zk.set, path, data)
 
     def children(self, path: str) -> list[str]:
         try:
-            return sorted(self.zk.get_children(path))
+            return sorted(self.call(self.zk.get_children, path))
         except NoNodeError:
             return []
 
     def create_new(self, path: str, value: Any) -> bool:
         """Create `path`; False if it already exists."""
         try:
-            self.zk.create(path, _dump(value), makepath=True)
+            self.call(self.zk.create, path, _dump(value), makepath=True)
             return True
         except NodeExistsError:
             return False
@@ -135,13 +161,18 @@ class StateStore:
 
     def fenced_put(self, lease: Lease, path: str, value: Any) -> None:
         """Write `value` to `path` only if `lease` is still held (one ZooKeeper transaction)."""
-        for attempt in (1, 2):
+        node, data = lease.node_path, _dump(value)
+
+        def commit():  # a transaction commits once: a retry after a lost connection builds a new one
             txn = self.zk.transaction()
-            txn.check(lease.node_path, 0)
-            txn.set_data(path, _dump(value))
-            check, write = txn.commit()  # on failure, the failing op has its error, the other RolledBackError
+            txn.check(node, 0)
+            txn.set_data(path, data)
+            return txn.commit()
+
+        for attempt in (1, 2):
+            check, write = self.call(commit)  # on failure, the failing op has its error, the other RolledBackError
             if isinstance(write, NoNodeError) and attempt == 1:
-                self.zk.ensure_path(path)  # the first write to this path
+                self.call(self.zk.ensure_path, path)  # the first write to this path
                 continue
             if isinstance(check, Exception):
                 raise Fenced(f"write to {path} refused: lease {lease.lock.path} is no longer held")
@@ -150,7 +181,7 @@ class StateStore:
             return
 
     def lock_holders(self, path: str) -> list[str]:
-        return list(self.zk.Lock(path).contenders())
+        return list(self.call(self.zk.Lock(path).contenders))
 
 
 # -- paths ------------------------------------------------------------------------------------

@@ -116,27 +116,6 @@ def test_a_postgres_role_without_replication_is_refused_with_the_fix(postgres):
     postgres.sql("DROP ROLE dblog_norepl")
 
 
-def test_a_dropped_replication_slot_fails_closed_and_asks_for_a_full_dump(postgres):
-    postgres.dblog("capture", "--init", "--source", postgres.source_id, check=True)
-    postgres.sql(f"SELECT pg_drop_replication_slot('dblog_{postgres.tag}')")
-    result = postgres.dblog("capture", "--source", postgres.source_id, "--duration", "1")
-    assert result.returncode == 2 and "run a full dump" in result.stderr, result.stderr
-
-
-def test_after_lost_history_a_reset_and_a_full_dump_restore_convergence(postgres):
-    postgres.workload(seed=10, rows=200).create()
-    postgres.dblog("capture", "--init", "--source", postgres.source_id, check=True)
-    postgres.sql(f"SELECT pg_drop_replication_slot('dblog_{postgres.tag}')")
-    postgres.workload(seed=11, rows=200).run(seconds=0.5)  # changes nobody captures
-    assert postgres.dblog("capture", "--source", postgres.source_id, "--duration", "1").returncode == 2
-    postgres.dblog("capture", "--reset", "--source", postgres.source_id, check=True)
-    postgres.spawn("capture", "--source", postgres.source_id)
-    postgres.dblog("dump", "--all", "--source", postgres.source_id, check=True)
-    settle(postgres)
-    from test_convergence import assert_converged
-    assert_converged(postgres)
-
-
 def test_an_update_that_leaves_a_toasted_value_unchanged_keeps_that_value(postgres):
     postgres.sql(f"CREATE TABLE {postgres.namespace}.docs (id INT PRIMARY KEY, body TEXT, n INT)")
     postgres.start_capture()

@@ -23,6 +23,10 @@ class SourceError(RuntimeError):
     """A source is misconfigured or refused; the message names the problem and the fix."""
 
 
+class SourceUnavailable(SourceError):
+    """The server is down or dropped the connection (a restart, a failover): worth retrying."""
+
+
 class HistoryLost(SourceError):
     """The log at the checkpoint is gone: the stream has a gap only a full dump can repair."""
 
@@ -115,6 +119,14 @@ class Source(abc.ABC):
 
     def _usable(self, conn) -> bool:
         return True
+
+    def transient(self, exc: BaseException) -> bool:
+        """Whether `exc` only says the server is (for now) unreachable: retry, don't fail."""
+        return isinstance(exc, SourceUnavailable) or (
+            isinstance(exc, self._disconnects) and self._lost_connection(exc))
+
+    def _lost_connection(self, exc: BaseException) -> bool:
+        return False
 
     def _run(self, sql: str, params=None, fetch: bool = True):
         """Run one autocommitted statement on the source's SQL connection."""
@@ -229,6 +241,10 @@ class Source(abc.ABC):
     @abc.abstractmethod
     def acknowledge(self, resume: dict) -> None:
         """The stream is durable up to `resume`: the source may free older log."""
+
+    def acknowledge_idle(self) -> None:
+        """Every transaction the stream yielded is durable and none is open: the source may free
+        all log it has sent (a server shutting down waits for this)."""
 
     @abc.abstractmethod
     def start_point(self) -> dict | None:

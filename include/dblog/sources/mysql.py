@@ -24,10 +24,15 @@ from ..events import DELETE, INSERT, UPDATE, ChangeEvent
 from ..positions import binlog_file_index, mysql_position
 from ..positions import encode as encode_position
 from ..schema import Column, decimal_type, normalize_key
-from .base import WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError, Transaction
+from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
+                   SourceUnavailable, Transaction)
 
 _INTS = {"tinyint", "smallint", "mediumint", "int", "integer", "year"}
 _BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+
+
+# Can't connect, server gone, lost connection, server shutdown, connection killed.
+_GONE = {2003, 2006, 2013, 1053, 1927}
 
 
 class MySQLDialect(Dialect):
@@ -73,7 +78,8 @@ class MySQLSource(Source):
                                    user=self.settings["user"], password=self.settings["passwd"],
                                    autocommit=True, charset="utf8mb4", connect_timeout=10)
         except pymysql.err.OperationalError as exc:
-            raise SourceError(f"{self.name}: cannot connect to MySQL at {self.settings['host']}:"
+            error = SourceUnavailable if exc.args and exc.args[0] in _GONE else SourceError
+            raise error(f"{self.name}: cannot connect to MySQL at {self.settings['host']}:"
                               f"{self.settings['port']} as {self.settings['user']}: {exc.args[-1]}. "
                               "Check the connection (host, port, user, password) and that the server runs.") from exc
         with conn.cursor() as cur:
@@ -84,11 +90,14 @@ class MySQLSource(Source):
 
     _disconnects = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
 
+    def _lost_connection(self, exc: BaseException) -> bool:
+        return isinstance(exc, pymysql.err.InterfaceError) or bool(exc.args and exc.args[0] in _GONE)
+
     def _usable(self, conn) -> bool:
         try:
             conn.ping()  # reconnects a connection the server dropped
             return True
-        except self._disconnects:
+        except pymysql.err.Error:  # ("Already closed" after a failed reconnect)
             return False
 
     def close(self) -> None:

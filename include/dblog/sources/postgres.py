@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import select
+import time
 from typing import Iterator
 
 import psycopg2
@@ -12,7 +13,8 @@ from ..events import DELETE, INSERT, UPDATE, ChangeEvent
 from ..positions import encode as encode_position
 from ..positions import int_to_lsn, lsn_to_int, postgres_position
 from ..schema import Column, decimal_type, normalize_key
-from .base import WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError, Transaction
+from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
+                   SourceUnavailable, Transaction)
 from .pgoutput import Begin, Commit, Decoder, RowChange
 
 
@@ -40,6 +42,12 @@ def arrow_type(type_name: str, precision, scale) -> pa.DataType:
     return pa.string()  # text, varchar, uuid, json(b), time, interval, arrays...: exact as text
 
 
+_SHUTDOWN = {"57P01", "57P02", "57P03"}  # admin shutdown, crash shutdown, cannot connect now
+_GONE = ("connection refused", "server closed the connection", "terminating connection", "shutting down",
+         "starting up", "could not receive data", "could not send data", "no connection to the server",
+         "connection already closed", "timeout expired", "ssl syscall")
+
+
 class PostgresSource(Source):
     kind = "postgres"
     dialect = Dialect()
@@ -51,14 +59,15 @@ class PostgresSource(Source):
         self.schema = self.namespace = schema
         self.slot = slot or f"dblog_{name}".replace("-", "_")
         self.publication = publication
-        self._repl = None
+        self._repl = self._repl_cursor = None
 
     # -- plain SQL ------------------------------------------------------------------------------
     def connect(self, **extra):
         try:
             conn = psycopg2.connect(**self.dsn, connect_timeout=10, options="-c TimeZone=UTC", **extra)
         except psycopg2.OperationalError as exc:
-            raise SourceError(f"{self.name}: cannot connect to PostgreSQL at {self.dsn['host']}:{self.dsn['port']} "
+            error = SourceUnavailable if self._lost_connection(exc) else SourceError
+            raise error(f"{self.name}: cannot connect to PostgreSQL at {self.dsn['host']}:{self.dsn['port']} "
                               f"as {self.dsn['user']}: {str(exc).strip()}. Check the connection and that "
                               "the server runs.") from exc
         if not extra:
@@ -66,6 +75,12 @@ class PostgresSource(Source):
         return conn
 
     _disconnects = (psycopg2.OperationalError, psycopg2.InterfaceError)
+
+    def _lost_connection(self, exc: BaseException) -> bool:
+        if getattr(exc, "pgcode", None) in _SHUTDOWN:
+            return True
+        text = str(exc).lower()  # libpq gives connection failures no SQLSTATE, only a message
+        return isinstance(exc, psycopg2.InterfaceError) or any(m in text for m in _GONE)
 
     def _usable(self, conn) -> bool:
         return not conn.closed  # (bytea arrives as memoryview; staging makes it bytes)
@@ -193,20 +208,32 @@ class PostgresSource(Source):
                               "checkpoint are lost to capture. Fix: reset the capture checkpoint "
                               "(`dblog capture --reset`), which recreates the slot, and run a full dump.")
         self._repl = conn = self.connect(connection_factory=psycopg2.extras.LogicalReplicationConnection)
-        cur = conn.cursor()
+        self._repl_cursor = cur = conn.cursor()
         start = lsn_to_int(resume["lsn"]) if resume else 0
         cur.start_replication(slot_name=self.slot, decode=False, start_lsn=start,
                               options={"proto_version": "1", "publication_names": self.publication})
         decoder, pending, begin, index = Decoder(), [], None, 0
+        last_data = time.monotonic()
         try:
             while True:
-                msg = cur.read_message()
+                try:
+                    msg = cur.read_message()
+                except psycopg2.DatabaseError as exc:
+                    if "no COPY in progress" not in str(exc):
+                        raise
+                    # The server ended the stream cleanly: it is shutting down (we confirmed all).
+                    raise SourceUnavailable(f"{self.name}: the server ended replication") from exc
                 if msg is None:
-                    ready = select.select([cur], [], [], idle_timeout)[0]
-                    if not ready and begin is None:
+                    # Idle: no data for idle_timeout. Keepalives don't count: a server shutting
+                    # down sends them back to back until we confirm what it sent.
+                    if begin is None and time.monotonic() - last_data >= idle_timeout:
                         cur.send_feedback()  # keepalive reply, without moving the slot
+                        last_data = time.monotonic()
                         yield None
+                        continue
+                    select.select([cur], [], [], idle_timeout)
                     continue
+                last_data = time.monotonic()
                 item = decoder.decode(msg.payload)
                 if isinstance(item, Begin):
                     begin, index, pending = item, 0, []
@@ -225,6 +252,12 @@ class PostgresSource(Source):
     def acknowledge(self, resume: dict) -> None:
         if self._repl is not None and not self._repl.closed:
             self._repl.cursor().send_feedback(flush_lsn=lsn_to_int(resume["lsn"]), force=True)
+
+    def acknowledge_idle(self) -> None:
+        # wal_end is how far the server has sent; with nothing open or unstaged on our side, all
+        # of it is safe to confirm. Without this a fast shutdown waits for ever on our walsender.
+        if self._repl is not None and not self._repl.closed and self._repl_cursor.wal_end:
+            self._repl_cursor.send_feedback(flush_lsn=self._repl_cursor.wal_end)
 
     def _event(self, change: RowChange, begin: Begin, index: int) -> ChangeEvent:
         table = change.relation.qualified

@@ -1,0 +1,169 @@
+"""Faults on the real services: lost ZooKeeper sessions, ZooKeeper and source restarts, lost
+history, competing captures. After each, the oracles of invariant 6 must still hold."""
+import json
+import os
+import signal
+import subprocess
+import socket
+
+import pytest
+from conftest import ROOT, settle, wait_for
+from kazoo.client import KazooClient, KazooState
+from dblog import state as paths
+from dblog.dump import DumpSpec, TableDump, create_dump
+from dblog.state import Fenced
+from test_convergence import assert_converged
+
+
+def service(action: str, name: str) -> None:
+    subprocess.run(["bash", str(ROOT / "scripts/services.sh"), action, name], check=True, capture_output=True)
+
+
+def expire_session(store) -> None:
+    """End `store`'s ZooKeeper session the way a long pause does: a second client attaches to
+    the same session and closes it; kazoo then starts a fresh session for `store`."""
+    session = store.zk.client_id
+    twin = KazooClient(hosts=store.hosts, client_id=session)
+    twin.start(timeout=5)
+    twin.stop(); twin.close()
+    wait_for(lambda: store.zk.state == KazooState.CONNECTED and store.zk.client_id[0] != session[0], 30,
+             what="the expired session to be replaced")
+
+
+def chunk_numbers(src, table, dump_id) -> list[int]:
+    return [int(os.path.basename(p).split(".")[0]) for p in src.staged().chunk_files(src.source_id, table, dump_id)]
+
+
+def test_a_dump_whose_zookeeper_session_expires_stops_before_staging_and_its_successor_converges(mariadb):
+    mariadb.workload(seed=31, rows=3000).create()
+    mariadb.start_capture()
+    writer = mariadb.spawn_workload(seconds=3600, seed=32, rows=3000)
+    store, observer, source, table = mariadb.store(), mariadb.store(), mariadb.source(), mariadb.table("accounts")
+    dump_id = create_dump(store, source, DumpSpec(tables=[table], chunk_size=50))
+    progress_path = paths.table_progress_path(source.name, dump_id, table)
+    at_expiry = {}
+
+    def on_chunk(progress, rows):
+        if progress.chunks == 3:
+            expire_session(store)
+            at_expiry.update(observer.get(progress_path))
+
+    with pytest.raises(Fenced):
+        TableDump(store, source, mariadb.staged(), dump_id, table, on_chunk).run()
+    assert observer.get(progress_path) == at_expiry, "the deposed worker recorded progress it no longer owned"
+    assert chunk_numbers(mariadb, table, dump_id) == [0, 1, 2], "the deposed worker staged a chunk"
+
+    resumed = json.loads(mariadb.dblog("dump", "run", dump_id, "--source", source.name, check=True).stdout)
+    writer.terminate(); writer.wait()
+    assert resumed["tables"][table]["status"] == "done"
+    numbers = chunk_numbers(mariadb, table, dump_id)
+    # The successor skips the number a late write of the deposed worker could still take.
+    assert numbers[:4] == [0, 1, 2, 4] and numbers == sorted(set(numbers))
+    settle(mariadb)
+    assert_converged(mariadb, ["accounts"])
+    store.stop(); observer.stop()
+
+
+def _dump_under_writes(src, dump_id: str):
+    """Capture, a writer and a throttled dump of both tables, all running."""
+    src.workload(seed=33, rows=3000).create()
+    capture = src.start_capture()
+    writer = src.spawn_workload(seconds=3600, seed=34, rows=3000)
+    dump = src.spawn("dump", "start", dump_id, "--source", src.source_id, "--all", "--chunk-size", "40",
+                     "--delay", "0.05")
+    store = src.store()
+    progress = paths.table_progress_path(src.source_id, dump_id, src.table("accounts"))
+    wait_for(lambda: (store.get(progress) or {}).get("chunks", 0) >= 5 or dump.poll() is not None, 120,
+             what="5 chunks")
+    assert dump.poll() is None, dump.stderr.read()
+    store.stop()
+    return capture, writer, dump
+
+
+def test_a_zookeeper_restart_pauses_the_capture_and_a_dump_which_carry_on_and_converge(mariadb):
+    capture, writer, dump = _dump_under_writes(mariadb, "zk-restart")
+    service("stop", "zookeeper")
+    try:
+        assert capture.poll() is None and dump.poll() is None, "a process died while ZooKeeper was down"
+    finally:
+        service("start", "zookeeper")
+    assert dump.wait(timeout=300) == 0, dump.stderr.read()
+    assert capture.poll() is None, capture.stderr.read()
+    writer.terminate(); writer.wait()
+    settle(mariadb)
+    assert_converged(mariadb)
+
+
+def test_a_source_restart_pauses_the_capture_and_a_dump_which_resume_and_converge(src):
+    capture, writer, dump = _dump_under_writes(src, "source-restart")
+    service("stop", src.kind)
+    writer.wait()  # the application lost its connection too
+    service("start", src.kind)
+    writer = src.spawn_workload(seconds=3600, seed=35, rows=3000)
+    assert dump.wait(timeout=300) == 0, dump.stderr.read()
+    writer.terminate(); writer.wait()
+    settle(src)
+    assert capture.poll() is None, "the capture exited instead of reconnecting"
+    assert_converged(src)
+    capture.terminate(); capture.wait()
+    log = capture.stderr.read()
+    assert "source unavailable" in log and "retrying" in log, log[-2000:]
+
+
+def lose_history(src) -> None:
+    """Changes the capture never sees: the binlog at the checkpoint purged, or the slot dropped."""
+    if src.kind == "mariadb":
+        src.sql("FLUSH BINARY LOGS")
+        src.workload(seed=37, rows=300).run(seconds=0.5)
+        src.sql("FLUSH BINARY LOGS")
+        (current, *_), = src.sql("SHOW MASTER STATUS")
+        src.sql(f"PURGE BINARY LOGS TO '{current}'")
+    else:
+        src.sql(f"SELECT pg_drop_replication_slot('dblog_{src.tag}')")
+        src.workload(seed=37, rows=300).run(seconds=0.5)
+
+
+def test_lost_history_fails_closed_asking_for_a_full_dump_and_that_recovery_converges(src):
+    src.workload(seed=36, rows=300).create()
+    src.dblog("capture", "--init", "--source", src.source_id, check=True)
+    lose_history(src)
+
+    failed = src.dblog("capture", "--source", src.source_id, "--duration", "1")
+    assert failed.returncode == 2
+    assert ("was purged" if src.kind == "mariadb" else "is gone") in failed.stderr
+    assert "run a full dump" in failed.stderr, failed.stderr
+    assert not list(src.staging.rglob("*.parquet")), "a capture that lost history staged something"
+
+    src.dblog("capture", "--reset", "--source", src.source_id, check=True)  # the documented recovery
+    src.spawn("capture", "--source", src.source_id)
+    src.dblog("dump", "--all", "--source", src.source_id, check=True)
+    settle(src)
+    assert_converged(src)
+
+
+def test_of_two_captures_started_together_exactly_one_stages_and_checkpoints(mariadb):
+    mariadb.workload(seed=38, rows=500).create()
+    mariadb.dblog("capture", "--init", "--source", mariadb.source_id, check=True)
+    first = mariadb.spawn("capture", "--source", mariadb.source_id, "--flush-seconds", "0.1")
+    second = mariadb.spawn("capture", "--source", mariadb.source_id, "--flush-seconds", "0.1")
+    store = mariadb.store()
+    lock = paths.capture_lock(mariadb.source_id)
+    wait_for(lambda: len(store.children(lock)) == 2, 30, what="both captures to contend")
+    leader = store.lock_holders(lock)[0]
+    assert leader in {f"{socket.gethostname()}:{p.pid}" for p in (first, second)}
+    leaders = set()
+    workload = mariadb.workload(seed=39, rows=500)
+    for _ in range(10):
+        workload.run(seconds=0.2)
+        leaders.add((store.get(paths.checkpoint_path(mariadb.source_id)) or {}).get("leader"))
+    settle(mariadb)
+    leaders.add(store.get(paths.checkpoint_path(mariadb.source_id))["leader"])
+    assert leaders - {None} == {leader}
+    # Had both staged, their segments would cover the same positions twice.
+    for table in ("accounts", "order_lines"):
+        ranges = [os.path.basename(p)[:-len(".parquet")].split("_")
+                  for p in mariadb.staged().segments(mariadb.source_id, mariadb.table(table))]
+        assert ranges and all(b[0] > a[1] for a, b in zip(ranges, ranges[1:])), f"overlapping segments: {ranges}"
+    for p in (first, second):
+        os.kill(p.pid, signal.SIGKILL); p.wait()
+    store.stop()
