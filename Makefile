@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: install up down status test unit demo airflow merge verify bench lock clean
+.PHONY: install up down status test unit demo airflow merge verify bench load chaos lock clean
 
 install:
 	@bash scripts/install.sh
@@ -37,6 +37,13 @@ verify: up
 
 bench: up
 	$(VENV)/python bench/run.py
+
+# make chaos [RUNS=4] [SECONDS=120] [SOURCES=mariadb,postgres] [SEED=n: replay that run]
+chaos: up
+	RUNS=$(RUNS) CHAOS_SECONDS=$(SECONDS) SOURCES=$(SOURCES) SEED=$(SEED) $(VENV)/python scripts/chaos.py
+
+load: up
+	PYTHONPATH=include $(VENV)/python bench/load.py
 
 lock:
 	uv pip compile requirements.in --override overrides.txt --python-version 3.11 -o requirements.txt

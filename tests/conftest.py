@@ -167,9 +167,12 @@ class SourceEnv:
         return subprocess.run([sys.executable, "-m", "dblog.cli", *args], env=self.env, capture_output=True,
                               text=True, check=check, timeout=timeout)
 
-    def spawn(self, *args: str, module: str = "dblog.cli") -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-m", module, *args], env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+    def spawn(self, *args: str, module: str = "dblog.cli", output: Path | None = None) -> subprocess.Popen:
+        """A process with piped output, or with its output in the file `output` (for chatty ones,
+        whose pipes would fill up and block them)."""
+        out = subprocess.PIPE if output is None else open(output, "a")
+        proc = subprocess.Popen([sys.executable, "-m", module, *args], env=self.env, stdout=out,
+                                stderr=out if output is not None else subprocess.PIPE, text=True)
         self.procs.append(proc)
         return proc
 

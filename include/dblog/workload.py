@@ -9,6 +9,7 @@ an application would.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
@@ -114,12 +115,17 @@ class Workload:
             self.ops += 1
         self.conn.commit()
 
-    def run(self, seconds: float, max_ops: int | None = None, rate: float | None = None) -> int:
-        """Transactions until `seconds` pass or `max_ops` row changes; at most `rate` changes/s if set."""
+    def run(self, seconds: float, max_ops: int | None = None, rate: float | None = None,
+            latencies: list | None = None) -> int:
+        """Transactions until `seconds` pass or `max_ops` row changes; at most `rate` changes/s if
+        set. With `latencies`, appends (unix time, seconds) of every transaction, commit included."""
         start = time.monotonic()
         end = start + seconds
         while time.monotonic() < end and (max_ops is None or self.ops < max_ops):
+            began = time.perf_counter()
             self.step()
+            if latencies is not None:
+                latencies.append((time.time(), time.perf_counter() - began))
             if rate:
                 time.sleep(max(0.0, start + self.ops / rate - time.monotonic()))
         return self.ops
@@ -134,13 +140,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=2000)
     p.add_argument("--rate", type=float, help="row changes per second (default: as fast as the source takes them)")
     p.add_argument("--create", action="store_true", help="create and load the tables first")
+    p.add_argument("--latency-out", help="write each transaction's (unix time, seconds) here as JSON")
     args = p.parse_args(argv)
     kind, conn = connect(args.uri)
     w = Workload(kind, conn, args.namespace, args.seed, args.rows)
     if args.create:
         w.create()
         w.rng = random.Random(args.seed + 1)
-    ops = w.run(args.seconds, rate=args.rate)
+    latencies = [] if args.latency_out else None
+    ops = w.run(args.seconds, rate=args.rate, latencies=latencies)
+    if args.latency_out:
+        with open(args.latency_out, "w") as f:
+            json.dump(latencies, f)
     print(ops)
     return 0
 

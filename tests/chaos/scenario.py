@@ -1,0 +1,265 @@
+"""One seeded chaos run on a real source: writers, dumps, controls, merges and kill -9s at
+random moments, then the oracles (see `oracles`).
+
+The seed fixes the writer's transactions and the controller's sequence of actions and their
+parameters; how they interleave with the processes they act on is up to the machine, so a
+replay runs the same plan, not the same schedule. `make chaos` and tests/chaos call `run`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conftest import ADMIN, SourceEnv, make_env, settle
+from dblog import state as paths
+from oracles import PositionHistory, staged_once_in_order, transactions, warehouse_differs
+from writer import LABEL_COUNT, create_labels, label_code
+
+HERE = Path(__file__).resolve().parent
+TABLES = ("accounts", "order_lines", "labels")
+ACTIONS = {"dump_all": 2, "dump_table": 3, "dump_keys": 3, "throttle": 2, "pause": 2, "cancel": 1,
+           "merge": 3, "kill_capture": 1, "kill_dump": 1}
+MAX_RUNNING = 3  # dumps at once: more only queue for the 2 cores
+WRITE_RATE = 1500  # row changes/s: enough to collide with every chunk window, little enough to merge quickly
+
+
+@dataclass
+class Dump:
+    id: str
+    proc: subprocess.Popen | None
+    args: tuple = ()
+    protected: bool = False      # the full dumps: never cancelled, so every row is covered
+    state: str = "running"
+    resume_at: float | None = None
+
+
+@dataclass
+class Report:
+    kind: str
+    seed: int
+    seconds: float
+    actions: list = field(default_factory=list)
+    transactions: int = 0
+    events: int = 0
+    dumps: int = 0
+    merges: int = 0
+    kills: int = 0
+    versions: int = 0
+    problems: list = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def replay(self) -> str:
+        return f"make chaos SOURCES={self.kind} SEED={self.seed} SECONDS={self.seconds:g}"
+
+
+class Chaos:
+    def __init__(self, env: SourceEnv, rng: random.Random, report: Report, spark, warehouse, log):
+        self.env, self.rng, self.report, self.spark, self.warehouse, self.log = env, rng, report, spark, warehouse, log
+        self.dumps: dict[str, Dump] = {}
+        self.history = PositionHistory()
+        self.capture: subprocess.Popen | None = None
+        self.merging: threading.Thread | None = None
+        self.logs = env.staging.parent / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+
+    # -- processes ---------------------------------------------------------------------------------
+    def start_capture(self) -> None:
+        self.capture = self.env.spawn("capture", "--source", self.env.source_id, "--flush-seconds", "0.3",
+                                      output=self.logs / "capture.log")
+
+    def start_dump(self, args: list[str], protected: bool = False) -> None:
+        dump_id = f"chaos-{self.report.seed}-{len(self.dumps)}"
+        # Tiny chunks only for key lists: thousands of chunk files would make every merge slow.
+        chunk = self.rng.choice([3, 17, 100] if "--keys" in args else [50, 100, 500, 2000])
+        delay = self.rng.choice([0, 0, 0.01, 0.05])
+        args = (*args, "--chunk-size", str(chunk), "--delay", str(delay))
+        proc = self.env.spawn("dump", "start", dump_id, "--source", self.env.source_id, *args,
+                              output=self.logs / f"{dump_id}.log")
+        self.dumps[dump_id] = Dump(dump_id, proc, args, protected)
+        self.report.dumps += 1
+        self.note("start", dump_id, *args)
+
+    def running(self, unprotected: bool = False) -> list[Dump]:
+        live = [d for d in self.dumps.values() if d.state == "running" and d.proc is not None and d.proc.poll() is None]
+        return [d for d in live if not (unprotected and d.protected)]
+
+    def control(self, action: str, dump: Dump, *args: str) -> bool:
+        done = self.env.dblog("dump", action, dump.id, "--source", self.env.source_id, *args)
+        if done.returncode != 0:
+            if f"no dump {dump.id}" in done.stderr:  # its process has not registered it yet
+                self.note(action, dump.id, "refused: not registered yet")
+                return False
+            raise AssertionError(f"dblog dump {action} {dump.id} failed: {done.stderr}")
+        self.note(action, dump.id, *args)
+        return True
+
+    def note(self, *parts) -> None:
+        line = " ".join(str(p) for p in parts)
+        self.report.actions.append(line)
+        self.log(f"  {time.monotonic() - self.t0:6.1f}s {line}")
+
+    # -- actions -----------------------------------------------------------------------------------
+    def act(self, action: str) -> None:
+        rng = self.rng
+        if action.startswith("dump_") and len(self.running()) >= MAX_RUNNING:
+            action = "merge"
+        if action == "dump_all":
+            self.start_dump(["--all"])
+        elif action == "dump_table":
+            self.start_dump(["--table", rng.choice(TABLES)])
+        elif action == "dump_keys":
+            table = rng.choice(TABLES)
+            n = rng.randint(1, 60)
+            keys = {"accounts": lambda: rng.randint(1, 4000), "order_lines": lambda: [rng.randint(1, 1600), rng.randint(1, 6)],
+                    "labels": lambda: label_code(rng.randrange(int(LABEL_COUNT * 1.1)))}[table]
+            self.start_dump(["--table", table, "--keys", json.dumps([keys() for _ in range(n)])])
+        elif action == "throttle" and self.running():
+            self.control("throttle", rng.choice(self.running()), "--chunk-size", str(rng.choice([50, 400, 1000])),
+                         "--delay", str(rng.choice([0, 0.02, 0.1])))
+        elif action == "pause" and self.running():
+            dump = rng.choice(self.running())
+            if self.control("pause", dump):
+                dump.state, dump.resume_at = "paused", time.monotonic() + rng.uniform(0.3, 3)
+        elif action == "cancel" and self.running(unprotected=True):
+            dump = rng.choice(self.running(unprotected=True))
+            if self.control("cancel", dump):
+                dump.state = "cancelled"
+        elif action == "kill_dump" and self.running():
+            dump = rng.choice(self.running())
+            os.kill(dump.proc.pid, signal.SIGKILL); dump.proc.wait()
+            self.report.kills += 1
+            self.note("kill -9", dump.id)
+            with self.env.store() as store:
+                registered = store.get(paths.dump_path(self.env.source_id, dump.id)) is not None
+            # A registered dump resumes after its last chunk (once the dead worker's lease expires);
+            # one killed before it registered is started again.
+            again = ("run", dump.id) if registered else ("start", dump.id, *dump.args)
+            dump.proc = self.env.spawn("dump", *again[:2], "--source", self.env.source_id, *again[2:],
+                                       output=self.logs / f"{dump.id}.log")
+            self.note("resume" if registered else "restart", dump.id)
+        elif action == "kill_capture":
+            os.kill(self.capture.pid, signal.SIGKILL); self.capture.wait()
+            self.report.kills += 1
+            self.note("kill -9 capture")
+            self.start_capture()
+        elif action == "merge" and (self.merging is None or not self.merging.is_alive()):
+            # In the background, so dumps and kills go on while Spark merges.
+            self.merging = threading.Thread(target=self.merge, name="chaos-merge")
+            self.merging.start()
+
+    def merge(self) -> None:
+        try:
+            self._merge()
+        except Exception as exc:  # noqa: BLE001 - on the merge thread: reported, not lost
+            self.report.problems.append(f"merge failed: {exc!r}")
+
+    def _merge(self) -> None:
+        from dblog.spark.job import merge_source
+        with self.env.store() as store:
+            results = merge_source(self.spark, store, self.env.staged(), self.warehouse, self.env.source_id,
+                                   bucket_rows=self.rng.choice([500, 5000, 100_000]))
+        self.report.merges += 1
+        self.note("merge", *[f"{r.table.split('.')[-1]}:v{r.version}" for r in results])
+        self.report.problems += self.history.observe(self.warehouse, self.env.source_id)
+
+    def resume_due(self) -> None:
+        for dump in self.dumps.values():
+            if dump.state == "paused" and dump.resume_at is not None and time.monotonic() >= dump.resume_at:
+                self.control("resume", dump)
+                dump.state, dump.resume_at = "running", None
+
+    # -- the run -------------------------------------------------------------------------------------
+    def run(self, seconds: float) -> None:
+        env, rng = self.env, self.rng
+        self.t0 = time.monotonic()  # set again when the writes start
+        env.workload(seed=self.report.seed, rows=3000).create()
+        conn = env.admin()
+        create_labels("mysql" if env.kind == "mariadb" else "postgres", conn, env.namespace)
+        conn.close()
+        env.dblog("capture", "--init", "--source", env.source_id, check=True)
+        self.start_capture()
+        journal = env.staging.parent / "journal.json"
+        add_column_at = rng.uniform(0.3, 0.6) * seconds
+        self.t0 = time.monotonic()
+        writer = subprocess.Popen([sys.executable, str(HERE / "writer.py"), ADMIN[env.kind], env.namespace,
+                                   "--seed", str(self.report.seed), "--seconds", str(seconds), "--rate", str(WRITE_RATE),
+                                   "--add-column-at", str(add_column_at), "--journal", str(journal)],
+                                  env=env.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env.procs.append(writer)
+        self.start_dump(["--all"], protected=True)
+        # Every run also dumps labels while its column is added, and kills a dump and the capture.
+        planned = sorted([(self.t0 + add_column_at - 1.0, "dump_labels"),
+                          (self.t0 + rng.uniform(0.1, 0.9) * seconds, "kill_dump"),
+                          (self.t0 + rng.uniform(0.1, 0.9) * seconds, "kill_capture")])
+        try:
+            self.act_until(writer, planned)
+        finally:
+            if self.merging is not None:
+                self.merging.join()
+        self.finish(journal)
+
+    def act_until(self, writer: subprocess.Popen, planned: list) -> None:
+        rng = self.rng
+        while writer.poll() is None:
+            self.resume_due()
+            if planned and time.monotonic() >= planned[0][0]:
+                _, action = planned.pop(0)
+                self.start_dump(["--table", "labels"], protected=True) if action == "dump_labels" else self.act(action)
+                continue
+            time.sleep(rng.uniform(0.2, 1.5))
+            if writer.poll() is None:
+                self.act(rng.choices(list(ACTIONS), weights=list(ACTIONS.values()))[0])
+        assert writer.returncode == 0, writer.stderr.read()
+
+    def finish(self, journal: Path) -> None:
+        for dump in self.dumps.values():
+            if dump.state == "paused":
+                dump.resume_at = 0
+        self.resume_due()
+        for dump in self.dumps.values():
+            code = dump.proc.wait(timeout=600)
+            if code != 0:
+                tail = (self.logs / f"{dump.id}.log").read_text()[-500:]
+                self.report.problems.append(f"dump {dump.id} exited {code}: {tail}")
+        settle(self.env)
+        self.merge()
+        from dblog.verify import compare_warehouse
+        source = self.env.source()
+        diffs = {t: compare_warehouse(source, self.warehouse, self.env.table(t)) for t in TABLES}
+        self.report.problems += warehouse_differs(diffs)
+        staged = self.env.staged()
+        logs = [staged.read_log(self.env.source_id, self.env.table(t)) for t in TABLES]
+        self.report.events = sum(log.num_rows for log in logs)
+        committed = json.loads(journal.read_text())
+        self.report.transactions = len(committed)
+        self.report.problems += staged_once_in_order(
+            [{self.env.table(t): n for t, n in tx.items()} for tx in committed],
+            transactions(logs, [self.env.table(t) for t in TABLES]))
+        self.report.versions = self.history.versions
+
+
+def run(kind: str, seed: int, seconds: float, spark, workdir: Path, log=print) -> Report:
+    """One chaos run on `kind` (mariadb|postgres); the report lists every broken property."""
+    from dblog.warehouse.layout import Warehouse
+    report = Report(kind, seed, seconds)
+    started = time.monotonic()
+    env = make_env(kind, workdir)
+    try:
+        log(f"chaos {kind} seed {seed}, {seconds:g} s")
+        Chaos(env, random.Random(seed), report, spark, Warehouse(str(workdir / "warehouse")), log).run(seconds)
+    finally:
+        env.teardown()
+    report.elapsed_s = round(time.monotonic() - started, 1)
+    return report
