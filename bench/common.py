@@ -45,12 +45,18 @@ def namespace(kind: str, name: str) -> None:
                 f"ALTER DEFAULT PRIVILEGES IN SCHEMA {name} GRANT SELECT ON TABLES TO dblog")
 
 
+def uri(kind: str, ns: str, slot: str | None = None) -> str:
+    """The capture user's connection URI for namespace `ns` (password: the one `make up` made)."""
+    from dblog.config import local_password
+    if kind == "mysql":
+        return f"mysql://dblog:{local_password()}@127.0.0.1:{PORTS['MARIADB']}/{ns}"
+    return (f"postgres://dblog:{local_password()}@127.0.0.1:{PORTS['POSTGRES']}/shop?schema={ns}"
+            f"&slot={slot or 'bench_' + uuid.uuid4().hex[:8]}")
+
+
 def source(kind: str, name: str, ns: str, slot: str | None = None):
     from dblog.config import source_from_uri
-    if kind == "mysql":
-        return source_from_uri(name, f"mysql://dblog:dblog-local-pw@127.0.0.1:{PORTS['MARIADB']}/{ns}")
-    return source_from_uri(name, f"postgres://dblog:dblog-local-pw@127.0.0.1:{PORTS['POSTGRES']}/shop?schema={ns}"
-                                 f"&slot={slot or 'bench_' + uuid.uuid4().hex[:8]}")
+    return source_from_uri(name, uri(kind, ns, slot))
 
 
 def store():

@@ -18,6 +18,7 @@ from common import (
     staged,
     store,
     timed,
+    uri,
 )
 from dblog.capture import ensure_checkpoint
 from dblog.dump import DumpSpec, create_dump, run_dump
@@ -60,9 +61,7 @@ def plain_select(kind: str) -> int:
 
 def _capture_during(kind: str, src, st, stage, seconds: float | None, work) -> dict:
     """Run capture + a writer (subprocesses) around `work` (or for `seconds`); return capture stats."""
-    uri = (f"mysql://dblog:dblog-local-pw@127.0.0.1:{src.settings['port']}/{NS}" if kind == "mysql" else
-           f"postgres://dblog:dblog-local-pw@127.0.0.1:{src.dsn['port']}/shop?schema={NS}&slot={src.slot}")
-    env = env_for(src.name, uri, st.chroot, stage.base)
+    env = env_for(src.name, uri(kind, NS, getattr(src, "slot", None)), st.chroot, stage.base)
     capture = spawn(["-m", "dblog.cli", "capture", "--source", src.name], env)
     writer = spawn(["-m", "dblog.workload", ADMIN[kind], NS, "--seconds", "3600", "--rows", "2000"], env)
     out = None

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import ADMIN, PORTS, ROOT, env_for, namespace, run_sql, source, spawn  # noqa: E402
+from common import ADMIN, PORTS, ROOT, env_for, namespace, run_sql, source, spawn, uri  # noqa: E402
 
 OUT = Path(__file__).parent / "results"
 NS = "bench_load"
@@ -58,10 +58,8 @@ def run(kind: str, rate: float, baseline_s: float, load_s: float) -> dict:
     Workload(k, conn, NS, seed=1, rows=ROWS).create()
     conn.close()
     name, chroot, slot = f"load_{kind}", f"/bench_load_{uuid.uuid4().hex[:6]}", f"bench_load_{uuid.uuid4().hex[:6]}"
-    uri = (f"mysql://dblog:dblog-local-pw@127.0.0.1:{PORTS['MARIADB']}/{NS}" if kind == "mysql" else
-           f"postgres://dblog:dblog-local-pw@127.0.0.1:{PORTS['POSTGRES']}/shop?schema={NS}&slot={slot}")
     staging = tempfile.mkdtemp(prefix="dblog-load-", dir=STAGING_DIR)
-    env = env_for(name, uri, chroot, staging)
+    env = env_for(name, uri(kind, NS, slot), chroot, staging)
     cli = ["-m", "dblog.cli"]
     spawn([*cli, "capture", "--init", "--source", name], env).wait()
     capture = spawn([*cli, "capture", "--source", name], env)

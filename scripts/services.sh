@@ -95,12 +95,26 @@ CFG
 }
 
 # The capture users, least privilege: scripts/sql/*.sql (docker-compose.yaml runs the same files).
+# Their password is generated once per checkout into $LOCAL/secrets/dblog-password (mode 600; the
+# engine and the tests read it from there or from DBLOG_PASSWORD) and reaches the SQL on stdin.
+password() {
+  local f=$LOCAL/secrets/dblog-password
+  if [ -n "${DBLOG_PASSWORD:-}" ]; then printf '%s' "$DBLOG_PASSWORD"; return; fi
+  if [ ! -s "$f" ]; then
+    mkdir -p "$LOCAL/secrets" && chmod 700 "$LOCAL/secrets"
+    (umask 077; python3 -c 'import secrets; print(secrets.token_hex(16))' >"$f")
+  fi
+  head -n1 "$f"
+}
+
 provision() {
-  mariadb --no-defaults --socket="$MY/mariadb.sock" -uroot <scripts/sql/mariadb.sql
+  local pw; pw=$(password)
+  { printf "SET @dblog_password = '%s';\n" "$pw"; cat scripts/sql/mariadb.sql; } \
+    | mariadb --no-defaults --socket="$MY/mariadb.sock" -uroot
   local psql=("$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$PG/sock" -p "$PG_PORT" -U postgres)
   runuser -u postgres -- "${psql[@]}" -d postgres -tc "SELECT 1 FROM pg_database WHERE datname='shop'" | grep -q 1 \
     || runuser -u postgres -- "${psql[@]}" -d postgres -c "CREATE DATABASE shop"
-  runuser -u postgres -- "${psql[@]}" -d shop <scripts/sql/postgres.sql
+  { printf '\\set dblog_password %s\n' "'$pw'"; cat scripts/sql/postgres.sql; } | runuser -u postgres -- "${psql[@]}" -d shop
   log "provisioned database shop and capture user dblog on both sources"
 }
 

@@ -29,19 +29,41 @@ class ConfigError(ValueError):
     pass
 
 
+LOCAL_CONNECTION_IDS = ("dblog_mariadb", "dblog_postgres", ZOOKEEPER_CONN)
+
+
+def local_dir() -> str:
+    return os.environ.get("DBLOG_LOCAL_DIR") or os.path.abspath(os.path.join(os.getcwd(), ".local"))
+
+
+def local_password() -> str:
+    """The local capture user's password: DBLOG_PASSWORD, or the one `make up` generated."""
+    if os.environ.get("DBLOG_PASSWORD"):
+        return os.environ["DBLOG_PASSWORD"]
+    path = os.path.join(local_dir(), "secrets", "dblog-password")
+    try:
+        with open(path) as f:
+            return f.readline().strip()
+    except FileNotFoundError:
+        raise ConfigError(f"no password for the local capture user: {path} is missing. Run `make up` "
+                          "(it generates one) or set DBLOG_PASSWORD.") from None
+
+
 def local_connections() -> dict[str, str]:
     """Connection URIs of the services `make up` starts (ports from DBLOG_*_PORT)."""
     my, pg, zk = (os.environ.get(f"DBLOG_{n}_PORT", d) for n, d in
                   (("MARIADB", "3307"), ("POSTGRES", "5433"), ("ZK", "2182")))
+    pw = local_password()
     return {
-        "dblog_mariadb": f"mysql://dblog:dblog-local-pw@127.0.0.1:{my}/shop",
-        "dblog_postgres": f"postgres://dblog:dblog-local-pw@127.0.0.1:{pg}/shop?schema=public",
+        "dblog_mariadb": f"mysql://dblog:{pw}@127.0.0.1:{my}/shop",
+        "dblog_postgres": f"postgres://dblog:{pw}@127.0.0.1:{pg}/shop?schema=public",
         ZOOKEEPER_CONN: f"zookeeper://127.0.0.1:{zk}/dblog",
     }
 
 
 def connection_uri(conn_id: str) -> str:
-    uri = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}") or local_connections().get(conn_id)
+    uri = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}") or (
+        local_connections().get(conn_id) if conn_id in LOCAL_CONNECTION_IDS else None)
     if not uri:
         raise ConfigError(f"no connection {conn_id!r}: set AIRFLOW_CONN_{conn_id.upper()} to a URI such as "
                           "mysql://user:password@host:3306/db or postgres://user:password@host:5432/db")

@@ -17,6 +17,7 @@ USER, PASSWORD = "admin", "admin"
 
 def settings(home: Path | None = None) -> dict[str, str]:
     from dblog.config import local_connections
+    os.environ.setdefault("DBLOG_LOCAL_DIR", str(ROOT / ".local"))  # where `make up` keeps the password
     home = Path(home or ROOT / ".local" / "airflow")
     venv_bin = str(Path(sys.executable).parent)
     env = {f"AIRFLOW_CONN_{conn_id.upper()}": uri for conn_id, uri in local_connections().items()}

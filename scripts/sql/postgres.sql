@@ -1,13 +1,14 @@
 -- The capture role on PostgreSQL (run in the captured database), least privilege: REPLICATION,
 -- SELECT on the captured schema, its own watermark schema, one publication.
--- Used by scripts/services.sh and docker-compose.yaml.
+-- Used by scripts/services.sh and docker-compose.yaml, which set the psql variable dblog_password
+-- first (the password lives in no file here).
 SET client_min_messages = warning;
 DO $$ BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'dblog') THEN
     CREATE ROLE dblog LOGIN REPLICATION;
   END IF;
 END $$;
-ALTER ROLE dblog PASSWORD 'dblog-local-pw';
+ALTER ROLE dblog PASSWORD :'dblog_password';
 CREATE SCHEMA IF NOT EXISTS dblog AUTHORIZATION dblog;
 GRANT USAGE ON SCHEMA public TO dblog;
 ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO dblog;

@@ -17,13 +17,13 @@ def test_compose_runs_every_part_the_issue_names():
 
 
 def test_airflow_containers_mount_the_project_folders_and_use_the_local_connection_ids():
-    from dblog.config import local_connections, source_ids
+    from dblog.config import LOCAL_CONNECTION_IDS, source_ids
     for name in ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"):
         service = SERVICES[name]
         mounts = {v.split(":")[0] for v in service["volumes"]}
         assert {"./dags", "./plugins", "./include", "./spark_jobs"} <= mounts
         env = service["environment"]
-        for conn_id in local_connections():
+        for conn_id in LOCAL_CONNECTION_IDS:
             assert f"AIRFLOW_CONN_{conn_id.upper()}" in env
         assert env["DBLOG_SOURCES"].split(",") == source_ids()
 
@@ -32,8 +32,11 @@ def test_the_image_pins_the_locked_airflow_and_sources_are_provisioned_by_the_sa
     lock = (ROOT / "requirements.txt").read_text()
     airflow = re.search(r"^apache-airflow==([\d.]+)$", lock, re.M).group(1)
     assert f"FROM apache/airflow:{airflow}-" in (ROOT / "docker" / "Dockerfile").read_text()
-    for db, sql in (("mariadb", "mariadb.sql"), ("postgres", "postgres.sql")):
-        assert any(v.startswith(f"./scripts/sql/{sql}:/docker-entrypoint-initdb.d/") for v in SERVICES[db]["volumes"])
+    for db in ("mariadb", "postgres"):
+        volumes = SERVICES[db]["volumes"]
+        assert "./scripts/sql:/dblog-sql:ro" in volumes
+        assert any(v.startswith(f"./docker/initdb/{db}.sh:/docker-entrypoint-initdb.d/") for v in volumes)
+        assert f"/dblog-sql/{db}.sql" in (ROOT / "docker" / "initdb" / f"{db}.sh").read_text()
     assert "scripts/sql/mariadb.sql" in (ROOT / "scripts" / "services.sh").read_text()
 
 
@@ -41,3 +44,12 @@ def test_published_ports_listen_on_loopback_only():
     for name, service in SERVICES.items():
         for port in service.get("ports", []):
             assert port.startswith("127.0.0.1:"), (name, port)
+
+
+def test_no_credential_is_written_into_the_compose_file_or_the_sql():
+    """The capture user's password comes from DBLOG_PASSWORD only; compose refuses to start without it."""
+    text = (ROOT / "docker-compose.yaml").read_text()
+    for uri in re.findall(r"(?:mysql|postgres)://[^\s]+", text):
+        assert ":${DBLOG_PASSWORD:?" in uri, uri
+    for sql in (ROOT / "scripts" / "sql").glob("*.sql"):
+        assert not re.search(r"(IDENTIFIED BY|PASSWORD)\s+'[^',]+'", sql.read_text()), sql
