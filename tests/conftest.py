@@ -169,15 +169,16 @@ class SourceEnv:
     def table(self, name: str) -> str:
         return f"{self.namespace}.{name}"
 
-    def dblog(self, *args: str, check: bool = False, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "dblog.cli", *args], env=self.env, capture_output=True,
-                              text=True, check=check, timeout=timeout)
+    def dblog(self, *args: str, check: bool = False, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "dblog.cli", *args], env={**self.env, **(env or {})},
+                              capture_output=True, text=True, check=check, timeout=timeout)
 
-    def spawn(self, *args: str, module: str = "dblog.cli", output: Path | None = None) -> subprocess.Popen:
+    def spawn(self, *args: str, module: str = "dblog.cli", output: Path | None = None,
+              env: dict | None = None) -> subprocess.Popen:
         """A process with piped output, or with its output in the file `output` (for chatty ones,
         whose pipes would fill up and block them)."""
         out = subprocess.PIPE if output is None else open(output, "a")
-        proc = subprocess.Popen([sys.executable, "-m", module, *args], env=self.env, stdout=out,
+        proc = subprocess.Popen([sys.executable, "-m", module, *args], env={**self.env, **(env or {})}, stdout=out,
                                 stderr=out if output is not None else subprocess.PIPE, text=True)
         self.procs.append(proc)
         return proc

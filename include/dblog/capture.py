@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from . import state as paths
 from .events import ChangeEvent
+from .faults import crash_point
 from .reconcile import watermark_positions
 from .retry import reconnecting
 from .sources.base import WATERMARK_TABLE, Source, Transaction
@@ -166,6 +167,8 @@ class Capture:
         for table, rows in batch.rows.items():
             self.staged.write_segment(self.source.name, self.source.table_schema(table), rows)
             self.stats.segments += 1
+            crash_point("capture.mid_flush")
+        crash_point("capture.before_checkpoint")
         previous = self._checkpoint
         position = batch.last_position or previous.get("position")
         checkpoint = {"resume": batch.resume, "position": position,

@@ -22,6 +22,7 @@ from typing import Callable
 from kazoo.exceptions import LockTimeout
 
 from . import state as paths
+from .faults import crash_point
 from .retry import reconnecting
 from .schema import TableSchema, decode_key, encode_key, normalize_key
 from .sources.base import WATERMARK_TABLE, Source
@@ -213,8 +214,10 @@ class TableDump:
                 progress.status, progress.finished_at = DONE, time.time()
                 break
             rows = chunk[0]
+            crash_point("dump.after_high_watermark")
             lease.check()  # a worker that lost its lease stops before it stages (see the takeover rule)
             self.staged.write_chunk(self.source.name, schema, self.dump_id, chunk_no, *chunk)
+            crash_point("dump.after_staging")
             progress.chunks, progress.rows = progress.chunks + 1, progress.rows + len(rows)
             progress.next_chunk = chunk_no + 1
             progress.last_key = key_to

@@ -167,3 +167,40 @@ def test_of_two_captures_started_together_exactly_one_stages_and_checkpoints(mar
     for p in (first, second):
         os.kill(p.pid, signal.SIGKILL); p.wait()
     store.stop()
+
+
+@pytest.mark.parametrize("point", ["dump.after_high_watermark", "dump.after_staging"])
+def test_a_dump_killed_at_a_named_point_resumes_after_its_last_recorded_chunk_and_converges(mariadb, point):
+    mariadb.workload(seed=40, rows=3000).create()
+    mariadb.start_capture()
+    writer = mariadb.spawn_workload(seconds=3600, seed=41, rows=3000)
+    table = mariadb.table("accounts")
+    dump_id = mariadb.dblog("dump", "--source", mariadb.source_id, "--table", "accounts", "--chunk-size", "50",
+                            "--create-only", check=True).stdout.strip()
+    crashed = mariadb.dblog("dump", "run", dump_id, "--source", mariadb.source_id, env={"DBLOG_CRASH_AT": f"{point}@5"})
+    assert crashed.returncode == -signal.SIGKILL
+    with mariadb.store() as store:
+        assert store.get(paths.table_progress_path(mariadb.source_id, dump_id, table))["chunks"] == 4
+    staged_before = chunk_numbers(mariadb, table, dump_id)
+    assert staged_before == ([0, 1, 2, 3] if point == "dump.after_high_watermark" else [0, 1, 2, 3, 4])
+    resumed = json.loads(mariadb.dblog("dump", "run", dump_id, "--source", mariadb.source_id, check=True).stdout)
+    writer.terminate(); writer.wait()
+    assert resumed["tables"][table]["status"] == "done"
+    assert chunk_numbers(mariadb, table, dump_id)[:len(staged_before) + 1] == staged_before + [5]
+    settle(mariadb)
+    assert_converged(mariadb, ["accounts"])
+
+
+@pytest.mark.parametrize("point", ["capture.mid_flush", "capture.before_checkpoint"])
+def test_a_capture_killed_at_a_named_point_resumes_from_its_checkpoint_and_converges(mariadb, point):
+    mariadb.workload(seed=42, rows=2000).create()
+    mariadb.dblog("capture", "--init", "--source", mariadb.source_id, check=True)
+    crashing = mariadb.spawn("capture", "--source", mariadb.source_id, "--flush-seconds", "0.2",
+                             env={"DBLOG_CRASH_AT": f"{point}@3"})
+    writer = mariadb.spawn_workload(seconds=3600, seed=43, rows=2000)
+    assert crashing.wait(timeout=120) == -signal.SIGKILL
+    mariadb.spawn("capture", "--source", mariadb.source_id)
+    mariadb.dblog("dump", "--all", "--source", mariadb.source_id, "--chunk-size", "200", check=True)
+    writer.terminate(); writer.wait()
+    settle(mariadb)
+    assert_converged(mariadb)
