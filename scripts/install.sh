@@ -35,4 +35,5 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   uv pip install -q --python .venv/bin/python --no-deps -e .
   echo "$want" >"$stamp"
 fi
+bash scripts/services.sh secret  # the local capture user's password, generated once per checkout
 log "ready: .venv ($(.venv/bin/python --version)), services: mariadb, postgresql, zookeeper; chromium"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Private MariaDB, PostgreSQL and ZooKeeper instances for development, tests and the demo.
 # Loopback only, non-default ports, data under .local/. Never touches system-wide services.
-#   scripts/services.sh up|down|status|start NAME|stop NAME
+#   scripts/services.sh up|down|status|start NAME|stop NAME|secret
 # Ports come from DBLOG_MARIADB_PORT / DBLOG_POSTGRES_PORT / DBLOG_ZK_PORT (3307/5433/2182).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -138,6 +138,7 @@ one() {  # one ACTION SERVICE: start or stop a single service
 case "${1:-}" in
   up) mariadb_up; postgres_up; zookeeper_up; provision ;;
   provision) provision ;;
+  secret) password >/dev/null ;;  # make install: the local password exists before any test reads it
   down) mariadb_down; postgres_down; zookeeper_down ;;
   # One service at a time, for the fault tests (a restart keeps its data).
   start) one up "${2:-}" ;;

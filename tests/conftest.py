@@ -50,7 +50,7 @@ def wait_for(condition, timeout: float = 60.0, interval: float = 0.05, what: str
 TABLES = ("accounts", "order_lines")  # what `dblog.workload` creates
 
 
-def PASSWORD() -> str:  # noqa: N802 - reads like the constant it stands for
+def capture_password() -> str:
     """The capture user's password, which `make up` generated for this checkout."""
     from dblog.config import local_password
     return local_password()
@@ -117,9 +117,9 @@ class SourceEnv:
     @property
     def uri(self) -> str:
         if self.kind == "mariadb":
-            return f"mysql://dblog:{PASSWORD()}@127.0.0.1:{PORTS['MARIADB']}/{self.namespace}" + (
+            return f"mysql://dblog:{capture_password()}@127.0.0.1:{PORTS['MARIADB']}/{self.namespace}" + (
                 f"?{self.query}" if self.query else "")
-        return (f"postgres://dblog:{PASSWORD()}@127.0.0.1:{PORTS['POSTGRES']}/shop?schema={self.namespace}"
+        return (f"postgres://dblog:{capture_password()}@127.0.0.1:{PORTS['POSTGRES']}/shop?schema={self.namespace}"
                 f"&slot=dblog_{self.tag}" + (f"&{self.query}" if self.query else ""))
 
     @property

@@ -99,8 +99,7 @@ class Capture:
         try:
             self._checkpoint = ensure_checkpoint(self.store, self.source)
             deadline = None if duration is None else time.monotonic() + duration
-            if until_watermark is None or until_watermark not in watermark_positions(self.staged, self.source.name):
-                self._run_reconnecting(deadline, until_watermark)
+            self._run_reconnecting(deadline, until_watermark)
         finally:
             self.leading.clear()
             self.lease.release()
@@ -116,6 +115,8 @@ class Capture:
         def attempt() -> None:
             if self.stop_event.is_set() or (deadline is not None and time.monotonic() >= deadline):
                 return
+            if until is not None and until in watermark_positions(self.staged, self.source.name):
+                return  # staged before the connection was lost
             self._loop(self._checkpoint.get("resume"), deadline, until)
 
         reconnecting(self.source, attempt, "capture", stop=self.stop_event)

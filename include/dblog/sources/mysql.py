@@ -80,8 +80,8 @@ class MySQLSource(Source):
         except pymysql.err.OperationalError as exc:
             error = SourceUnavailable if exc.args and exc.args[0] in _GONE else SourceError
             raise error(f"{self.name}: cannot connect to MySQL at {self.settings['host']}:"
-                              f"{self.settings['port']} as {self.settings['user']}: {exc.args[-1]}. "
-                              "Check the connection (host, port, user, password) and that the server runs.") from exc
+                        f"{self.settings['port']} as {self.settings['user']}: {exc.args[-1]}. "
+                        "Check the connection (host, port, user, password) and that the server runs.") from exc
         with conn.cursor() as cur:
             # TIMESTAMP values in UTC, as the binlog decoder returns them; one-statement READ COMMITTED reads.
             cur.execute("SET SESSION time_zone = '+00:00'")

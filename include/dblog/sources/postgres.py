@@ -68,8 +68,8 @@ class PostgresSource(Source):
         except psycopg2.OperationalError as exc:
             error = SourceUnavailable if self._lost_connection(exc) else SourceError
             raise error(f"{self.name}: cannot connect to PostgreSQL at {self.dsn['host']}:{self.dsn['port']} "
-                              f"as {self.dsn['user']}: {str(exc).strip()}. Check the connection and that "
-                              "the server runs.") from exc
+                        f"as {self.dsn['user']}: {str(exc).strip()}. Check the connection and that "
+                        "the server runs.") from exc
         if not extra:
             conn.autocommit = True  # every statement its own READ COMMITTED transaction
         return conn
