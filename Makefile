@@ -18,7 +18,7 @@ status:
 	@bash scripts/services.sh status
 
 test: up
-	$(VENV)/pytest -q
+	$(VENV)/pytest -q --durations=25
 
 unit: install
 	$(VENV)/pytest -q -m "not integration"

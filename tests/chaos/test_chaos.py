@@ -10,7 +10,7 @@ SEEDS = {"mariadb": 1101, "postgres": 2202}
 
 @pytest.mark.parametrize("kind", ["mariadb", "postgres"])
 def test_a_seeded_chaos_run_keeps_every_oracle(kind, services, spark, tmp_path):
-    report = run(kind, SEEDS[kind], 25, spark, tmp_path)
+    report = run(kind, SEEDS[kind], 15, spark, tmp_path)
     print(report)
     assert report.ok, f"{report.problems[:5]}; replay: {report.replay()}"
     # The run did what it claims: writes, dumps, merges and kills all happened.

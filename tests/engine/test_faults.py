@@ -171,9 +171,9 @@ def test_of_two_captures_started_together_exactly_one_stages_and_checkpoints(mar
 
 @pytest.mark.parametrize("point", ["dump.after_high_watermark", "dump.after_staging"])
 def test_a_dump_killed_at_a_named_point_resumes_after_its_last_recorded_chunk_and_converges(mariadb, point):
-    mariadb.workload(seed=40, rows=3000).create()
+    mariadb.workload(seed=40, rows=1500).create()
     mariadb.start_capture()
-    writer = mariadb.spawn_workload(seconds=3600, seed=41, rows=3000)
+    writer = mariadb.spawn_workload(seconds=3600, seed=41, rows=1500)
     table = mariadb.table("accounts")
     dump_id = mariadb.dblog("dump", "--source", mariadb.source_id, "--table", "accounts", "--chunk-size", "50",
                             "--create-only", check=True).stdout.strip()
