@@ -1,115 +1,154 @@
-"""A dump of a large table: rows/s against a plain streamed SELECT *, and the capture's longest
-stall while the dump runs against the same capture without a dump (same write load, same run)."""
+"""Scenarios 2 and 3: a full dump of a large table into the warehouse, against the baselines.
+
+2 (idle source): our dump (capture running, as in production) + catch-up + Spark merge, against
+  a plain streamed SELECT * to Parquet, Spark's parallel JDBC read to Parquet and dlt's
+  sql_database to Parquet. Each copy is then compared with the source row by row.
+3 (under writes): the same, with the writer (bench/bigtable.py) running at RATE row changes/s.
+  First BASELINE seconds of writes alone (write latency and capture lag without a dump), then
+  each tool copies the table while the writer runs; the writer stops when the copy is done and
+  the copy is compared with the source: the rows it gets wrong. For ours, the warehouse is
+  compared after the capture caught up and a merge ran.
+"""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+import sys
 import time
+from pathlib import Path
 
-from common import (
-    ADMIN,
-    admin,
-    env_for,
-    median,
-    namespace,
-    run_sql,
-    source,
-    spawn,
-    staged,
-    store,
-    timed,
-    uri,
-)
-from dblog.capture import ensure_checkpoint
-from dblog.dump import DumpSpec, create_dump, run_dump
+import baselines
+import bigtable
+from common import median, spawn
+from harness import Harness, pct
 
-NS = "bench_dump"
+NS = "bench_big"
+TABLE = f"{NS}.{bigtable.TABLE}"
 
 
-def _load(kind: str, rows: int) -> None:
-    namespace(kind, NS)
-    if kind == "mysql":
-        run_sql(kind, f"CREATE TABLE {NS}.big (id BIGINT PRIMARY KEY, name VARCHAR(40), amount DECIMAL(12,2), "
-                      "created DATETIME(6))",
-                f"INSERT INTO {NS}.big SELECT seq, CONCAT('name-', seq), seq / 7, NOW(6) FROM {NS}.seq_1_to_{rows}")
+def ours(h: Harness, spark, chunk_size: int, probe=None, samples=None) -> dict:
+    rows, dump_s = h.dump(TABLE, chunk_size, probe=probe, samples=samples)
+    catch_up_s = h.catch_up()
+    merge_s = h.merge(spark, TABLE)
+    return {"rows": rows, "dump_s": dump_s, "catch_up_s": catch_up_s, "merge_s": merge_s,
+            "seconds": dump_s + catch_up_s + merge_s, "copy": h.warehouse_table(TABLE)}
+
+
+def baseline(tool: str, kind: str, spark, out: str) -> dict:
+    shutil.rmtree(out, ignore_errors=True)
+    started = time.time()
+    if tool == "plain":
+        rows, path = baselines.plain(kind, NS, out), out
+    elif tool == "spark_jdbc":
+        rows, path = baselines.spark_jdbc(spark, kind, NS, out), out
     else:
-        run_sql(kind, f"CREATE TABLE {NS}.big (id BIGINT PRIMARY KEY, name VARCHAR(40), amount NUMERIC(12,2), "
-                      "created TIMESTAMP)",
-                f"INSERT INTO {NS}.big SELECT g, 'name-' || g, g / 7.0, now() FROM generate_series(1, {rows}) g",
-                f"ANALYZE {NS}.big")
+        rows, path = baselines.dlt_parquet(kind, NS, out)
+    return {"rows": rows, "seconds": time.time() - started, "copy": path}
 
 
-def plain_select(kind: str) -> int:
-    conn = admin(kind)
-    n = 0
-    if kind == "mysql":
-        import pymysql.cursors
-        cur = conn.cursor(pymysql.cursors.SSCursor)
-        cur.execute(f"SELECT * FROM {NS}.big")
-        for _ in cur:
-            n += 1
-    else:
-        conn.autocommit = False
-        cur = conn.cursor(name="plain")
-        cur.itersize = 10_000
-        cur.execute(f"SELECT * FROM {NS}.big")
-        for _ in cur:
-            n += 1
-    conn.close()
-    return n
+TOOLS = ("ours", "plain", "spark_jdbc", "dlt")
 
 
-def _capture_during(kind: str, src, st, stage, seconds: float | None, work) -> dict:
-    """Run capture + a writer (subprocesses) around `work` (or for `seconds`); return capture stats."""
-    env = env_for(src.name, uri(kind, NS, getattr(src, "slot", None)), st.chroot, stage.base)
-    capture = spawn(["-m", "dblog.cli", "capture", "--source", src.name], env)
-    writer = spawn(["-m", "dblog.workload", ADMIN[kind], NS, "--seconds", "3600", "--rows", "2000"], env)
-    out = None
+def copy(tool: str, h: Harness, spark, chunk_size: int, **ours_kw) -> dict:
+    if tool == "ours":
+        return ours(h, spark, chunk_size, **ours_kw)
+    return baseline(tool, h.kind, spark, f"{h.dir}/{tool}")
+
+
+def idle(kind: str, spark, rows: int, chunk_size: int, reps: int) -> dict:
+    """Scenario 2. Returns per tool: median rows/s, ratio to the plain SELECT, rows differing."""
+    bigtable.create(kind, NS, rows)
+    h = Harness(kind, NS, f"bench_{kind}")
+    h.start_capture()
+    runs: dict[str, list[dict]] = {t: [] for t in TOOLS}
     try:
-        out = work() if work else time.sleep(seconds)
+        for rep in range(reps):
+            for tool in TOOLS:
+                if tool == "ours" and rep:  # a fresh warehouse and dump each time
+                    h.close(); h = Harness(kind, NS, f"bench_{kind}"); h.start_capture()
+                print(f"    {tool} (run {rep + 1}/{reps})", flush=True)
+                r = copy(tool, h, spark, chunk_size)
+                r["differ"] = bigtable.rows_differing(bigtable.source_versions(kind, NS), bigtable.copy_versions(r["copy"]))
+                runs[tool].append(r)
+                print(f"      {r['rows']:,} rows in {r['seconds']:.1f} s; rows differing: {r['differ']['total']}", flush=True)
     finally:
-        writer.terminate(); writer.wait()
-        capture.send_signal(signal.SIGTERM)
-        stats = json.loads(capture.communicate(timeout=120)[0].strip().splitlines()[-1])
-    return {"stats": stats, "result": out}
+        h.close()
+    out = {"rows": rows, "chunk_size": chunk_size, "reps": reps, "tools": {}}
+    plain = median([r["rows"] / r["seconds"] for r in runs["plain"]])
+    for tool, rs in runs.items():
+        rate = median([r["rows"] / r["seconds"] for r in rs])
+        out["tools"][tool] = {"rows_per_s": round(rate), "vs_plain": round(rate / plain, 3),
+                              "seconds": round(median([r["seconds"] for r in rs]), 1),
+                              "rows_differing": max(r["differ"]["total"] for r in rs)}
+        if tool == "ours":
+            out["tools"][tool].update({k: round(median([r[k] for r in rs]), 1) for k in ("dump_s", "catch_up_s", "merge_s")})
+            out["tools"][tool]["dump_rows_per_s"] = round(median([r["rows"] / r["dump_s"] for r in rs]))
+    return out
 
 
-def run(kind: str, rows: int = 1_000_000, chunk_size: int = 1000, reps: int = 1) -> dict:
-    _load(kind, rows)
-    from dblog.workload import Workload, connect
-    k, conn = connect(ADMIN[kind])
-    Workload(k, conn, NS, seed=1, rows=2000).create()  # accounts/order_lines: the concurrent write load
-    conn.close()
-    select_rates, idle_rates, dump_rates, stalls, base_stalls, lags, base_lags = [], [], [], [], [], [], []
-    for _ in range(reps):
-        select_s, n = timed(lambda: plain_select(kind))
-        select_rates.append(n / select_s)
-        src, st, stage = source(kind, "bench_dump", NS), store(), staged()
-        ensure_checkpoint(st, src)
+def _writer(h: Harness, rate: float, out: str):
+    return spawn([str(Path(__file__).parent / "bigtable.py"), "write", h.kind, NS, str(rate), out], h.env)
 
-        def dump():
-            dump_id = create_dump(st, src, DumpSpec(tables=[f"{NS}.big"], chunk_size=chunk_size))
-            t = time.perf_counter()
-            progress = run_dump(st, src, stage, dump_id)[0]
-            return progress.rows, time.perf_counter() - t
-        dumped, dump_s = dump()  # same conditions as the SELECT: nothing else running
-        idle_rates.append(dumped / dump_s)
-        with_dump = _capture_during(kind, src, st, stage, None, dump)
-        dumped, dump_s = with_dump["result"]
-        dump_rates.append(dumped / dump_s)
-        stalls.append(with_dump["stats"]["max_stall_s"])
-        lags.append(with_dump["stats"]["max_lag_s"])
-        baseline = _capture_during(kind, src, st, stage, dump_s, None)
-        base_stalls.append(baseline["stats"]["max_stall_s"])
-        base_lags.append(baseline["stats"]["max_lag_s"])
-        src.close(); st.stop()
-        if kind == "postgres":
-            run_sql(kind, f"SELECT pg_drop_replication_slot('{src.slot}')")
-    return {"rows": rows, "chunk_size": chunk_size, "select_rows_per_s": round(median(select_rates)),
-            "dump_rows_per_s": round(median(idle_rates)),
-            "dump_vs_select": round(median([d / s for d, s in zip(idle_rates, select_rates)]), 3),
-            "dump_rows_per_s_with_capture_and_writes": round(median(dump_rates)),
-            "capture_max_stall_s_during_dump": round(max(stalls), 3),
-            "capture_max_stall_s_without_dump": round(max(base_stalls), 3),
-            "capture_max_lag_s_during_dump": round(max(lags), 3),
-            "capture_max_lag_s_without_dump": round(max(base_lags), 3), "reps": reps}
+
+def _stop(writer, out: str) -> list[tuple[float, float]]:
+    writer.send_signal(signal.SIGTERM)
+    writer.wait(timeout=60)
+    return json.loads(Path(out).read_text())
+
+
+def under_writes(kind: str, spark, rows: int, chunk_size: int, rate: float, baseline_s: float) -> dict:
+    """Scenario 3 (one run per tool; the table keeps changing from tool to tool)."""
+    bigtable.create(kind, NS, rows)
+    h = Harness(kind, NS, f"bench_{kind}")
+    h.start_capture()
+    probe = h.probe()
+    result = {"rows": rows, "chunk_size": chunk_size, "rate": rate, "baseline_s": baseline_s, "tools": {}}
+    try:
+        out = f"{h.dir}/latency-none.json"
+        w, t0 = _writer(h, rate, out), time.time()
+        while time.time() < t0 + baseline_s:
+            probe.poll(); time.sleep(0.1)
+        lat = [s * 1000 for t, s in _stop(w, out) if t > t0 + 5]  # 5 s warm-up
+        t1 = time.time()
+        result["no_dump"] = {"write_ms_p50": round(pct(lat, 0.5), 2), "write_ms_p99": round(pct(lat, 0.99), 2),
+                             "lag_s_p50": round(pct(probe.lag(t0 + 5, t1), 0.5), 2),
+                             "lag_s_max": round(max(probe.lag(t0 + 5, t1), default=0), 2),
+                             "longest_pause_s": round(probe.longest_pause(t0 + 5, t1), 2)}
+        for tool in TOOLS:
+            print(f"    {tool} under {rate:.0f} row changes/s", flush=True)
+            out, samples = f"{h.dir}/latency-{tool}.json", []
+            w, t0 = _writer(h, rate, out), time.time()
+            time.sleep(2)  # the writer is connected and writing before the copy starts
+            if tool == "ours":
+                rows_done, dump_s = h.dump(TABLE, chunk_size, probe=probe, samples=samples)
+                r = {"rows": rows_done, "seconds": dump_s}
+            else:
+                r = baseline(tool, kind, spark, f"{h.dir}/{tool}")
+            t1 = time.time()
+            lat = [s * 1000 for t, s in _stop(w, out) if t0 + 2 <= t <= t1]
+            if tool == "ours":
+                r["catch_up_s"] = h.catch_up()
+                r["merge_s"] = h.merge(spark, TABLE)
+                r["copy"] = h.warehouse_table(TABLE)
+                lags = probe.lag(t0 + 2, t1)
+                r.update({"lag_s_p50": round(pct(lags, 0.5), 2), "lag_s_p99": round(pct(lags, 0.99), 2),
+                          "lag_s_max": round(max(lags, default=0), 2),
+                          "longest_pause_s": round(probe.longest_pause(t0 + 2, t1), 2),
+                          "timeline": [{"t": round(s["t"] - t0, 1), "rows": s["rows"]} for s in samples],
+                          "lag_timeline": [{"t": round(t - t0, 1), "lag_s": round(s, 2)} for t, s in probe.lags
+                                           if t0 <= t <= t1]})
+            r["differ"] = bigtable.rows_differing(bigtable.source_versions(kind, NS), bigtable.copy_versions(r.pop("copy")))
+            r.update({"rows_per_s": round(r["rows"] / r["seconds"]), "seconds": round(r["seconds"], 1),
+                      "write_ms_p50": round(pct(lat, 0.5), 2), "write_ms_p99": round(pct(lat, 0.99), 2),
+                      "write_p99_vs_no_dump": round(pct(lat, 0.99) / result["no_dump"]["write_ms_p99"], 2)})
+            print(f"      {r['rows']:,} rows in {r['seconds']} s, write p99 {r['write_ms_p99']} ms, "
+                  f"rows differing after the writes stopped: {r['differ']['total']}", flush=True)
+            result["tools"][tool] = r
+    finally:
+        h.close()
+    return result
+
+
+if __name__ == "__main__":  # a quick look: python bench/dump_bench.py KIND ROWS
+    sys.exit("run it through bench/run.py (make bench)")

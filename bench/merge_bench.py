@@ -126,15 +126,13 @@ def change_batch(spark, store, base: dict, keys: int, clustered: bool, tmp: str)
             "merge_s": round(merged, 2), "rewrite_s": round(rewrite, 2), "ratio": round(merged / rewrite, 3)}
 
 
-def run(rows: int, zk_hosts: str) -> dict:
-    from dblog.spark.session import session
-    spark = session("dblog-merge-bench", os.environ.get("DBLOG_SPARK_MASTER", "local[2]"),
-                    {"spark.ui.enabled": "false", "spark.driver.memory": "6g"})
+def run(spark, rows: int, zk_hosts: str) -> dict:
     store = StateStore(zk_hosts, f"/bench_merge_{uuid.uuid4().hex[:6]}").start()
     try:
         with tempfile.TemporaryDirectory(dir=os.environ.get("DBLOG_BENCH_TMP")) as tmp:
             print("  warm-up", flush=True)
-            full_dump(spark, store, CHUNK * 2, tmp)
+            os.makedirs(f"{tmp}/warm-up")
+            full_dump(spark, store, CHUNK * 2, f"{tmp}/warm-up")
             out = {"full": [], "batches": [], "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
             for n in (rows, rows * 10):
                 print(f"  full dump of {n} rows", flush=True)
@@ -146,4 +144,3 @@ def run(rows: int, zk_hosts: str) -> dict:
             return out
     finally:
         store.stop()
-        spark.stop()

@@ -1,9 +1,24 @@
-"""`make bench`: the engine's benchmarks, as ratios against baselines measured in the same run.
+"""`make bench`: every scenario of the benchmark on this machine, in one go, each figure a median
+of several runs or a ratio against a baseline measured in the same run.
 
-Writes bench/results/engine.json and engine.md (capture, dump) and merge.json and merge.md.
-Sizes: DBLOG_BENCH_CAPTURE_ROWS (default 100000 inserted, plus half as many updates),
-DBLOG_BENCH_DUMP_ROWS (default 1000000), DBLOG_BENCH_MERGE_ROWS (N, default 1000000; 10N is
-measured too). DBLOG_BENCH_PARTS picks parts (default "engine,merge").
+Parts (DBLOG_BENCH_PARTS, comma-separated, default all, in this order):
+  capture    1. capture rows/s against a bare read loop of the same library over the same log
+  freshness  1. source commit to visible in the warehouse, under the default merge schedule
+  dump       2. full dump of a large table into the warehouse, idle source, against the baselines
+  writes     3. the same under a concurrent write load (latency, lag, pauses, rows the copies get wrong)
+  merge      4. merge scaling (N and 10N rows; a 1,000-key batch into 10N rows) against a rewrite
+  sweep      5. chunk size sweep
+Each part writes bench/results/<part>.json; then bench/results/bench.md (the tables, also
+printed) and bench/results/writes.png (scenario 3 over time) are made from whatever is there.
+
+Sizes and settings (environment; defaults fit 2 cores / 24 GiB):
+  DBLOG_BENCH_SOURCES=mysql,postgres   DBLOG_BENCH_ROWS=10000000 (scenarios 2, 3)
+  DBLOG_BENCH_REPS=3 (scenarios 1, 5)  DBLOG_BENCH_DUMP_REPS=1 (scenario 2; each is ~10 min a source)
+  DBLOG_BENCH_CHUNK_SIZE (default: dblog's)  DBLOG_BENCH_WRITE_RATE=1000 row changes/s
+  DBLOG_BENCH_BASELINE_SECONDS=60      DBLOG_BENCH_CAPTURE_ROWS=100000  DBLOG_BENCH_MERGE_ROWS=1000000
+  DBLOG_BENCH_SWEEP_ROWS=1000000       DBLOG_BENCH_SWEEP_SIZES=500,1000,2000,5000,10000,20000,50000
+  DBLOG_MERGE_EVERY_MINUTES=5 (the merge DAG's default)  DBLOG_BENCH_FRESHNESS_CYCLES=2
+  DBLOG_BENCH_FRESHNESS_RATE=50 inserts/s
 """
 from __future__ import annotations
 
@@ -16,65 +31,73 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import capture_bench  # noqa: E402
-import dump_bench  # noqa: E402
-import merge_bench  # noqa: E402
 from common import PORTS  # noqa: E402
 
 OUT = Path(__file__).parent / "results"
+PARTS = ("capture", "freshness", "dump", "writes", "merge", "sweep")
+
+
+def env(name: str, default: str) -> str:
+    return os.environ.get(f"DBLOG_BENCH_{name}", default)
+
+
+def machine() -> str:
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{platform.machine()}, {os.cpu_count()} cores, {mem:.0f} GiB, Python {platform.python_version()}"
+
+
+def part(name: str, kinds: list[str], spark_session) -> dict:
+    from dblog.config import DEFAULT_CHUNK_SIZE
+    rows, reps = int(env("ROWS", "10000000")), int(env("REPS", "3"))
+    chunk = int(env("CHUNK_SIZE", str(DEFAULT_CHUNK_SIZE)))
+    rate, baseline_s = float(env("WRITE_RATE", "1000")), float(env("BASELINE_SECONDS", "60"))
+    if name == "capture":
+        import capture_bench
+        return {k: capture_bench.run(k, int(env("CAPTURE_ROWS", "100000")), reps=reps) for k in kinds}
+    if name == "freshness":
+        import freshness_bench
+        return freshness_bench.run(kinds, 60 * float(os.environ.get("DBLOG_MERGE_EVERY_MINUTES", "5")),
+                                   int(env("FRESHNESS_CYCLES", "2")), float(env("FRESHNESS_RATE", "50")))
+    if name == "dump":
+        import dump_bench
+        return {k: dump_bench.idle(k, spark_session(), rows, chunk, int(env("DUMP_REPS", "1"))) for k in kinds}
+    if name == "writes":
+        import dump_bench
+        return {k: dump_bench.under_writes(k, spark_session(), rows, chunk, rate, baseline_s) for k in kinds}
+    if name == "merge":
+        import merge_bench
+        return merge_bench.run(spark_session(), int(env("MERGE_ROWS", "1000000")), f"127.0.0.1:{PORTS['ZK']}")
+    import sweep_bench
+    sizes = [int(s) for s in env("SWEEP_SIZES", "500,1000,2000,5000,10000,20000,50000").split(",")]
+    return {k: sweep_bench.run(k, int(env("SWEEP_ROWS", "1000000")), sizes, rate, 30.0, reps) for k in kinds}
 
 
 def main() -> int:
-    parts = os.environ.get("DBLOG_BENCH_PARTS", "engine,merge").split(",")
-    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    import report
+    parts = [p for p in env("PARTS", ",".join(PARTS)).split(",") if p]
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        sys.exit(f"unknown DBLOG_BENCH_PARTS {', '.join(sorted(unknown))}: pick from {', '.join(PARTS)}")
+    kinds = env("SOURCES", "mysql,postgres").split(",")
+    spark = []
+
+    def spark_session():
+        if not spark:
+            import baselines
+            spark.append(baselines.spark_session())
+        return spark[0]
+
     OUT.mkdir(exist_ok=True)
-    if "engine" in parts:
-        engine(machine)
-    if "merge" in parts:
-        merge(machine)
+    for name in parts:
+        print(f"== {name}", flush=True)
+        started = dt.datetime.now(dt.timezone.utc)
+        result = part(name, kinds, spark_session)
+        doc = {"when": started.isoformat(timespec="seconds"), "machine": machine(),
+               "minutes": round((dt.datetime.now(dt.timezone.utc) - started).total_seconds() / 60, 1),
+               "result": result}
+        (OUT / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
+    print(report.write(OUT))
     return 0
-
-
-def engine(machine: str) -> None:
-    capture_rows = int(os.environ.get("DBLOG_BENCH_CAPTURE_ROWS", "100000"))
-    dump_rows = int(os.environ.get("DBLOG_BENCH_DUMP_ROWS", "1000000"))
-    results = {"when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine,
-               "capture": {}, "dump": {}}
-    for kind in ("mysql", "postgres"):
-        print(f"capture benchmark: {kind}", flush=True)
-        results["capture"][kind] = capture_bench.run(kind, capture_rows, reps=3)
-        print(f"dump benchmark: {kind}", flush=True)
-        results["dump"][kind] = dump_bench.run(kind, dump_rows)
-    (OUT / "engine.json").write_text(json.dumps(results, indent=2) + "\n")
-    names = {"mysql": "MariaDB 10.11", "postgres": "PostgreSQL 15"}
-    lines = [f"Measured {results['when']} on {results['machine']}.", "",
-             "| source | capture rows/s | bare read rows/s | ratio | dump rows/s (1M rows, chunk 1000) | plain SELECT * rows/s | ratio | dump rows/s with capture + writes | capture max stall during dump / without | capture max lag during dump / without |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for kind, name in names.items():
-        c, d = results["capture"][kind], results["dump"][kind]
-        lines.append(f"| {name} | {c['capture_rows_per_s']:,} | {c['bare_rows_per_s']:,} | {c['ratio']} | "
-                     f"{d['dump_rows_per_s']:,} | {d['select_rows_per_s']:,} | {d['dump_vs_select']} | "
-                     f"{d['dump_rows_per_s_with_capture_and_writes']:,} | "
-                     f"{d['capture_max_stall_s_during_dump']} s / {d['capture_max_stall_s_without_dump']} s | "
-                     f"{d['capture_max_lag_s_during_dump']} s / {d['capture_max_lag_s_without_dump']} s |")
-    (OUT / "engine.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-
-
-def merge(machine: str) -> None:
-    rows = int(os.environ.get("DBLOG_BENCH_MERGE_ROWS", "1000000"))
-    print("merge benchmark", flush=True)
-    results = {**merge_bench.run(rows, f"127.0.0.1:{PORTS['ZK']}"), "machine": machine}
-    (OUT / "merge.json").write_text(json.dumps(results, indent=2) + "\n")
-    lines = [f"Measured {results['when']} on {results['machine']}, Spark local[2].", "",
-             "| merge of a full dump | rows | merge s | plain Spark Parquet write s | ratio |", "|---|---|---|---|---|"]
-    lines += [f"| into an empty table | {r['rows']:,} | {r['merge_s']} | {r['plain_write_s']} | {r['ratio']} |"
-              for r in results["full"]]
-    lines += ["", "| change batch | into a table of | merge s | rewrite of the table s | ratio |", "|---|---|---|---|---|"]
-    lines += [f"| {b['keys']:,} keys, {b['keys_are']} | {b['table_rows']:,} rows | {b['merge_s']} | {b['rewrite_s']} | "
-              f"{b['ratio']} |" for b in results["batches"]]
-    (OUT / "merge.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":

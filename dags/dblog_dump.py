@@ -23,7 +23,7 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, Param
 
-from dblog.config import source_ids
+from dblog.config import DEFAULT_CHUNK_SIZE, source_ids
 from dblog_airflow.groups import dump_source
 from dblog_airflow.operators.merge import MergeOperator
 
@@ -44,7 +44,7 @@ with DAG(
         "keys": Param(None, type=["null", "array"], maxItems=100_000, title="Primary keys (repair)",
                       description='With one table: one key per line (7, "abc" or [1, "a"] for a composite '
                                   "key); empty = whole tables."),
-        "chunk_size": Param(1000, type="integer", minimum=1, maximum=100_000, title="Chunk size (rows)"),
+        "chunk_size": Param(DEFAULT_CHUNK_SIZE, type="integer", minimum=1, maximum=100_000, title="Chunk size (rows)"),
         "delay_seconds": Param(0.0, type="number", minimum=0, maximum=3600, title="Delay between chunks (s)"),
         "dump_id": Param(None, type=["null", "string"], pattern="^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
                          title="Dump id (optional)"),

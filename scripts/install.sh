@@ -11,6 +11,9 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 [ -x /usr/bin/chromium ] || need+=(chromium)  # the UI test's browser (playwright drives it)
+# make bench: the JDBC drivers of the Spark baseline (a parallel JDBC read, what a Spark user tries first)
+[ -f /usr/share/java/mariadb-java-client.jar ] || need+=(libmariadb-java)
+[ -f /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
 if [ ${#need[@]} -gt 0 ]; then
   [ "$(id -u)" = 0 ] || { echo "[install] need root to apt-get install ${need[*]}" >&2; exit 1; }
   log "apt-get install ${need[*]}"

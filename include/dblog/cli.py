@@ -101,7 +101,7 @@ def cmd_dump(args) -> int:
                 raise DumpError("give either --all or --table, not both")
             if not args.all and not args.table:
                 raise DumpError("say what to dump: --table T (repeatable), --all, or --table T --keys JSON")
-            spec = DumpSpec(tables=args.table or [], keys=_keys(args.keys), chunk_size=1000 if args.chunk_size is None else args.chunk_size,
+            spec = DumpSpec(tables=args.table or [], keys=_keys(args.keys), chunk_size=config.DEFAULT_CHUNK_SIZE if args.chunk_size is None else args.chunk_size,
                             delay_s=0.0 if args.delay is None else args.delay, dump_id=args.dump_id)
             dump_id = create_dump(store, source, spec)
             print(f"dump {dump_id} created on {source.name}", file=sys.stderr)

@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # the engine's heavy modules load only when a source is built
     from .sources.base import Source
 
 ZOOKEEPER_CONN = "dblog_zookeeper"
+# Rows per dump chunk unless a user says otherwise (bench/results/sweep.json: the chunk size sweep).
+DEFAULT_CHUNK_SIZE = 1000
 _ID = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 
 

@@ -21,6 +21,7 @@ from typing import Callable
 
 from kazoo.exceptions import LockTimeout
 
+from .config import DEFAULT_CHUNK_SIZE
 from . import state as paths
 from .faults import crash_point
 from .retry import reconnecting
@@ -45,7 +46,7 @@ class DumpError(ValueError):
 class DumpSpec:
     tables: list[str] = field(default_factory=list)   # empty: every table of the source
     keys: list | None = None                          # JSON key values, for one table (repair)
-    chunk_size: int = 1000
+    chunk_size: int = DEFAULT_CHUNK_SIZE
     delay_s: float = 0.0
     dump_id: str | None = None
 
@@ -147,6 +148,7 @@ class TableDump:
         # One watermark row per (dump, table): concurrent table dumps never write the same row.
         self.slot = hashlib.sha1(f"{dump_id}/{table}".encode()).hexdigest()
         self._changed = threading.Event()
+        self._control_seen: dict | None = None
 
     def run(self, lease_timeout: float | None = 0) -> TableProgress:
         try:
@@ -164,9 +166,12 @@ class TableDump:
             lease.release()
 
     def _control(self) -> dict:
+        # Re-read only when the watch saw a change: one ZooKeeper round trip less per chunk.
+        if self._control_seen is not None and not self._changed.is_set():
+            return self._control_seen
         while True:
             self._changed.clear()
-            control = self.store.get(self.control_path)
+            control = self._control_seen = self.store.get(self.control_path)
             if control["state"] != PAUSED:
                 return control
             log.info("%s: paused; waiting for resume", self.table)

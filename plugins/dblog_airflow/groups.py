@@ -10,6 +10,7 @@ from typing import Any
 
 from airflow.sdk import TaskGroup
 
+from dblog.config import DEFAULT_CHUNK_SIZE
 from dblog_airflow.operators.dump import DumpTableOperator, StartDumpOperator, WaitForCaptureOperator
 
 
@@ -18,7 +19,7 @@ def dump_pool(source_id: str) -> str:
 
 
 def dump_source(source_id: str, *, selected_source: str | None = None, tables: Any = None, keys: Any = None,
-                chunk_size: Any = 1000, delay_seconds: Any = 0.0, dump_id: Any = None) -> TaskGroup:
+                chunk_size: Any = DEFAULT_CHUNK_SIZE, delay_seconds: Any = 0.0, dump_id: Any = None) -> TaskGroup:
     """start (validate, register) -> one throttled dump task per table -> wait for the capture."""
     with TaskGroup(group_id=source_id, tooltip=f"dump {source_id}") as group:
         start = StartDumpOperator(task_id="start", source_conn_id=source_id, selected_source=selected_source,

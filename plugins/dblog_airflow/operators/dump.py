@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from dblog.config import DEFAULT_CHUNK_SIZE
 from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook
 from dblog_airflow.triggers.capture import CaptureReachedTrigger
 
@@ -48,7 +49,7 @@ class StartDumpOperator(BaseOperator):
     template_fields: Sequence[str] = ("source_conn_id", "selected_source", "tables", "keys", "chunk_size",
                                       "delay_seconds", "dump_id")
 
-    def __init__(self, *, source_conn_id: str, tables: Any = None, keys: Any = None, chunk_size: Any = 1000,
+    def __init__(self, *, source_conn_id: str, tables: Any = None, keys: Any = None, chunk_size: Any = DEFAULT_CHUNK_SIZE,
                  delay_seconds: Any = 0.0, dump_id: str | None = None, selected_source: str | None = None,
                  zookeeper_conn_id: str = ZOOKEEPER_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)

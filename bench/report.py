@@ -1,0 +1,132 @@
+"""bench/results/*.json -> bench/results/bench.md (the README's tables) and writes.png."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+NAMES = {"mysql": "MariaDB 10.11", "postgres": "PostgreSQL 15"}
+TOOLS = {"ours": "**dblog** (dump + merge into the warehouse)", "plain": "plain `SELECT *` → Parquet",
+         "spark_jdbc": "Spark JDBC (parallel) → Parquet", "dlt": "dlt `sql_database` → Parquet"}
+
+
+def _n(x) -> str:
+    return f"{x:,}" if isinstance(x, int) else str(x)
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
+           ["| " + " | ".join(_n(c) for c in r) + " |" for r in rows]
+
+
+def capture(doc: dict) -> list[str]:
+    r = doc["result"]
+    return ["**1. Capture throughput** (inserts then updates, staged end to end; medians of "
+            f"{next(iter(r.values()))['reps']} runs)", ""] + _table(
+        ["source", "row changes", "dblog capture rows/s", "bare read loop rows/s", "ratio"],
+        [[NAMES[k], v["rows_changed"], v["capture_rows_per_s"], v["bare_rows_per_s"], v["ratio"]] for k, v in r.items()])
+
+
+def freshness(doc: dict) -> list[str]:
+    r = doc["result"]
+    return [f"**1. Freshness**: commit to visible in the warehouse, merges every {r['every_s'] / 60:g} min "
+            f"(the default), {r['cycles']} cycles, {r['rate']:g} inserts/s per source", ""] + _table(
+        ["source", "rows", "p50 s", "p99 s", "max s", "merge runs s"],
+        [[NAMES[k], v["rows"], v["freshness_s_p50"], v["freshness_s_p99"], v["freshness_s_max"],
+          ", ".join(map(str, v["merge_s"]))] for k, v in r["sources"].items()])
+
+
+def dump(doc: dict) -> list[str]:
+    out = []
+    for kind, r in doc["result"].items():
+        out += [f"**2. Full dump of {r['rows']:,} rows, idle source: {NAMES[kind]}** (chunk {r['chunk_size']:,}; "
+                f"median of {r['reps']})", ""]
+        rows = []
+        for tool, v in r["tools"].items():
+            extra = f" (dump {v['dump_s']} s at {v['dump_rows_per_s']:,} rows/s, catch-up {v['catch_up_s']} s, " \
+                    f"merge {v['merge_s']} s)" if tool == "ours" else ""
+            rows.append([TOOLS[tool], f"{v['seconds']}{extra}", v["rows_per_s"], v["vs_plain"], v["rows_differing"]])
+        out += _table(["tool", "seconds", "rows/s", "vs plain", "rows differing"], rows) + [""]
+    return out
+
+
+def writes(doc: dict) -> list[str]:
+    out = []
+    for kind, r in doc["result"].items():
+        nd = r["no_dump"]
+        out += [f"**3. The same under {r['rate']:g} row changes/s: {NAMES[kind]}** ({r['rows']:,} rows; without a "
+                f"copy: write p99 {nd['write_ms_p99']} ms, capture lag max {nd['lag_s_max']} s, longest "
+                f"capture pause {nd['longest_pause_s']} s)", ""]
+        rows = []
+        for tool, v in r["tools"].items():
+            ours = tool == "ours"
+            rows.append([TOOLS[tool], v["rows_per_s"], f"{v['write_ms_p99']} ({v['write_p99_vs_no_dump']}x)",
+                         f"{v['lag_s_p50']} / {v['lag_s_max']}" if ours else "n/a",
+                         v["longest_pause_s"] if ours else "n/a", v["differ"]["total"]])
+        out += _table(["tool", "rows/s", "write p99 ms (vs none)", "capture lag p50 / max s", "longest capture pause s",
+                       "rows wrong once writes stop"], rows) + [""]
+    return out
+
+
+def merge(doc: dict) -> list[str]:
+    r = doc["result"]
+    return ["**4. Merge scaling** (Spark local[2])", ""] + _table(
+        ["merge", "rows", "merge s", "plain rewrite s", "ratio"],
+        [[f"full dump into an empty table", f["rows"], f["merge_s"], f["plain_write_s"], f["ratio"]] for f in r["full"]]
+        + [[f"{b['keys']:,} keys ({b['keys_are']}) into", b["table_rows"], b["merge_s"], b["rewrite_s"], b["ratio"]]
+           for b in r["batches"]])
+
+
+def sweep(doc: dict) -> list[str]:
+    out = []
+    for kind, r in doc["result"].items():
+        out += [f"**5. Chunk size sweep: {NAMES[kind]}** ({r['rows']:,} rows, {r['rate']:g} row changes/s "
+                f"alongside, write p99 without a dump {r['no_dump_write_ms_p99']} ms; medians of {r['reps']}; "
+                f"recommended: {r['recommended']:,})", ""]
+        out += _table(["chunk rows", "dump rows/s", "write p99 ms", "vs no dump"],
+                      [[int(s), v["rows_per_s"], v["write_ms_p99"], v["write_p99_vs_no_dump"]]
+                       for s, v in r["sizes"].items()]) + [""]
+    return out
+
+
+def plot(doc: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for kind, r in doc["result"].items():
+        ours = r["tools"]["ours"]
+        t = [s["t"] for s in ours["timeline"]]
+        rates = [0] + [(b["rows"] - a["rows"]) / max(b["t"] - a["t"], 1e-9)
+                       for a, b in zip(ours["timeline"], ours["timeline"][1:])]
+        top.plot(t, [x / 1000 for x in rates], label=NAMES[kind])
+        bottom.plot([s["t"] for s in ours["lag_timeline"]], [s["lag_s"] for s in ours["lag_timeline"]],
+                    label=NAMES[kind])
+    top.set_ylabel("dump rows/s (thousands)")
+    bottom.set_ylabel("capture lag (s)")
+    bottom.set_xlabel("seconds since the dump started")
+    top.set_title(f"Full dump under {next(iter(doc['result'].values()))['rate']:g} row changes/s")
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+SECTIONS = {"capture": capture, "freshness": freshness, "dump": dump, "writes": writes, "merge": merge,
+            "sweep": sweep}
+
+
+def write(out: Path) -> str:
+    lines = []
+    for name, render in SECTIONS.items():
+        path = out / f"{name}.json"
+        if path.exists():
+            doc = json.loads(path.read_text())
+            lines += render(doc) + ["", f"<sub>{name}: {doc['when']}, {doc['machine']}, {doc['minutes']} min</sub>", ""]
+            if name == "writes":
+                plot(doc, out / "writes.png")
+                lines += ["![dump throughput and capture lag over time](writes.png)", ""]
+    text = "\n".join(lines)
+    (out / "bench.md").write_text(text)
+    return text
