@@ -88,7 +88,7 @@ def idle(kind: str, spark, rows: int, chunk_size: int, reps: int) -> dict:
 
 
 def _writer(h: Harness, rate: float, out: str):
-    return spawn([str(Path(__file__).parent / "bigtable.py"), "write", h.kind, NS, str(rate), out], h.env)
+    return spawn([str(Path(__file__).parent / "bigtable.py"), "write", h.kind, h.ns, str(rate), out], h.env)
 
 
 def _stop(writer, out: str) -> list[tuple[float, float]]:

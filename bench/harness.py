@@ -98,9 +98,11 @@ class Harness:
         {t, rows} every second (rows staged so far, from the dump's progress)."""
         from dblog import state as paths
         started = time.time()
-        worker = subprocess.Popen([sys.executable, *CLI, "dump", "--table", table, "--source", self.name,
-                                   "--chunk-size", str(chunk_size), "--delay", str(delay)], env=self.env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        log = Path(tempfile.mkstemp(prefix="dump-", suffix=".log", dir=self.dir)[1])
+        with log.open("w") as err:  # a file, not a pipe: a full pipe would block the worker's logging
+            worker = subprocess.Popen([sys.executable, *CLI, "dump", "--table", table, "--source", self.name,
+                                       "--chunk-size", str(chunk_size), "--delay", str(delay)], env=self.env,
+                                      stdout=subprocess.PIPE, stderr=err, text=True)
         next_sample = started
         while worker.poll() is None:
             if probe:
@@ -114,10 +116,10 @@ class Harness:
                 samples.append({"t": time.time(), "rows": rows})
                 next_sample += 1.0
             time.sleep(0.1)
-        out, err = worker.communicate()
+        out = worker.communicate()[0]
         elapsed = time.time() - started
         if worker.returncode != 0:
-            raise RuntimeError(f"dump of {table} failed ({worker.returncode}): {err[-2000:]}")
+            raise RuntimeError(f"dump of {table} failed ({worker.returncode}): {log.read_text()[-2000:]}")
         rows = sum(t["rows"] for t in json.loads(out)["tables"].values())
         return rows, elapsed
 

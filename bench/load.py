@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import ADMIN, PORTS, ROOT, env_for, namespace, run_sql, source, spawn, uri  # noqa: E402
+from harness import LagProbe, pct, rss_mb  # noqa: E402
 
 OUT = Path(__file__).parent / "results"
 NS = "bench_load"
@@ -35,23 +36,8 @@ STAGING_DIR = os.environ.get("DBLOG_LOAD_STAGING_DIR", str(ROOT / ".local"))
 NICE = int(os.environ.get("DBLOG_LOAD_DUMP_NICE", "10"))  # >0: the dump worker yields CPU to the source
 
 
-def rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except FileNotFoundError:
-        return None
-    return None
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
-
-
 def run(kind: str, rate: float, baseline_s: float, load_s: float) -> dict:
-    from dblog.state import StateStore, checkpoint_path
+    from dblog.state import StateStore
     from dblog.workload import Workload, connect
     namespace(kind, NS)
     k, conn = connect(ADMIN[kind])
@@ -68,9 +54,8 @@ def run(kind: str, rate: float, baseline_s: float, load_s: float) -> dict:
                     "--rows", str(ROWS), "--rate", str(rate), "--latency-out", latency_file], env)
     store = StateStore(f"127.0.0.1:{PORTS['ZK']}", chroot).start()
     src = source(kind, name, NS, slot)
-    # Capture lag: how long until the staged log covers every commit made before a moment. Each
-    # second note the source's log head; it is caught up once the checkpoint passes that head.
-    samples, heads, dumps, dump_rows = [], [], 0, 0
+    probe = LagProbe(src, store, name)
+    samples, dumps, dump_rows = [], 0, 0
     start = time.time()
     dump_from, end = start + baseline_s, start + baseline_s + load_s
     dump, next_sample = None, start
@@ -84,12 +69,8 @@ def run(kind: str, rate: float, baseline_s: float, load_s: float) -> dict:
             dump = subprocess.Popen(["nice", "-n", str(NICE), sys.executable, *cli, "dump", "--all", "--source", name,
                                      "--chunk-size", str(CHUNK), "--delay", str(DELAY)], env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        position = (store.get(checkpoint_path(name)) or {}).get("position") or ""
-        while heads and heads[0][1] <= position:
-            t, _ = heads.pop(0)
-            samples.append({"t": t - start, "dumping": t >= dump_from, "lag_s": now - t})
+        probe.poll()
         if now >= next_sample:
-            heads.append((now, src.head()["position"]))
             samples.append({"t": now - start, "dumping": now >= dump_from, "capture_mb": rss_mb(capture.pid),
                             "dump_mb": rss_mb(dump.pid) if dump is not None and dump.poll() is None else None})
             next_sample += 1.0
@@ -106,7 +87,7 @@ def run(kind: str, rate: float, baseline_s: float, load_s: float) -> dict:
 
     def phase(dumping: bool) -> dict:
         lat = [s * 1000 for t, s in latencies if (t >= dump_from) == dumping and t - start > 5]  # 5 s warm-up
-        lags = [s["lag_s"] for s in samples if s["dumping"] == dumping and "lag_s" in s and s["t"] > 5]
+        lags = probe.lag(dump_from, end) if dumping else probe.lag(start + 5, dump_from)
         achieved = len([1 for t, _ in latencies if (t >= dump_from) == dumping])
         return {"write_ms_p50": round(pct(lat, 0.5), 3), "write_ms_p99": round(pct(lat, 0.99), 3),
                 "transactions_per_s": round(achieved / (load_s if dumping else baseline_s), 1),

@@ -28,8 +28,9 @@ def capture(doc: dict) -> list[str]:
 
 def freshness(doc: dict) -> list[str]:
     r = doc["result"]
-    return [f"**1. Freshness**: commit to visible in the warehouse, merges every {r['every_s'] / 60:g} min "
-            f"(the default), {r['cycles']} cycles, {r['rate']:g} inserts/s per source", ""] + _table(
+    default = " (the default)" if r["every_s"] == 300 else ""
+    return [f"**1. Freshness**: commit to visible in the warehouse, merges every {r['every_s'] / 60:g} min{default}, "
+            f"{r['cycles']} cycles, {r['rate']:g} inserts/s per source", ""] + _table(
         ["source", "rows", "p50 s", "p99 s", "max s", "merge runs s"],
         [[NAMES[k], v["rows"], v["freshness_s_p50"], v["freshness_s_p99"], v["freshness_s_max"],
           ", ".join(map(str, v["merge_s"]))] for k, v in r["sources"].items()])
@@ -71,7 +72,7 @@ def merge(doc: dict) -> list[str]:
     r = doc["result"]
     return ["**4. Merge scaling** (Spark local[2])", ""] + _table(
         ["merge", "rows", "merge s", "plain rewrite s", "ratio"],
-        [[f"full dump into an empty table", f["rows"], f["merge_s"], f["plain_write_s"], f["ratio"]] for f in r["full"]]
+        [["full dump into an empty table", f["rows"], f["merge_s"], f["plain_write_s"], f["ratio"]] for f in r["full"]]
         + [[f"{b['keys']:,} keys ({b['keys_are']}) into", b["table_rows"], b["merge_s"], b["rewrite_s"], b["ratio"]]
            for b in r["batches"]])
 
@@ -79,12 +80,16 @@ def merge(doc: dict) -> list[str]:
 def sweep(doc: dict) -> list[str]:
     out = []
     for kind, r in doc["result"].items():
+        if kind == "recommended":
+            continue
         out += [f"**5. Chunk size sweep: {NAMES[kind]}** ({r['rows']:,} rows, {r['rate']:g} row changes/s "
                 f"alongside, write p99 without a dump {r['no_dump_write_ms_p99']} ms; medians of {r['reps']}; "
                 f"recommended: {r['recommended']:,})", ""]
         out += _table(["chunk rows", "dump rows/s", "write p99 ms", "vs no dump"],
                       [[int(s), v["rows_per_s"], v["write_ms_p99"], v["write_p99_vs_no_dump"]]
                        for s, v in r["sizes"].items()]) + [""]
+    out += [f"Recommended for every source, and dblog's default chunk size: **{doc['result']['recommended']:,}** "
+            "rows (the smallest within 10% of the best throughput on each source).", ""]
     return out
 
 

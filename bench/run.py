@@ -69,7 +69,9 @@ def part(name: str, kinds: list[str], spark_session) -> dict:
         return merge_bench.run(spark_session(), int(env("MERGE_ROWS", "1000000")), f"127.0.0.1:{PORTS['ZK']}")
     import sweep_bench
     sizes = [int(s) for s in env("SWEEP_SIZES", "500,1000,2000,5000,10000,20000,50000").split(",")]
-    return {k: sweep_bench.run(k, int(env("SWEEP_ROWS", "1000000")), sizes, rate, 30.0, reps) for k in kinds}
+    out = {k: sweep_bench.run(k, int(env("SWEEP_ROWS", "1000000")), sizes, rate, 30.0, reps) for k in kinds}
+    return {**out, "recommended": sweep_bench.recommend(*[{s: v["rows_per_s"] for s, v in r["sizes"].items()}
+                                                          for r in out.values()])}
 
 
 def main() -> int:

@@ -2,9 +2,9 @@
 
 A table of ROWS rows; the capture runs; a writer makes RATE row changes/s on the same table
 throughout. First BASELINE seconds without a dump, then one unthrottled dump per chunk size
-(REPS times, medians). The recommended default is the smallest size within 10% of the best
-throughput: beyond it a bigger chunk buys little speed and holds each read (and the rows a
-window may drop) longer.
+(REPS times, medians). The recommended default (dblog.config.DEFAULT_CHUNK_SIZE) is the
+smallest size within 10% of the best throughput on every source: beyond it a bigger chunk buys
+little speed and holds each read (and the rows a window may drop) longer.
 """
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ from harness import Harness, pct
 NS = "bench_sweep"
 
 
-def recommend(rates: dict[int, float], within: float = 0.10) -> int:
-    best = max(rates.values())
-    return min(size for size, rate in rates.items() if rate >= (1 - within) * best)
+def recommend(*rates: dict[int, float], within: float = 0.10) -> int:
+    """The smallest chunk size within `within` of the best throughput on every source given."""
+    ok = [{size for size, rate in r.items() if rate >= (1 - within) * max(r.values())} for r in rates]
+    return min(set.intersection(*ok))
 
 
 def run(kind: str, rows: int, sizes: list[int], rate: float, baseline_s: float, reps: int) -> dict:

@@ -246,10 +246,12 @@ def postgres(services, tmp_path):
 
 @pytest.fixture(scope="session")
 def spark():
-    """One local Spark for the whole run (a session costs ~6-10 s to start)."""
+    """One local Spark for the whole run (a session costs ~6-10 s to start). With the JDBC drivers
+    `make install` adds for the benchmark's Spark baseline (tests/bench)."""
     from dblog.spark.session import session
+    jars = "/usr/share/java/mariadb-java-client.jar,/usr/share/java/postgresql.jar"
     spark = session("dblog-tests", "local[2]", {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false",
-                                                "spark.driver.memory": "2g"})
+                                                "spark.driver.memory": "2g", "spark.jars": jars})
     yield spark
     spark.stop()
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the engine's heavy modules load only when a source is built
 
 ZOOKEEPER_CONN = "dblog_zookeeper"
 # Rows per dump chunk unless a user says otherwise (bench/results/sweep.json: the chunk size sweep).
-DEFAULT_CHUNK_SIZE = 1000
+DEFAULT_CHUNK_SIZE = 20_000
 _ID = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 
 

@@ -34,6 +34,12 @@ def test_the_recommended_chunk_size_is_the_smallest_within_ten_percent_of_the_be
     assert recommend({1000: 10, 2000: 20}) == 2000
 
 
+def test_one_chunk_size_is_recommended_for_all_sources_when_they_disagree():
+    mariadb = {1000: 60, 10_000: 110, 20_000: 117, 50_000: 98}
+    postgres = {1000: 74, 10_000: 168, 20_000: 191, 50_000: 203}
+    assert (recommend(mariadb), recommend(postgres), recommend(mariadb, postgres)) == (10_000, 20_000, 20_000)
+
+
 class FakeStore:
     def __init__(self):
         self.position = ""
