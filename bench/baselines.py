@@ -10,6 +10,7 @@ All read as the capture user, with the same password, over the same loopback.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -83,11 +84,20 @@ def spark_jdbc(spark, kind: str, ns: str, out: str, partitions: int | None = Non
 
 
 def dlt_parquet(kind: str, ns: str, out: str) -> tuple[int, str]:
-    """Returns the rows loaded and the directory of the table's Parquet files."""
-    os.environ.setdefault("RUNTIME__DLTHUB_TELEMETRY", "false")  # no network here, and none wanted
+    """dlt in its own process, as a user's pipeline runs: importing dlt next to Airflow (the
+    tests, the DAG processor) would configure Airflow from dlt's side. Returns the rows loaded
+    and the directory of the table's Parquet files."""
+    out = os.path.abspath(out)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([sys.executable, __file__, "dlt", kind, ns, out], env=env, check=True)
+    directory = f"{out}/data/bench/{TABLE}"
+    return pq.ParquetDataset(directory).read(columns=["id"]).num_rows, directory
+
+
+def _dlt_pipeline(kind: str, ns: str, out: str) -> None:
+    os.environ["RUNTIME__DLTHUB_TELEMETRY"] = "false"  # no network here, and none wanted
     import dlt
     from dlt.sources.sql_database import sql_table
-    out = os.path.abspath(out)
     if kind == "mysql":
         url, schema = f"mysql+pymysql://dblog:{_password()}@127.0.0.1:{PORTS['MARIADB']}/{ns}", None
     else:
@@ -97,5 +107,7 @@ def dlt_parquet(kind: str, ns: str, out: str) -> tuple[int, str]:
                             dataset_name="bench")
     resource = sql_table(credentials=url, schema=schema, table=TABLE, backend="pyarrow", chunk_size=BATCH)
     pipeline.run(resource, loader_file_format="parquet", write_disposition="replace")
-    directory = f"{out}/data/bench/{TABLE}"
-    return pq.ParquetDataset(directory).read(columns=["id"]).num_rows, directory
+
+
+if __name__ == "__main__":  # python bench/baselines.py dlt KIND NAMESPACE OUT
+    _dlt_pipeline(*sys.argv[2:5])
