@@ -87,7 +87,13 @@ def test_a_zookeeper_restart_pauses_the_capture_and_a_dump_which_carry_on_and_co
         assert capture.poll() is None and dump.poll() is None, "a process died while ZooKeeper was down"
     finally:
         service("start", "zookeeper")
-    assert dump.wait(timeout=300) == 0, dump.stderr.read()
+    code = dump.wait(timeout=300)
+    if code != 0:
+        # A loaded machine can restart ZooKeeper slower than the session lives (seen in CI): the
+        # worker must then stop fenced, having recorded nothing more, and a re-run resumes it.
+        err = dump.stderr.read()
+        assert code == 2 and "is no longer held" in err, err
+        mariadb.dblog("dump", "run", "zk-restart", "--source", mariadb.source_id, check=True)
     assert capture.poll() is None, capture.stderr.read()
     writer.terminate(); writer.wait()
     settle(mariadb)
