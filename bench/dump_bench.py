@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -27,8 +26,8 @@ NS = "bench_big"
 TABLE = f"{NS}.{bigtable.TABLE}"
 
 
-def ours(h: Harness, spark, chunk_size: int, probe=None, samples=None) -> dict:
-    rows, dump_s = h.dump(TABLE, chunk_size, probe=probe, samples=samples)
+def ours(h: Harness, spark, chunk_size: int) -> dict:
+    rows, dump_s = h.dump(TABLE, chunk_size)
     catch_up_s = h.catch_up()
     merge_s = h.merge(spark, TABLE)
     return {"rows": rows, "dump_s": dump_s, "catch_up_s": catch_up_s, "merge_s": merge_s,
@@ -50,9 +49,9 @@ def baseline(tool: str, kind: str, spark, out: str) -> dict:
 TOOLS = ("ours", "plain", "spark_jdbc", "dlt")
 
 
-def copy(tool: str, h: Harness, spark, chunk_size: int, **ours_kw) -> dict:
+def copy(tool: str, h: Harness, spark, chunk_size: int) -> dict:
     if tool == "ours":
-        return ours(h, spark, chunk_size, **ours_kw)
+        return ours(h, spark, chunk_size)
     return baseline(tool, h.kind, spark, f"{h.dir}/{tool}")
 
 
@@ -149,6 +148,3 @@ def under_writes(kind: str, spark, rows: int, chunk_size: int, rate: float, base
         h.close()
     return result
 
-
-if __name__ == "__main__":  # a quick look: python bench/dump_bench.py KIND ROWS
-    sys.exit("run it through bench/run.py (make bench)")
