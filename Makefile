@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: install up down status test unit demo airflow merge verify bench load chaos lock clean
+.PHONY: install up down status test unit demo airflow merge verify bench load chaos soak lock clean
 
 install:
 	@bash scripts/install.sh
@@ -17,10 +17,14 @@ down:
 status:
 	@bash scripts/services.sh status
 
+LINT := $(VENV)/ruff check --quiet --select F,E9 include plugins dags spark_jobs tests bench scripts
+
 test: up
+	$(LINT)
 	$(VENV)/pytest -q --durations=25
 
 unit: install
+	$(LINT)
 	$(VENV)/pytest -q -m "not integration"
 
 demo: up
@@ -41,6 +45,11 @@ bench: up
 # make chaos [RUNS=4] [SECONDS=120] [SOURCES=mariadb,postgres] [SEED=n: replay that run]
 chaos: up
 	RUNS=$(RUNS) CHAOS_SECONDS=$(SECONDS) SOURCES=$(SOURCES) SEED=$(SEED) $(VENV)/python scripts/chaos.py
+
+# make soak [SOAK_SECONDS=1800]: the capture under a real airflow standalone, slices of 20 s, writes, a kill -9
+SOAK_SECONDS ?= 1800
+soak: up
+	DBLOG_SOAK_SECONDS=$(SOAK_SECONDS) $(VENV)/pytest -q -s tests/e2e/test_capture_soak.py -k hands_over
 
 load: up
 	PYTHONPATH=include $(VENV)/python bench/load.py

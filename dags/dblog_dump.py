@@ -8,14 +8,17 @@ Trigger it from the UI (**Trigger DAG** shows the form) or the REST API with a c
 | `source` | connection id of the source database |
 | `tables` | tables to dump, `table` or `schema.table`, one per line; empty = every table |
 | `keys` | primary keys to re-read (a repair), with exactly one table: `[1, 2]` or `[[1, "a"]]` (in the form: one per line) |
-| `chunk_size` | rows per chunk (one short SELECT between a low and a high watermark) |
-| `delay_seconds` | pause between chunks, to spare a busy source |
+| `chunk_size` | rows per chunk, 1 to 100,000 (one short SELECT between a low and a high watermark) |
+| `delay_seconds` | pause between chunks, 0 to 3600, to spare a busy source |
 | `dump_id` | optional name (letters, digits, `._-`); to pause/resume/cancel it use **dblog_dump_control** |
 
 The capture (**dblog_capture**) must be running: the dump's chunks are reconciled against the
-change stream. Unknown tables, tables without a primary key or malformed keys fail the `start`
-task at once and nothing is written. One task per table runs in the `dblog_dump_<source>` pool;
-then the run waits (deferred) for the capture to pass the dump and merges it into the warehouse.
+change stream. A conf key that is not a param above (a misspelling), a value out of range, an
+unknown table, a table without a primary key or malformed keys fail the `start` task at once,
+saying what to fix, and nothing is written. The dump id is in the `start` task's log and XCom
+`dump`. One task per table runs in the `dblog_dump_<source>` pool; then the run waits (deferred)
+for the capture to pass the dump and merges it into the warehouse, reporting the dump's own
+chunks, rows and rows dropped in windows.
 """
 from __future__ import annotations
 
@@ -23,8 +26,8 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, Param
 
-from dblog.config import DEFAULT_CHUNK_SIZE, source_ids
-from dblog_airflow.groups import dump_source
+from dblog.config import source_ids
+from dblog_airflow.groups import chunk_size_param, delay_param, dump_source, source_param, tables_param
 from dblog_airflow.operators.merge import MergeOperator
 
 SOURCES = source_ids()
@@ -32,26 +35,28 @@ SOURCES = source_ids()
 with DAG(
     dag_id="dblog_dump",
     doc_md=__doc__,
+    description="Dump tables (or a key list) of one source in watermark chunks under live writes, then merge",
     schedule=None,
     tags=["dblog", "dump"],
     max_active_runs=4,
     render_template_as_native_obj=True,
     default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
     params={
-        "source": Param(SOURCES[0], type="string", enum=SOURCES, title="Source connection"),
-        "tables": Param([], type=["array", "null"], items={"type": "string", "minLength": 1}, title="Tables",
-                        description="One per line; empty dumps every table of the source."),
+        "source": source_param(SOURCES),
+        "tables": tables_param(),
         "keys": Param(None, type=["null", "array"], maxItems=100_000, title="Primary keys (repair)",
                       description='With one table: one key per line (7, "abc" or [1, "a"] for a composite '
                                   "key); empty = whole tables."),
-        "chunk_size": Param(DEFAULT_CHUNK_SIZE, type="integer", minimum=1, maximum=100_000, title="Chunk size (rows)"),
-        "delay_seconds": Param(0.0, type="number", minimum=0, maximum=3600, title="Delay between chunks (s)"),
+        "chunk_size": chunk_size_param(),
+        "delay_seconds": delay_param(),
         "dump_id": Param(None, type=["null", "string"], pattern="^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
-                         title="Dump id (optional)"),
+                         title="Dump id (optional)",
+                         description="1-64 letters, digits, '.', '_' or '-'; empty = a generated id."),
     },
 ) as dag:
     groups = [dump_source(s, selected_source="{{ params.source }}", tables="{{ params.tables }}",
                           keys="{{ params['keys'] }}", chunk_size="{{ params.chunk_size }}",
                           delay_seconds="{{ params.delay_seconds }}", dump_id="{{ params.dump_id }}")
               for s in SOURCES]
-    groups >> MergeOperator(task_id="merge", sources="{{ params.source }}", trigger_rule="none_failed_min_one_success")
+    groups >> MergeOperator(task_id="merge", sources="{{ params.source }}", tables="{{ params.tables }}",
+                            trigger_rule="none_failed_min_one_success")

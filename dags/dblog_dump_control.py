@@ -5,7 +5,9 @@ The dump's table tasks read these settings between chunks, so a change takes eff
 chunk: `pause` holds them (without a worker slot being freed: pause for minutes, cancel for
 longer), `resume` continues from the last chunk, `cancel` ends the dump (its tasks end skipped),
 `throttle` sets a new chunk size and/or delay. `status` only prints the progress.
-Dump ids are in the `dblog_dump` run's `start` task log (or `dblog status`).
+Dump ids are in the `dblog_dump` run's `start` task log and XCom `dump` (or `dblog status`).
+A conf key that is not a param (a misspelling), a value out of range or an unknown dump fails the
+`control` task with the reason, and nothing changes.
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from datetime import timedelta
 from airflow.sdk import DAG, Param
 
 from dblog.config import source_ids
+from dblog_airflow.groups import source_param
+from dblog.config import MAX_CHUNK_SIZE, MAX_DELAY_S
 from dblog_airflow.operators.dump import DumpControlOperator
 
 SOURCES = source_ids()
@@ -21,18 +25,22 @@ SOURCES = source_ids()
 with DAG(
     dag_id="dblog_dump_control",
     doc_md=__doc__,
+    description="Pause, resume, cancel, re-throttle or show a running dump, by dump id",
     schedule=None,
-    tags=["dblog", "dump"],
+    tags=["dblog", "dump", "control"],
     render_template_as_native_obj=True,
     default_args={"retries": 1, "retry_delay": timedelta(seconds=5)},
     params={
-        "source": Param(SOURCES[0], type="string", enum=SOURCES, title="Source connection"),
-        "dump_id": Param("", type="string", minLength=1, maxLength=64, title="Dump id"),
-        "action": Param("status", type="string", enum=list(DumpControlOperator.ACTIONS), title="Action"),
-        "chunk_size": Param(None, type=["null", "integer"], minimum=1, maximum=100_000,
-                            title="New chunk size (throttle)"),
-        "delay_seconds": Param(None, type=["null", "number"], minimum=0, maximum=3600,
-                               title="New delay between chunks (throttle)"),
+        "source": source_param(SOURCES),
+        "dump_id": Param("", type="string", minLength=1, maxLength=64, title="Dump id",
+                         description="The id a dblog_dump run's start task logged (XCom `dump`), or `dblog status`."),
+        "action": Param("status", type="string", enum=list(DumpControlOperator.ACTIONS), title="Action",
+                        description="pause or resume the table tasks, cancel the dump, throttle it (new chunk "
+                                    "size and/or delay), or only show its progress (status)."),
+        "chunk_size": Param(None, type=["null", "integer"], title="New chunk size (throttle)",
+                            description=f"Rows per chunk, 1 to {MAX_CHUNK_SIZE:,}; empty keeps the current one."),
+        "delay_seconds": Param(None, type=["null", "number"], title="New delay between chunks (throttle)",
+                               description=f"0 to {MAX_DELAY_S} seconds; empty keeps the current one."),
     },
 ) as dag:
     DumpControlOperator(task_id="control", source_conn_id="{{ params.source }}", dump_id="{{ params.dump_id }}",

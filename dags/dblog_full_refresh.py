@@ -3,9 +3,12 @@
 
 Re-reads everything in watermark chunks while the capture runs, so the warehouse converges even
 after lost history or manual edits, without locks or a stalled change stream. Schedule:
-`DBLOG_FULL_REFRESH_SCHEDULE` (cron or preset, default `@weekly`; empty = trigger only); chunk size and delay:
-`DBLOG_FULL_REFRESH_CHUNK_SIZE` (default: dblog's, `DEFAULT_CHUNK_SIZE`) and `DBLOG_FULL_REFRESH_DELAY` (seconds, default 0).
-Each source's tables run in its `dblog_dump_<source>` pool.
+`DBLOG_FULL_REFRESH_SCHEDULE` (cron or preset, default `@weekly`; empty = trigger only). Scheduled
+runs take the defaults: every source, every table, chunk size `DBLOG_FULL_REFRESH_CHUNK_SIZE`
+(default: dblog's, `DEFAULT_CHUNK_SIZE`) and delay `DBLOG_FULL_REFRESH_DELAY` (seconds, default 0).
+Triggered, it re-syncs what the params name: one `source` (or all), some `tables` (empty = all),
+with its own `chunk_size` and `delay_seconds`. Each source's tables run in its
+`dblog_dump_<source>` pool; a bad conf fails the `start` tasks and nothing is written.
 """
 from __future__ import annotations
 
@@ -15,20 +18,31 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG
 
 from dblog.config import DEFAULT_CHUNK_SIZE, source_ids
-from dblog_airflow.groups import dump_source
+from dblog_airflow.groups import chunk_size_param, delay_param, dump_source, source_param, tables_param
 from dblog_airflow.operators.merge import MergeOperator
+
+SOURCES = source_ids()
 
 with DAG(
     dag_id="dblog_full_refresh",
     doc_md=__doc__,
+    description="Re-read every table (or the chosen ones) in watermark chunks, then merge: the warehouse converges",
     schedule=os.environ.get("DBLOG_FULL_REFRESH_SCHEDULE", "@weekly") or None,  # empty: no schedule (trigger only)
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
-    tags=["dblog", "dump"],
+    tags=["dblog", "dump", "full-refresh"],
+    render_template_as_native_obj=True,
     default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
+    params={
+        "source": source_param(SOURCES, every=True),
+        "tables": tables_param("re-reads"),
+        "chunk_size": chunk_size_param(int(os.environ.get("DBLOG_FULL_REFRESH_CHUNK_SIZE", DEFAULT_CHUNK_SIZE))),
+        "delay_seconds": delay_param(float(os.environ.get("DBLOG_FULL_REFRESH_DELAY", "0"))),
+    },
 ) as dag:
-    chunk_size = int(os.environ.get("DBLOG_FULL_REFRESH_CHUNK_SIZE", DEFAULT_CHUNK_SIZE))
-    delay = float(os.environ.get("DBLOG_FULL_REFRESH_DELAY", "0"))
-    [dump_source(s, chunk_size=chunk_size, delay_seconds=delay) for s in source_ids()] >> MergeOperator(
-        task_id="merge", trigger_rule="none_failed_min_one_success")
+    groups = [dump_source(s, selected_source="{{ params.source }}", tables="{{ params.tables }}",
+                          chunk_size="{{ params.chunk_size }}", delay_seconds="{{ params.delay_seconds }}")
+              for s in SOURCES]
+    groups >> MergeOperator(task_id="merge", sources="{{ params.source }}", tables="{{ params.tables }}",
+                            trigger_rule="none_failed_min_one_success")

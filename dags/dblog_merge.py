@@ -6,8 +6,11 @@ Runs `spark_jobs/merge.py` through the `spark_default` connection every
 serialized by a ZooKeeper lock, so a merge started by a dump run cannot interleave.
 
 Each table that got a new version emits an Asset event (alias `dblog_warehouse`; asset name
-`dblog.<source>.<schema.table>`): schedule downstream DAGs on
-`dblog_airflow.operators.merge.warehouse_asset(source, table)`.
+`dblog.<source>.<schema.table>`; extra: `rows`, `version`, `upto` = the source position merged up
+to, and the producing `dag_id`, `run_id`, `task_id`): schedule downstream DAGs on
+`dblog_airflow.operators.merge.warehouse_asset(source, table)`. The task log has one line per
+table (log events, chunks, rows dropped in windows, rows); a failed merge logs its reason as an
+error.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from dblog_airflow.operators.merge import MergeOperator
 with DAG(
     dag_id="dblog_merge",
     doc_md=__doc__,
+    description="Merge the staged change stream and finished dump chunks into the warehouse (Spark), every few minutes",
     schedule=timedelta(minutes=float(os.environ.get("DBLOG_MERGE_EVERY_MINUTES", "5"))),
     start_date=datetime(2026, 1, 1),
     catchup=False,

@@ -77,6 +77,39 @@ def deploy(airflow_home, monkeypatch, tmp_path):
     return configure
 
 
+class StatsdListener:
+    """A UDP StatsD server on loopback that keeps every metric line Airflow sends it."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.lines: list[str] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(65535)
+            except OSError:
+                return
+            self.lines.extend(data.decode(errors="replace").splitlines())
+
+    def values(self, name: str) -> list[float]:
+        """Values of the metric `name` (without Airflow's prefix), in arrival order."""
+        out = []
+        for line in list(self.lines):
+            metric, _, rest = line.partition(":")
+            if metric.split(".", 1)[-1] == name:
+                out.append(float(rest.split("|", 1)[0]))
+        return out
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 @dataclass
 class Standalone:
     """A running `airflow standalone` (the product as users run it), its REST API and its source."""
@@ -84,6 +117,8 @@ class Standalone:
     token: str
     src: object
     warehouse: str
+    statsd: StatsdListener
+    log_dir: Path
 
     def api(self, method: str, path: str, **kwargs):
         import requests
@@ -94,9 +129,17 @@ class Standalone:
         from conftest import wait_for
         return wait_for(lambda: self._finished(dag_id, run_id), timeout, interval=1, what=f"{dag_id} {run_id}")
 
+    def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
+        """Every try's log of a task ('' before it has one), as Airflow wrote it."""
+        folder = self.log_dir / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+        return "".join(p.read_text(errors="replace") for p in sorted(folder.rglob("*.log")))
+
     def _finished(self, dag_id: str, run_id: str) -> str | None:
         state = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}").json()["state"]
         return state if state in ("success", "failed") else None
+
+
+SLICE_SECONDS = 20  # the standalone under test hands its capture over every 20 s
 
 
 def _free_port() -> int:
@@ -109,7 +152,9 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def standalone(services, airflow_home, tmp_path_factory):
     """`airflow standalone` on 127.0.0.1 with this project's DAGs, capturing a sample MariaDB
-    source of its own (its dblog_capture DAG runs, as in `make airflow`)."""
+    source of its own (its dblog_capture DAG runs, as in `make airflow`, in slices of
+    `SLICE_SECONDS` so that the tests see many handovers) and sending its metrics to a StatsD
+    listener of the test's."""
     import signal
 
     import requests
@@ -120,11 +165,15 @@ def standalone(services, airflow_home, tmp_path_factory):
     src.workload(seed=51, rows=3000).create()
     src.dblog("capture", "--init", "--source", src.source_id, check=True)
     port = _free_port()
+    statsd = StatsdListener()
     env = {**os.environ, **settings(base / "airflow"), **{k: v for k, v in src.env.items() if k.startswith("DBLOG_")
                                                              or k.startswith("AIRFLOW_CONN_")},
            "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
            "DBLOG_WAREHOUSE": str(base / "warehouse"), "DBLOG_FULL_REFRESH_SCHEDULE": "",
-           "DBLOG_VERIFY_SCHEDULE": "", "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT / 'include'}"}
+           "DBLOG_VERIFY_SCHEDULE": "", "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT / 'include'}",
+           "DBLOG_CAPTURE_SLICE_SECONDS": str(SLICE_SECONDS), "DBLOG_CAPTURE_WAIT_TIMEOUT": "90",
+           "AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+           "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port)}
     airflow = str(Path(sys.executable).parent / "airflow")
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True)
     subprocess.run([airflow, "pools", "set", f"dblog_dump_{src.source_id}", "2", "dumps"], env=env, check=True,
@@ -138,12 +187,12 @@ def standalone(services, airflow_home, tmp_path_factory):
             assert proc.poll() is None, f"airflow standalone exited; see {base / 'standalone.log'}"
             try:
                 return requests.get(f"{url}/api/v2/monitor/health", timeout=5).ok
-            except requests.ConnectionError:
+            except requests.RequestException:  # not listening yet, or too busy starting to answer
                 return False
         wait_for(healthy, 180, interval=1, what="airflow standalone to answer")
         token = requests.post(f"{url}/auth/token", json={"username": USER, "password": PASSWORD},
                               timeout=30).json()["access_token"]
-        deployment = Standalone(url, token, src, env["DBLOG_WAREHOUSE"])
+        deployment = Standalone(url, token, src, env["DBLOG_WAREHOUSE"], statsd, base / "airflow" / "logs")
         wait_for(lambda: deployment.api("GET", "/dags/dblog_dump").ok, 180, interval=1,
                  what="the DAG processor to parse dblog_dump")
         yield deployment
@@ -155,4 +204,5 @@ def standalone(services, airflow_home, tmp_path_factory):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+        statsd.close()
         src.teardown()

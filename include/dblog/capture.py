@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from . import state as paths
 from .events import ChangeEvent
 from .faults import crash_point
+from .health import Heartbeat
 from .reconcile import watermark_positions
 from .retry import reconnecting
 from .sources.base import WATERMARK_TABLE, Source, Transaction
@@ -79,7 +80,8 @@ class CaptureStats:
 
 class Capture:
     def __init__(self, source: Source, store: StateStore, staged: StagedLog, *, flush_rows: int = 20_000,
-                 flush_seconds: float = 1.0, idle_timeout: float = 0.5, identifier: str | None = None):
+                 flush_seconds: float = 1.0, idle_timeout: float = 0.5, identifier: str | None = None,
+                 on_beat=None):
         self.source, self.store, self.staged = source, store, staged
         self.flush_rows, self.flush_seconds, self.idle_timeout = flush_rows, flush_seconds, idle_timeout
         self.identifier = identifier or f"{socket.gethostname()}:{os.getpid()}"
@@ -89,6 +91,7 @@ class Capture:
         self.leading = threading.Event()
         self._checkpoint: dict = {}
         self._acked: dict | None = None
+        self.heartbeat = Heartbeat(store, source.name, self.identifier, on_beat)  # liveness, lag history
 
     def run(self, duration: float | None = None, until_watermark: str | None = None,
             lease_timeout: float | None = None) -> CaptureStats:
@@ -98,6 +101,7 @@ class Capture:
         log.info("%s: capture leader %s", self.source.name, self.identifier)
         try:
             self._checkpoint = ensure_checkpoint(self.store, self.source)
+            self.heartbeat.start(self.lease, self._checkpoint)
             deadline = None if duration is None else time.monotonic() + duration
             self._run_reconnecting(deadline, until_watermark)
         finally:
@@ -155,6 +159,8 @@ class Capture:
             elif txn is None and not batch.txns and writer.idle:
                 self._acknowledge(writer)
                 self.source.acknowledge_idle()
+            # Idle with everything staged: the capture is at the log's head (see dblog.health).
+            self.heartbeat.beat(txn is None and not batch.txns and writer.idle, self._checkpoint)
             done = self.stop_event.is_set() or (deadline is not None and now >= deadline) or reached
             if done:
                 break

@@ -11,12 +11,10 @@ from . import config
 from .capture import Capture, ensure_checkpoint, reset_checkpoint
 from .export import ExportError, export
 from .dump import (
-    CANCELLED,
-    PAUSED,
-    RUNNING,
     MAX_KEYS,
     DumpError,
     DumpSpec,
+    control_changes,
     create_dump,
     dump_status,
     run_dump,
@@ -86,8 +84,7 @@ def cmd_dump(args) -> int:
         if args.action in ("pause", "resume", "cancel", "throttle"):
             if not args.dump_id:
                 raise DumpError(f"`dblog dump {args.action}` needs the dump id (see `dblog status`)")
-            changes = {"pause": {"state": PAUSED}, "resume": {"state": RUNNING}, "cancel": {"state": CANCELLED},
-                       "throttle": {"chunk_size": args.chunk_size, "delay_s": args.delay}}[args.action]
+            changes = control_changes(args.action, args.chunk_size, args.delay)
             print(json.dumps(set_control(store, source.name, args.dump_id, **changes)))
             return 0
         staged = StagedLog(config.staging_root())
@@ -129,8 +126,9 @@ def cmd_status(args) -> int:
     else:
         for sid, st in out.items():
             cap = st["capture"]
-            print(f"{sid}: capture {'running' if cap['leaders'] else 'stopped'}, position {cap['position']}, "
-                  f"lag {cap['lag_s']}s")
+            standby = f", standby {', '.join(cap['standby'])}" if cap["standby"] else ""
+            print(f"{sid}: capture {cap['state']}, leader {cap['leader'] or '-'}{standby}, position "
+                  f"{cap['readable_position'] or '-'}, lag {cap['lag_s']}s")
             for d in st["dumps"]:
                 tables = ", ".join(f"{t} {p['status']} {p['rows']} rows/{p['chunks']} chunks"
                                    for t, p in d["tables"].items() if p)

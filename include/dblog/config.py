@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # the engine's heavy modules load only when a source is built
 ZOOKEEPER_CONN = "dblog_zookeeper"
 # Rows per dump chunk unless a user says otherwise (bench/results/sweep.json: the chunk size sweep).
 DEFAULT_CHUNK_SIZE = 20_000
+MAX_CHUNK_SIZE = 100_000     # one chunk's SELECT stays short, whatever a user types
+MAX_DELAY_S = 3600           # between chunks
 _ID = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 
 

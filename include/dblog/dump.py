@@ -21,7 +21,7 @@ from typing import Callable
 
 from kazoo.exceptions import LockTimeout
 
-from .config import DEFAULT_CHUNK_SIZE
+from .config import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_DELAY_S
 from . import state as paths
 from .faults import crash_point
 from .retry import reconnecting
@@ -33,8 +33,12 @@ from .state import Lease, StateStore
 log = logging.getLogger("dblog.dump")
 RUNNING, PAUSED, CANCELLED = "running", "paused", "cancelled"
 DONE, PENDING = "done", "pending"
-_DUMP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+FAILED = "failed"  # only reported (dump_status): a table is running but no worker holds its lease
+DUMP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_KEYS = 100_000
+# Chunks behind the current rate: few enough to follow a throttle change within seconds, enough
+# that one slow read (a reconnect, a cold page) does not swing it.
+RATE_WINDOW = 5
 RECONNECT_FOR_S = 120.0  # then the dump fails; re-running it resumes after its last chunk
 
 
@@ -62,16 +66,39 @@ class TableProgress:
     rows: int = 0
     started_at: float | None = None
     finished_at: float | None = None
-    rows_per_s: float = 0.0
+    rows_per_s: float = 0.0                   # this run's average, pauses and throttle delays included
+    # Added later: records written before load with these defaults.
+    estimated_rows: int | None = None         # set at create_dump: key count, or the source's estimate
+    recent_rows_per_s: float | None = None    # rows / working seconds of the last RATE_WINDOW chunks
+    recent_chunks: list = field(default_factory=list)  # [[rows, working seconds], ...] behind it
+
+
+def record_chunk_rate(progress: TableProgress, rows: int, seconds: float, window: int = RATE_WINDOW) -> None:
+    """Fold one chunk into the current rate. `seconds` is the chunk's working time (watermarks,
+    SELECT, staging), so a pause or the throttle delay never dilutes it: the figure says how fast
+    the dump reads while it reads, and an ETA adds the delays it knows of."""
+    progress.recent_chunks = (progress.recent_chunks + [[rows, round(seconds, 4)]])[-window:]
+    busy = sum(s for _, s in progress.recent_chunks)
+    progress.recent_rows_per_s = round(sum(r for r, _ in progress.recent_chunks) / busy, 1) if busy > 0 else None
+
+
+def check_chunk_size(value) -> None:
+    """The one rule for a chunk size (the CLI, the DAGs' start tasks, the DBLog page)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_CHUNK_SIZE:
+        raise DumpError(f"chunk size must be a whole number from 1 to {MAX_CHUNK_SIZE:,}, got {value!r}")
+
+
+def check_delay(value) -> None:
+    """The one rule for the delay between chunks."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= MAX_DELAY_S:
+        raise DumpError(f"delay between chunks must be 0 to {MAX_DELAY_S} seconds, got {value!r}")
 
 
 def validate(source: Source, spec: DumpSpec) -> tuple[list[TableSchema], list[tuple] | None]:
     """Check everything before anything is written; DumpError / SourceError say what to fix."""
-    if not isinstance(spec.chunk_size, int) or isinstance(spec.chunk_size, bool) or spec.chunk_size < 1:
-        raise DumpError(f"chunk size must be a whole number >= 1, got {spec.chunk_size!r}")
-    if not isinstance(spec.delay_s, (int, float)) or spec.delay_s < 0:
-        raise DumpError(f"delay between chunks must be >= 0 seconds, got {spec.delay_s!r}")
-    if spec.dump_id is not None and not _DUMP_ID.match(spec.dump_id):
+    check_chunk_size(spec.chunk_size)
+    check_delay(spec.delay_s)
+    if spec.dump_id is not None and not DUMP_ID.match(spec.dump_id):
         raise DumpError(f"dump id {spec.dump_id!r}: use 1-64 letters, digits, '.', '_' or '-'")
     names = spec.tables or source.tables()
     if not names:
@@ -104,14 +131,31 @@ def create_dump(store: StateStore, source: Source, spec: DumpSpec) -> str:
     scope = {"id": dump_id, "source": source.name, "tables": [s.name for s in schemas],
              "keys": None if keys is None else [json.loads(encode_key(k)) for k in keys],
              "created_at": time.time()}
+    # Estimates come before the first write, so a failing catalog query leaves nothing behind.
+    estimates = {s.name: len(keys) if keys is not None else source.estimate_rows(s) for s in schemas}
     if not store.create_new(paths.dump_path(source.name, dump_id), scope):
         raise DumpError(f"dump {dump_id} already exists on {source.name}; pick another id or resume it "
                         f"with `dblog dump run {dump_id}`")
     store.put(paths.control_path(source.name, dump_id),
               {"state": RUNNING, "chunk_size": spec.chunk_size, "delay_s": float(spec.delay_s)})
     for s in schemas:
-        store.put(paths.table_progress_path(source.name, dump_id, s.name), asdict(TableProgress(s.name)))
+        store.put(paths.table_progress_path(source.name, dump_id, s.name),
+                  asdict(TableProgress(s.name, estimated_rows=estimates[s.name])))
     return dump_id
+
+
+ACTIONS = ("pause", "resume", "cancel", "throttle")
+
+
+def control_changes(action: str, chunk_size=None, delay_s=None) -> dict:
+    """What an action does to a dump's control node (the CLI, the control DAG and the DBLog page)."""
+    if action not in ACTIONS:
+        raise DumpError(f"action {action!r} is not one of {', '.join(ACTIONS)}")
+    if action == "throttle":
+        if chunk_size is None and delay_s is None:
+            raise DumpError("throttle needs a new chunk size and/or delay between chunks")
+        return {"chunk_size": chunk_size, "delay_s": delay_s}
+    return {"state": {"pause": PAUSED, "resume": RUNNING, "cancel": CANCELLED}[action]}
 
 
 def set_control(store: StateStore, source: str, dump_id: str, **changes) -> dict:
@@ -121,10 +165,10 @@ def set_control(store: StateStore, source: str, dump_id: str, **changes) -> dict
         raise DumpError(f"no dump {dump_id} on {source}; `dblog status` lists the dumps")
     if current["state"] == CANCELLED and changes.get("state") not in (None, CANCELLED):
         raise DumpError(f"dump {dump_id} was cancelled; start a new dump instead")
-    if "chunk_size" in changes and (not isinstance(changes["chunk_size"], int) or changes["chunk_size"] < 1):
-        raise DumpError(f"chunk size must be a whole number >= 1, got {changes['chunk_size']!r}")
-    if "delay_s" in changes and changes["delay_s"] < 0:
-        raise DumpError(f"delay between chunks must be >= 0 seconds, got {changes['delay_s']!r}")
+    if "chunk_size" in changes:
+        check_chunk_size(changes["chunk_size"])
+    if "delay_s" in changes:
+        check_delay(changes["delay_s"])
     current.update(changes)
     store.put(paths.control_path(source, dump_id), current)
     return current
@@ -212,6 +256,7 @@ class TableDump:
             chunk_no = progress.chunks if progress.next_chunk is None else progress.next_chunk
             after = None if progress.last_key is None else json.loads(progress.last_key)
             upto = None if progress.upto_key is None else decode_key(json.loads(progress.upto_key), schema)
+            working_since = time.monotonic()  # after _control(): time paused is not working time
             chunk, key_to, schema = reconnecting(  # a source restart pauses the dump, it does not fail it
                 self.source, lambda: self._read_chunk(schema, keys, after, upto, control["chunk_size"]),
                 f"chunk {chunk_no} of {self.table}", give_up_after=RECONNECT_FOR_S)
@@ -223,6 +268,7 @@ class TableDump:
             lease.check()  # a worker that lost its lease stops before it stages (see the takeover rule)
             self.staged.write_chunk(self.source.name, schema, self.dump_id, chunk_no, *chunk)
             crash_point("dump.after_staging")
+            record_chunk_rate(progress, len(rows), time.monotonic() - working_since)
             progress.chunks, progress.rows = progress.chunks + 1, progress.rows + len(rows)
             progress.next_chunk = chunk_no + 1
             progress.last_key = key_to
@@ -306,12 +352,23 @@ def dumping(store: StateStore, source: str, table: str) -> list[str]:
 
 
 def dump_status(store: StateStore, source: str, dump_id: str) -> dict:
+    """The dump's scope, control and per-table progress; `merged` per table once a merge wrote it
+    (None before). `failed` lists tables marked running whose worker is gone: it died or lost its
+    ZooKeeper session (an Airflow retry or `dblog dump run ID` resumes them); the dump then
+    reports FAILED, unless it is done or cancelled."""
     scope = store.get(paths.dump_path(source, dump_id)) or {}
     control = store.get(paths.control_path(source, dump_id)) or {}
     tables = {t: store.get(paths.table_progress_path(source, dump_id, t)) for t in scope.get("tables", [])}
     statuses = {p["status"] for p in tables.values() if p}
+    # Only a RUNNING record is checked: PENDING has no worker yet, DONE / CANCELLED no longer need one.
+    failed = [t for t, p in tables.items() if p and p["status"] == RUNNING
+              and not store.lock_holders(f"{paths.table_progress_path(source, dump_id, t)}/lock")]
     overall = control.get("state", "unknown")
     if statuses == {DONE}:
         overall = DONE
-    return {"id": dump_id, "state": overall, "control": control, "tables": tables,
-            "created_at": scope.get("created_at"), "key_list": scope.get("keys") is not None}
+    elif failed and overall != CANCELLED:
+        overall = FAILED
+    merged = {t: store.get(paths.dump_merged_path(source, dump_id, t)) for t in tables}
+    return {"id": dump_id, "source": source, "state": overall, "control": control, "tables": tables,
+            "failed": failed, "merged": merged, "created_at": scope.get("created_at"),
+            "key_list": scope.get("keys") is not None}

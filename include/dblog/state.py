@@ -4,10 +4,13 @@ Layout under the chroot (default `/dblog`), per source:
 
     /{source}/capture/lock                  kazoo Lock: the active capture (others stand by)
     /{source}/capture/checkpoint            JSON: where to resume, last staged position
+    /{source}/capture/heartbeat             JSON: the leader's liveness and when it last was at the log's head
+    /{source}/capture/lag_history           JSON: [[unix time, lag s], ...] over the last hour
     /{source}/dumps/{id}                    JSON: the dump's scope
     /{source}/dumps/{id}/control            JSON: state (running|paused|cancelled), chunk_size, delay_s
     /{source}/dumps/{id}/tables/{table}     JSON: progress (last completed key, chunks, rows, done)
     /{source}/dumps/{id}/tables/{table}/lock  kazoo Lock: the worker dumping that table
+    /{source}/dumps/{id}/merged/{table}     JSON: what merging the dump's chunks did (chunks, rows, dropped)
 
 Writes that a lease holder makes (checkpoints, progress) are fenced: they commit in one ZooKeeper
 transaction with a check that the holder's ephemeral lock node still exists, so a process that
@@ -60,7 +63,7 @@ class Lease:
         except (ConnectionLoss, ConnectionError):
             alive = False
         if not alive:
-            raise Fenced(f"lease {self.lock.path} was lost (ZooKeeper session {zk.state})")
+            raise Fenced(f"lease {self.lock.path} is no longer held (ZooKeeper session {zk.state})")
 
     def release(self) -> None:
         try:
@@ -193,6 +196,14 @@ def checkpoint_path(source: str) -> str:
     return f"/{source}/capture/checkpoint"
 
 
+def heartbeat_path(source: str) -> str:
+    return f"/{source}/capture/heartbeat"
+
+
+def lag_history_path(source: str) -> str:
+    return f"/{source}/capture/lag_history"
+
+
 def dumps_path(source: str) -> str:
     return f"/{source}/dumps"
 
@@ -207,6 +218,11 @@ def control_path(source: str, dump_id: str) -> str:
 
 def table_progress_path(source: str, dump_id: str, table: str) -> str:
     return f"{dump_path(source, dump_id)}/tables/{table}"
+
+
+def dump_merged_path(source: str, dump_id: str, table: str) -> str:
+    """Written by the merge; only it knows how many chunk rows the watermark rule dropped."""
+    return f"{dump_path(source, dump_id)}/merged/{table}"
 
 
 def merge_lock(source: str, table: str) -> str:

@@ -1,4 +1,4 @@
-"""Task groups shared by the dump, full-refresh and verify DAGs.
+"""Task groups and params shared by the dump, full-refresh and verify DAGs.
 
 One group per source, because a pool is fixed when a task is defined: `dblog_dump_<source>`
 bounds how many tables of that source are dumped at once (create it with `make airflow`, or
@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import TaskGroup
+from airflow.sdk import Param, TaskGroup
 
-from dblog.config import DEFAULT_CHUNK_SIZE
-from dblog_airflow.operators.dump import DumpTableOperator, StartDumpOperator, WaitForCaptureOperator
+from dblog.config import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_DELAY_S
+from dblog_airflow.operators.dump import ALL_SOURCES, DumpTableOperator, StartDumpOperator
+from dblog_airflow.operators.wait import WaitForCaptureOperator
 
 
 def dump_pool(source_id: str) -> str:
@@ -20,7 +21,8 @@ def dump_pool(source_id: str) -> str:
 
 def dump_source(source_id: str, *, selected_source: str | None = None, tables: Any = None, keys: Any = None,
                 chunk_size: Any = DEFAULT_CHUNK_SIZE, delay_seconds: Any = 0.0, dump_id: Any = None) -> TaskGroup:
-    """start (validate, register) -> one throttled dump task per table -> wait for the capture."""
+    """start (check the run, validate, register) -> one throttled dump task per table -> wait for the
+    capture. The start task of each group checks the run's conf, so a bad conf fails every group."""
     with TaskGroup(group_id=source_id, tooltip=f"dump {source_id}") as group:
         start = StartDumpOperator(task_id="start", source_conn_id=source_id, selected_source=selected_source,
                                   tables=tables, keys=keys, chunk_size=chunk_size, delay_seconds=delay_seconds,
@@ -33,3 +35,31 @@ def dump_source(source_id: str, *, selected_source: str | None = None, tables: A
 
 def wait_for_capture(source_id: str) -> WaitForCaptureOperator:
     return WaitForCaptureOperator(task_id="wait_for_capture", source_conn_id=source_id)
+
+
+# -- params: the same names, types and descriptions in every DAG that takes them -----------------
+# No `minimum`/`maximum` on numbers: the trigger form clamps an out-of-range entry to them without a
+# word (0 became 1); the start task checks the range and says what to fix.
+def source_param(sources: list[str], *, every: bool = False) -> Param:
+    if every:
+        return Param(ALL_SOURCES, type="string", enum=[ALL_SOURCES, *sources], title="Source",
+                     values_display={ALL_SOURCES: "all sources"},
+                     description="Connection id of one source database, or all of them.")
+    return Param(sources[0], type="string", enum=sources, title="Source connection",
+                 description="Connection id of the source database.")
+
+
+def tables_param(what: str = "dumps") -> Param:
+    return Param([], type=["array", "null"], items={"type": "string", "minLength": 1}, title="Tables",
+                 description=f"`table` or `schema.table`, one per line; empty {what} every table.")
+
+
+def chunk_size_param(default: int = DEFAULT_CHUNK_SIZE, title: str = "Chunk size (rows)") -> Param:
+    return Param(default, type="integer", title=title,
+                 description=f"Rows per chunk, 1 to {MAX_CHUNK_SIZE:,}: one short SELECT between a low and "
+                             "a high watermark.")
+
+
+def delay_param(default: float = 0.0) -> Param:
+    return Param(default, type="number", title="Delay between chunks (s)",
+                 description=f"Pause after each chunk, 0 to {MAX_DELAY_S} seconds, to spare a busy source.")

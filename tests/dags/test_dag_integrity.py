@@ -1,4 +1,5 @@
-"""Every DAG imports without touching the network, documents itself, retries, and validates params."""
+"""Every DAG imports without touching the network, documents itself, retries, and validates params;
+a run's conf is checked against the DAG's params by its first task."""
 from __future__ import annotations
 
 import copy
@@ -32,13 +33,44 @@ def test_every_dag_imports_without_network_access(dags):
 
 
 @pytest.mark.parametrize("dag_id", sorted(DAG_IDS))
-def test_every_dag_has_docs_tags_and_retries(dags, dag_id):
+def test_every_dag_has_docs_a_description_tags_and_retries(dags, dag_id):
     dag = dags[dag_id]
     assert dag.doc_md and dag.doc_md.strip().startswith(f"### {dag_id}")
+    assert dag.description and len(dag.description) > 20, "the DAG list shows the description"
     assert "dblog" in dag.tags and len(dag.tags) >= 2
     assert dag.default_args.get("retries", 0) >= 1
-    start_tasks = [t for t in dag.tasks if t.task_id.endswith(".start")]
-    assert all(t.retries == 0 for t in start_tasks), "bad dump input must fail at once, not retry"
+    start_tasks = [t for t in dag.tasks if t.task_id == "start" or t.task_id.endswith(".start")]
+    assert all(t.retries == 0 for t in start_tasks), "bad input must fail at once, not retry"
+
+
+def test_the_tags_tell_the_dags_apart(dags):
+    tag_sets = {dag_id: frozenset(dag.tags) for dag_id, dag in dags.items()}
+    assert len(set(tag_sets.values())) == len(tag_sets), tag_sets
+
+
+@pytest.mark.parametrize("dag_id", sorted(DAG_IDS))
+def test_every_param_has_a_title_and_a_description(dags, dag_id):
+    for name in dags[dag_id].params:
+        param = dags[dag_id].params.get_param(name)
+        assert param.schema.get("title") and param.description, (dag_id, name)
+
+
+@pytest.mark.parametrize("dag_id", sorted(DAG_IDS))
+def test_number_params_give_the_trigger_form_no_bounds_to_clamp_an_entry_to(dags, dag_id):
+    # The form's number input clamps an out-of-range entry to the schema's minimum/maximum when it
+    # loses focus, silently (a typed chunk size 0 ran as 1); the start task checks ranges instead.
+    for name in dags[dag_id].params:
+        schema = dags[dag_id].params.get_param(name).schema
+        assert not {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} & set(schema), (dag_id, name)
+
+
+@pytest.mark.parametrize("dag_id", ["dblog_verify", "dblog_full_refresh"])
+def test_verify_and_full_refresh_take_a_source_tables_and_a_chunk_size_defaulting_to_everything(dags, dag_id):
+    params = dags[dag_id].params
+    assert {"source", "tables", "chunk_size"} <= set(params)
+    assert params["source"] == "all" and not params["tables"]  # what the scheduled runs use
+    assert "all" in params.get_param("source").schema["enum"]
+    assert ("delay_seconds" in params) == (dag_id == "dblog_full_refresh")
 
 
 def _validate(dag, conf):
@@ -48,10 +80,10 @@ def _validate(dag, conf):
 
 
 @pytest.mark.parametrize("conf", [
-    {"chunk_size": 0}, {"chunk_size": "big"}, {"tables": "accounts"}, {"source": "nope"},
-    {"delay_seconds": -1}, {"keys": "1,2"}, {"dump_id": "bad id; drop"},
+    {"chunk_size": "big"}, {"chunk_size": 1.5}, {"tables": "accounts"}, {"source": "nope"},
+    {"delay_seconds": "soon"}, {"keys": "1,2"}, {"dump_id": "bad id; drop"},
 ])
-def test_dump_params_reject_bad_values(dags, conf):
+def test_dump_params_reject_values_of_the_wrong_type(dags, conf):
     from airflow.sdk.exceptions import ParamValidationError
     with pytest.raises(ParamValidationError):
         _validate(dags["dblog_dump"], conf)
@@ -60,6 +92,31 @@ def test_dump_params_reject_bad_values(dags, conf):
 def test_dump_params_accept_a_key_list_repair(dags):
     out = _validate(dags["dblog_dump"], {"tables": ["accounts"], "keys": [[1], [2, "a"]], "chunk_size": 50})
     assert out["keys"] == [[1], [2, "a"]] and out["chunk_size"] == 50
+
+
+def test_a_conf_check_names_each_misspelled_key_and_out_of_range_value_with_its_fix(dags):
+    from dblog_airflow.operators.dump import conf_problems
+    declared = list(dags["dblog_dump"].params)
+    problems = conf_problems(declared, {"source": "dblog_mariadb", "table": ["accounts"], "chunksize": 5, "zzz": 1},
+                             {"chunk_size": 0, "delay_seconds": -1, "tables": ["accounts"]})
+    text = "; ".join(problems)
+    assert "unknown param 'table' (did you mean 'tables'?)" in text
+    assert "unknown param 'chunksize' (did you mean 'chunk_size'?)" in text
+    assert "unknown param 'zzz' (the params are chunk_size, delay_seconds, dump_id, keys, source, tables)" in text
+    assert "chunk_size = 0: a chunk reads 1 to 100,000 rows" in text
+    assert "delay_seconds = -1: set 0 (no pause) to 3600 seconds" in text
+    assert len(problems) == 5, problems
+
+
+def test_a_conf_check_accepts_every_declared_key_at_its_bounds(dags):
+    from dblog_airflow.operators.dump import conf_problems
+    params = dags["dblog_dump"].params
+    conf = {name: params[name] for name in params}
+    assert conf_problems(list(params), conf, {"chunk_size": 1, "delay_seconds": 3600, "tables": []}) == []
+    assert conf_problems(list(params), conf, {"chunk_size": 100_000, "delay_seconds": 0.0, "tables": None}) == []
+    assert conf_problems(list(params), {}, {"chunk_size": True, "delay_seconds": 0, "tables": [""]}) == [
+        "chunk_size = True: a chunk reads 1 to 100,000 rows; set a whole number in that range (default 20000)",
+        "tables = ['']: list table names (`table` or `schema.table`), one per line; leave it empty for every table"]
 
 
 def test_control_params_reject_an_unknown_action(dags):
@@ -78,3 +135,55 @@ def test_operators_store_template_fields_unchanged_and_the_trigger_round_trips()
     module, name = path.rsplit(".", 1)
     clone = getattr(__import__(module, fromlist=[name]), name)(**kwargs)
     assert clone.serialize() == (path, kwargs)
+
+
+def test_the_merge_job_writes_the_reason_it_failed_into_its_report(tmp_path, capsys):
+    import importlib.util
+    import json
+
+    from airflow_fixtures import ROOT
+    spec = importlib.util.spec_from_file_location("merge_job", ROOT / "spark_jobs" / "merge.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    report = tmp_path / "report.json"
+    assert job.run(["--bucket-rows", "0", "--report", str(report)]) == 2
+    assert json.loads(report.read_text()) == {"error": "--bucket-rows must be >= 1, got 0"}
+    assert "dblog: error: --bucket-rows must be >= 1, got 0" in capsys.readouterr().err  # still in the log
+
+
+def test_a_failed_merge_logs_the_jobs_reason_as_an_error_and_fails_with_it(monkeypatch):
+    import json
+
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk.exceptions import AirflowException
+    from dblog_airflow.operators import merge
+
+    def spark_submit_fails(self, context):
+        with open(self.application_args[-1], "w") as f:
+            json.dump({"error": "the primary key of shop.t changed from ['id'] to ['k']; ..."}, f)
+        raise AirflowException("Cannot execute: spark-submit ... Error code is: 2.")
+
+    errors = []
+
+    class Log:
+        def error(self, message, *args):
+            errors.append(message % args)
+
+        def warning(self, *args):
+            pass
+
+    monkeypatch.setattr(SparkSubmitOperator, "execute", spark_submit_fails)
+    monkeypatch.setattr(merge, "zookeeper_uri", lambda conn_id: "zookeeper://127.0.0.1:1/x")
+    monkeypatch.setattr(merge.MergeOperator, "log", Log())
+    with pytest.raises(AirflowException, match=r"^merge failed: the primary key of shop.t changed"):
+        merge.MergeOperator(task_id="merge").execute({})
+    assert errors == ["merge failed: the primary key of shop.t changed from ['id'] to ['k']; ..."]
+
+
+def test_a_capture_slice_outside_5_seconds_to_a_day_is_refused_with_the_range(dags):
+    from dblog_airflow.operators.dump import conf_problems
+    params = list(dags["dblog_capture"].params)
+    assert conf_problems(params, {"slice_seconds": 2}, {"slice_seconds": 2}) == [
+        "slice_seconds = 2: a capture slice lasts 5 to 86,400 seconds; each handover pauses the stream a few seconds"]
+    assert conf_problems(params, {"slice": 60}, {"slice_seconds": 60}) == [
+        "unknown param 'slice' (the params are slice_seconds)"]

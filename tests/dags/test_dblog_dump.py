@@ -1,6 +1,7 @@
 """dblog_dump through `dag.test()` against the real services."""
 from __future__ import annotations
 
+import re
 
 
 def test_bad_input_fails_the_run_at_once_and_writes_nothing(mariadb, deploy):
@@ -28,3 +29,145 @@ def test_a_table_without_primary_key_and_malformed_keys_fail_with_the_reason(mar
         assert failure and reason in failure[0], failure  # the task log, as dag.test() prints it
     with mariadb.store() as store:
         assert store.children(f"/{mariadb.source_id}/dumps") == []
+
+
+def start_failure(out: str) -> str:
+    """The reason the start task logged at ERROR level (what the UI lists for a failed task)."""
+    errors = [line for line in out.splitlines() if "[error" in line and "StartDumpOperator" in line]
+    assert errors, out[-3000:]
+    return errors[0]
+
+
+def assert_nothing_written(src) -> None:
+    with src.store() as store:
+        assert store.children(f"/{src.source_id}/dumps") == [], "a dump was registered"
+    assert not (src.staging / src.source_id / "chunks").exists(), "a chunk was staged"
+
+
+def test_a_chunk_size_of_zero_fails_the_start_task_saying_what_to_set_and_writes_nothing(mariadb, deploy, capfd):
+    mariadb.workload(seed=3, rows=50).create()
+    mariadb.start_capture()
+    states, run = deploy(mariadb).run("dblog_dump", {"source": mariadb.source_id, "chunk_size": 0})
+    assert str(run.state) == "failed" and states[f"{mariadb.source_id}.start"] == "failed", states
+    assert "chunk_size = 0: a chunk reads 1 to 100,000 rows; set a whole number in that range" in \
+        start_failure(capfd.readouterr().out)
+    assert_nothing_written(mariadb)
+
+
+def test_misspelled_conf_keys_fail_the_start_task_naming_the_right_keys_and_nothing_is_dumped(mariadb, deploy, capfd):
+    mariadb.workload(seed=3, rows=50).create()
+    mariadb.start_capture()
+    states, run = deploy(mariadb).run("dblog_dump", {"source": mariadb.source_id, "table": ["accounts"],
+                                                     "chunksize": 10})
+    assert str(run.state) == "failed" and states[f"{mariadb.source_id}.start"] == "failed", states
+    assert states["merge"] == "upstream_failed", states
+    reason = start_failure(capfd.readouterr().out)
+    assert "unknown param 'table' (did you mean 'tables'?)" in reason
+    assert "unknown param 'chunksize' (did you mean 'chunk_size'?)" in reason
+    assert_nothing_written(mariadb)
+
+
+class SentMetrics:
+    """Stands in for Airflow's stats client: keeps (name, value) of every metric sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, float]] = []
+
+    def incr(self, name, count=1, rate=1, tags=None):
+        self.sent.append((name, count))
+
+    def gauge(self, name, value, rate=1, delta=False, tags=None):
+        self.sent.append((name, value))
+
+    def timing(self, name, dt, tags=None):
+        self.sent.append((name, dt.total_seconds()))
+
+    def values(self, *parts: str) -> list[float]:
+        from dblog_airflow import metrics
+        return [v for n, v in self.sent if n == metrics.name(*parts)]
+
+
+def xcom(run, task_id: str, key: str):
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    with create_session() as session:
+        row = session.query(XComModel).filter_by(dag_id=run.dag_id, run_id=run.run_id, task_id=task_id,
+                                                 key=key).one()
+        return XComModel.deserialize_value(row)
+
+
+def asset_event_extras(name: str) -> list[dict]:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    with create_session() as session:
+        return [e for (e,) in session.query(AssetEvent.extra).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+                .filter(AssetModel.name == name).all()]
+
+
+def test_a_dump_run_shows_its_dump_id_and_its_merge_reports_the_dumps_own_chunks_once(
+        mariadb, deploy, capfd, monkeypatch):
+    from dblog import state as paths
+    from dblog_airflow import metrics
+    mariadb.workload(seed=5, rows=60).create()
+    mariadb.start_capture()
+    mariadb.sql(f"UPDATE {mariadb.table('accounts')} SET name = 'fresh' WHERE id = 1")  # a log event to merge
+    sent = SentMetrics()
+    monkeypatch.setattr(metrics, "_stats", lambda: sent)
+    sid, table = mariadb.source_id, mariadb.table("accounts")
+
+    states, run = deploy(mariadb).run("dblog_dump", {"source": sid, "tables": ["accounts"], "chunk_size": 25})
+    assert str(run.state) == "success", states
+    out = capfd.readouterr().out
+
+    dump = xcom(run, f"{sid}.start", "dump")
+    dump_id = dump["dump_id"]
+    assert dump["summary"].startswith(f"dump {dump_id} on {sid}: 1 table(s) {table}, chunk size 25"), dump
+    with mariadb.store() as store:
+        progress = store.get(paths.table_progress_path(sid, dump_id, table))
+        merged = store.get(paths.dump_merged_path(sid, dump_id, table))
+    assert progress["rows"] == 60 and progress["chunks"] == 3, progress
+    assert merged == {"chunks": 3, "rows": 60, "dropped": 0}, merged  # no write inside a window
+
+    summaries = [line for line in out.splitlines() if f"{table}: dump {dump_id} merged" in line]
+    assert len(summaries) == 1, summaries
+    assert "merged 3 of 3 chunks, 60 rows, 0 dropped in windows" in summaries[0]
+    assert "MergeResult(" not in out and f"{sid} {table}: version" not in out, "a second summary"
+    spark_info = [line for line in out.splitlines() if re.search(r"\bINFO (SparkContext|DAGScheduler|Executor)\b", line)]
+    assert not spark_info, spark_info[:5]
+
+    assert sum(sent.values("dump.rows", sid, table)) == 60
+    assert len(sent.values("dump.rows_per_second", sid, table)) == 3
+    assert all(0 < v <= 100 for v in sent.values("dump.progress_percent", sid, table))  # when the source estimates
+    assert sent.values("merge.duration_seconds", sid) and sent.values("merge.rows_dropped", sid, table) == [0]
+    assert [v for v in sent.values("merge.freshness_seconds", sid, table) if v >= 0], sent.sent
+
+    [extra] = asset_event_extras(f"dblog.{sid}.{table}")
+    assert extra["rows"] == 60 and extra["version"] >= 1 and extra["upto"], extra
+    assert (extra["dag_id"], extra["run_id"], extra["task_id"]) == ("dblog_dump", run.run_id, "merge"), extra
+
+
+def test_a_dumps_merged_totals_add_up_across_the_merges_that_took_its_chunks(mariadb, deploy):
+    from conftest import settle, wait_for
+    from dblog import state as paths
+    mariadb.workload(seed=7, rows=50).create()
+    mariadb.start_capture()
+    sid, table = mariadb.source_id, mariadb.table("accounts")
+    dump_id = mariadb.dblog("dump", "--source", sid, "--table", "accounts", "--chunk-size", "20", "--delay", "3600",
+                            "--create-only", check=True).stdout.strip()
+    dumping = mariadb.spawn("dump", "run", dump_id, "--source", sid)  # waits an hour after its first chunk
+    airflow = deploy(mariadb)
+    with mariadb.store() as store:
+        progress, merged = paths.table_progress_path(sid, dump_id, table), paths.dump_merged_path(sid, dump_id, table)
+        wait_for(lambda: (store.get(progress) or {}).get("chunks", 0) >= 1, 60, what="the first chunk")
+        settle(mariadb)
+        states, _ = airflow.run("dblog_merge")
+        assert states == {"merge": "success"}
+        assert store.get(merged) == {"chunks": 1, "rows": 20, "dropped": 0}
+
+        mariadb.dblog("dump", "throttle", dump_id, "--source", sid, "--delay", "0", check=True)
+        wait_for(lambda: store.get(progress)["status"] == "done", 60, what="the dump to finish")
+        dumping.wait()
+        settle(mariadb)
+        states, _ = airflow.run("dblog_merge")
+        assert states == {"merge": "success"}
+        assert store.get(merged) == {"chunks": 3, "rows": 50, "dropped": 0}  # 20 + 20 + 10 rows

@@ -43,3 +43,20 @@ def test_full_refresh_of_every_source_under_writes_then_merges_converge_and_publ
         events = asset_events(f"dblog.{s.source_id}.")
         assert set(events) == {f"dblog.{s.source_id}.{s.table(t)}" for t in ("accounts", "order_lines")}
         assert all(e["version"] >= 1 for es in events.values() for e in es)
+
+
+def test_a_full_refresh_triggered_for_one_table_rereads_only_that_table_in_its_chunk_size(mariadb, deploy, warehouse):
+    from dblog import state as paths
+    mariadb.workload(seed=23, rows=100).create()
+    mariadb.start_capture()
+    sid, table = mariadb.source_id, mariadb.table("accounts")
+    states, run = deploy(mariadb).run("dblog_full_refresh", {"source": sid, "tables": ["accounts"], "chunk_size": 40,
+                                                             "delay_seconds": 0})
+    assert str(run.state) == "success", states
+    assert sorted(t for t in states if ".dump_table" in t) == [f"{sid}.dump_table[0]"], states
+    with mariadb.store() as store:
+        [dump_id] = store.children(f"/{sid}/dumps")
+        assert store.get(paths.dump_path(sid, dump_id))["tables"] == [table]
+        assert store.get(paths.table_progress_path(sid, dump_id, table))["chunks"] == 3  # 40 + 40 + 20 rows
+    assert warehouse.tables(sid) == [table]
+    assert_warehouse_equals_source(mariadb, warehouse, tables=("accounts",))

@@ -31,3 +31,29 @@ def test_verify_triggers_a_repair_dump_of_exactly_the_drifted_keys_and_it_conver
     states, run = airflow.run("dblog_dump", conf)  # what the scheduler would run
     assert str(run.state) == "success", states
     assert_warehouse_equals_source(mariadb, warehouse)
+
+
+def test_a_verify_triggered_for_one_table_checks_and_repairs_only_that_table(mariadb, deploy, warehouse):
+    mariadb.workload(seed=33, rows=200).create()
+    mariadb.start_capture()
+    airflow = deploy(mariadb)
+    states, run = airflow.run("dblog_dump", {"source": mariadb.source_id, "chunk_size": 150})
+    assert str(run.state) == "success", states
+    mariadb.sql("SET sql_log_bin = 0", f"UPDATE {mariadb.table('accounts')} SET name = 'drift' WHERE id = 3",
+                f"UPDATE {mariadb.table('order_lines')} SET sku = 'drift' WHERE order_id = 2")
+
+    states, run = airflow.run("dblog_verify", {"source": mariadb.source_id, "tables": ["order_lines"],
+                                               "chunk_size": 77})
+    assert str(run.state) == "success" and states["repair[0]"] == "success", states
+    assert "repair[1]" not in states, "a table that was not asked for was repaired"
+    [conf] = [c for _, c in triggered_runs("dblog_dump") if c["source"] == mariadb.source_id]
+    assert conf["tables"] == [mariadb.table("order_lines")] and conf["chunk_size"] == 77, conf
+    assert conf["keys"] and all(k[0] == 2 for k in conf["keys"]), conf
+
+
+def test_a_verify_run_with_a_misspelled_key_fails_at_start_and_checks_nothing(mariadb, deploy, capfd):
+    states, run = deploy(mariadb).run("dblog_verify", {"table": ["accounts"]})
+    assert str(run.state) == "failed" and states["start"] == "failed", states
+    assert states["verify"] == "upstream_failed" and "repair[0]" not in states, states
+    errors = [line for line in capfd.readouterr().out.splitlines() if "[error" in line and "VerifyStartOperator" in line]
+    assert errors and "unknown param 'table' (did you mean 'tables'?)" in errors[0], errors

@@ -25,8 +25,8 @@ def dumps_registered(env):
     (["--table", "accounts", "--keys", "[1, 2"], "--keys is not valid JSON"),
     (["--table", "accounts", "--keys", '["abc"]'], "malformed key list for t_{tag}.accounts: 'abc' is not an integer"),
     (["--table", "order_lines", "--keys", "[1]"], "has a key of 2 column(s): (order_id, line_no)"),
-    (["--table", "accounts", "--chunk-size", "0"], "chunk size must be a whole number >= 1, got 0"),
-    (["--table", "accounts", "--delay", "-1"], "delay between chunks must be >= 0 seconds"),
+    (["--table", "accounts", "--chunk-size", "0"], "chunk size must be a whole number from 1 to 100,000, got 0"),
+    (["--table", "accounts", "--delay", "-1"], "delay between chunks must be 0 to 3600 seconds"),
     (["--table", "accounts", "--table", "order_lines", "--keys", "[1]"], "a key list needs exactly one table"),
     ([], "say what to dump"),
 ])

@@ -233,6 +233,11 @@ class Source(abc.ABC):
     def select_keys(self, schema: TableSchema, keys: Sequence[tuple]) -> list[tuple]:
         return self.fetch(*self.dialect.keys_query(schema, keys))
 
+    def estimate_rows(self, schema: TableSchema) -> int | None:
+        """The table's row count from the catalog's statistics (no scan: a dump's progress bar
+        needs a denominator, not an exact one). None when the source cannot tell."""
+        return None
+
     # change stream -------------------------------------------------------------------------------
     @abc.abstractmethod
     def stream(self, resume: dict | None, idle_timeout: float) -> Iterator[Transaction | None]:

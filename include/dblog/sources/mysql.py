@@ -123,6 +123,13 @@ class MySQLSource(Source):
             "AND table_name = %s AND constraint_name = 'PRIMARY' ORDER BY ordinal_position",
             [schema_name, name])]
 
+    def estimate_rows(self, schema) -> int | None:
+        # InnoDB's TABLE_ROWS is its sampled statistic: off by some percent, and read without a scan.
+        database, _, name = schema.name.partition(".")
+        rows = self._run("SELECT table_rows FROM information_schema.tables WHERE table_schema = %s "
+                         "AND table_name = %s", [database, name])
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
+
     # -- set-up ---------------------------------------------------------------------------------
     def preflight(self, create: bool = True, first_use: bool = True) -> list[str]:
         (log_bin, fmt, image, metadata), = self._run(

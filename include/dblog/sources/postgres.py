@@ -48,6 +48,16 @@ _GONE = ("connection refused", "server closed the connection", "terminating conn
          "connection already closed", "timeout expired", "ssl syscall")
 
 
+def estimate_from_stats(reltuples: float | None, live: int | None) -> int | None:
+    """A table's row estimate: the planner's reltuples once analyzed, else the live-tuple count,
+    else 0 only for a table both call empty (reltuples 0 is ambiguous before PostgreSQL 14)."""
+    if reltuples is not None and reltuples > 0:
+        return int(reltuples)
+    if live:
+        return int(live)
+    return 0 if reltuples == 0 and live == 0 else None
+
+
 class PostgresSource(Source):
     kind = "postgres"
     dialect = Dialect()
@@ -109,6 +119,16 @@ class PostgresSource(Source):
             "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
             "WHERE i.indrelid = to_regclass(%s) AND i.indisprimary ORDER BY k.n",
             [self.dialect.table(f"{schema_name}.{name}")])]
+
+    def estimate_rows(self, schema) -> int | None:
+        # reltuples is what the last ANALYZE / VACUUM saw, -1 if neither ran yet (0 on servers
+        # before 14); n_live_tup is the statistics collector's running count, kept without ANALYZE.
+        rows = self._run(
+            "SELECT c.reltuples, s.n_live_tup FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
+            "WHERE c.oid = to_regclass(%s)", [self.dialect.table(schema.name)])
+        if not rows:
+            return None
+        return estimate_from_stats(rows[0][0], rows[0][1])
 
     # -- set-up ---------------------------------------------------------------------------------
     def preflight(self, create: bool = True, first_use: bool = True) -> list[str]:

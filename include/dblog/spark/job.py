@@ -12,6 +12,9 @@ in parallel), up to the capture's checkpoint position P (every event <= P is sta
    published (`warehouse.layout`), with what was merged recorded in its manifest.
 
 Tombstones are dropped once no dump of the table can still stage a chunk older than them.
+After the commit, each dump whose chunks were merged gets its running totals for the table
+(chunks merged, their rows, rows dropped in windows) at `state.dump_merged_path`, written under
+the table's merge lock (fenced), so a dump run can report its own chunks whichever merge took them.
 """
 from __future__ import annotations
 
@@ -63,6 +66,8 @@ class MergeResult:
     tombstones: int = 0
     seconds: float = 0.0
     note: str = ""
+    dumps: dict[str, dict[str, int]] = field(default_factory=dict)  # dump id -> chunks, rows, dropped merged now
+    newest_commit_ts: float | None = None   # unix time of the newest log event merged now (freshness)
 
     @property
     def dropped(self) -> int:
@@ -136,16 +141,23 @@ def _ready_chunks(spark: SparkSession, staged: StagedLog, source: str, pending: 
             out.ready.setdefault(r["_dump_id"], set()).add(r["_chunk"])
             wanted.update({r["_lw"]: lw, r["_hw"]: hw})
             result.chunk_rows += r["count"]
+            _dump_totals(result, r["_dump_id"])["rows"] += r["count"]
             low = lw if low is None else min(low, lw)
     for (dump_id, number), path in pending.items():  # a chunk without rows has nothing to wait for
         if (dump_id, number) not in seen and pq.read_metadata(path, filesystem=staged.fs).num_rows == 0:
             out.ready.setdefault(dump_id, set()).add(number)
     result.chunks = sum(len(v) for v in out.ready.values())
+    for dump_id, numbers in out.ready.items():
+        _dump_totals(result, dump_id)["chunks"] = len(numbers)
     if not wanted:
         return None, None, None
     ready = spark.createDataFrame([(d, n) for d, ns in out.ready.items() for n in ns], "_dump_id string, _chunk bigint")
     watermarks = spark.createDataFrame(list(wanted.items()), "_wm string, _wm_position string")
     return chunks.join(F.broadcast(ready), ["_dump_id", "_chunk"]), watermarks, low
+
+
+def _dump_totals(result: MergeResult, dump_id: str) -> dict[str, int]:
+    return result.dumps.setdefault(dump_id, {"chunks": 0, "rows": 0, "dropped": 0})
 
 
 def _inputs(spark: SparkSession, staged: StagedLog, source: str, table: str, manifest: Manifest | None,
@@ -180,7 +192,11 @@ def _inputs(spark: SparkSession, staged: StagedLog, source: str, table: str, man
     if events is not None:
         events = M.align(events, out.columns)
         new = events if done_upto is None else events.where(F.col("_position") > done_upto)
-        out.fill_unchanged = new.where(F.size("_unchanged") > 0).limit(1).count() > 0
+        seen = new.agg(F.max(F.size("_unchanged")).alias("unchanged"),
+                       F.max(F.unix_micros("_commit_ts")).alias("newest")).first()
+        out.fill_unchanged = (seen["unchanged"] or 0) > 0
+        if seen["newest"] is not None:
+            result.newest_commit_ts = seen["newest"] / 1e6
         parts.append(log_records(new, out.key, names))
     if chunks is not None:
         parts.append(dump_records(window_survivors(M.align(chunks, out.columns), events, watermarks, out.key), names))
@@ -202,16 +218,16 @@ def merge_table(spark: SparkSession, store: StateStore, staged: StagedLog, wareh
                          "wait for it, or check `dblog status` for a stuck worker") from exc
     try:
         warehouse.clean(source, table)
-        _merge(spark, store, staged, warehouse, result, bucket_rows)
+        _merge(spark, store, staged, warehouse, result, bucket_rows, lease)
     finally:
         lease.release()
     result.seconds = time.monotonic() - started
-    log.info("%s/%s: %s", source, table, result)
+    log.debug("%s/%s: %s", source, table, result)  # callers print their own summary
     return result
 
 
 def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse: Warehouse, result: MergeResult,
-           bucket_rows: int) -> None:
+           bucket_rows: int, lease) -> None:
     source, table = result.source, result.table
     purge = not dumping(store, source, table)   # decided before chunks are listed: see module doc
     upto = (store.get(paths.checkpoint_path(source)) or {}).get("position")
@@ -250,9 +266,22 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
     for dump_id, numbers in inputs.ready.items():
         new.add_chunks(dump_id, numbers)
     warehouse.commit(new, new_files, version_dir)
+    _record_dumps(store, lease, result)
     warehouse.clean(source, table)  # the scratch output, versions past their keep time
     result.version, result.buckets, result.rows = new.version, len(new.buckets), new.rows
     result.tombstones = sum(b.tombstone_rows for b in new.buckets)
+
+
+def _record_dumps(store: StateStore, lease, result: MergeResult) -> None:
+    """Add what this merge took of each dump to the dump's totals for the table (after the commit:
+    a crash in between under-counts, it never counts a chunk twice). Dumps no longer registered
+    in ZooKeeper are left alone."""
+    for dump_id, merged in result.dumps.items():
+        if store.get(paths.dump_path(result.source, dump_id)) is None:
+            continue
+        path = paths.dump_merged_path(result.source, dump_id, result.table)
+        totals = store.get(path) or {"chunks": 0, "rows": 0, "dropped": 0}
+        store.fenced_put(lease, path, {k: int(totals.get(k, 0)) + merged[k] for k in ("chunks", "rows", "dropped")})
 
 
 def _rewrite(spark: SparkSession, warehouse: Warehouse, base: Manifest, recs: DataFrame, key: list[str],
@@ -262,11 +291,16 @@ def _rewrite(spark: SparkSession, warehouse: Warehouse, base: Manifest, recs: Da
     types, names = dict(columns), [c for c, _ in columns]
     bounds = [b.lo for b in base.buckets]
     incoming: dict[int, int] = {}
-    for r in (recs.groupBy(M.bucket_of(key, types, bounds).alias("_b"))
-              .agg(F.count("*").alias("n"), F.sum((F.col("_origin") == "dump").cast("long")).alias("dump")).collect()):
-        incoming[r["_b"]] = r["n"]
-        result.survivors += r["dump"]
-        result.log_events += r["n"] - r["dump"]
+    survivors: dict[str, int] = {}
+    for r in recs.groupBy(M.bucket_of(key, types, bounds).alias("_b"), "_origin", "_dump_id").count().collect():
+        incoming[r["_b"]] = incoming.get(r["_b"], 0) + r["count"]
+        if r["_origin"] == "dump":
+            result.survivors += r["count"]
+            survivors[r["_dump_id"]] = survivors.get(r["_dump_id"], 0) + r["count"]
+        else:
+            result.log_events += r["count"]
+    for dump_id, totals in result.dumps.items():
+        totals["dropped"] = totals["rows"] - survivors.get(dump_id, 0)
     if [tuple(c) for c in base.columns] != list(columns) or version_dir is None:
         touched = set(range(len(bounds)))  # new columns: every file gets the same schema
     else:

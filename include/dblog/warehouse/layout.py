@@ -124,6 +124,16 @@ class Warehouse:
         with open(os.path.join(version, MANIFEST)) as f:
             return Manifest.from_json(json.load(f))
 
+    def table_summary(self, source: str, table: str) -> dict | None:
+        """What a status page shows of the current version, from its manifest alone (no data file
+        is opened). None when the table has no version yet."""
+        manifest = self.manifest(source, table)
+        if manifest is None:
+            return None
+        return {"table": table, "version": manifest.version, "merged_at": manifest.merged_at,
+                "rows": manifest.rows, "tombstones": sum(b.tombstone_rows for b in manifest.buckets),
+                "buckets": len(manifest.buckets), "log_upto": manifest.log_upto}
+
     def files(self, source: str, table: str, manifest: Manifest, tombstones: bool = False,
               buckets: list[int] | None = None) -> list[str]:
         """Paths of the current version's files (of `buckets` only, when given)."""

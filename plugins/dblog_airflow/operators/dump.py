@@ -1,20 +1,93 @@
-"""Watermark chunk dumps as tasks: start (validate + register), one task per table, wait for capture.
+"""Watermark chunk dumps as tasks: start (check the run's conf, validate, register), one task per
+table; control.
 
-Bad input fails the start task at once (no retry) with the engine's message, before anything is
-written. Table tasks resume from their ZooKeeper progress when retried.
+Bad input fails the start task at once (no retry) with a message naming the problem and the fix,
+before anything is written: a conf key the DAG does not declare (a misspelling would otherwise
+fall back to the param's default), a value out of range, an unknown table, a malformed key list.
+Table tasks resume from their ZooKeeper progress when retried.
+
+Numeric params carry their range in their description, not as JSON-schema `minimum`/`maximum`:
+Airflow's trigger form hands those to its number input, which clamps an out-of-range entry on
+blur (0 became 1 silently); the range is enforced here instead, where it can say what to fix.
 """
 from __future__ import annotations
 
-import datetime as dt
+import difflib
 import json
-from typing import Any, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from dblog.config import DEFAULT_CHUNK_SIZE
+from dblog.config import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_DELAY_S
+from dblog_airflow import metrics
 from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook
-from dblog_airflow.triggers.capture import CaptureReachedTrigger
+
+ALL_SOURCES = "all"   # the `source` param of the DAGs that cover every source by default
+
+
+def fail(log, message: str) -> NoReturn:
+    """Fail the task for good (no retry), its reason logged at ERROR level first.
+
+    Airflow 3.3 lists a failed task's ERROR lines on the DAG's overview ("Recent Failed Task
+    Logs") and in the log view's error filter; a task cannot write its run's note (the Task SDK
+    and execution API have no call for it), so this line is where the reason shows."""
+    log.error("%s", message)
+    raise AirflowFailException(message) from None  # the message says it all: no chained traceback
+
+
+def _passes(check: str, value: Any) -> bool:
+    """The engine's own rule (`dblog.dump.check_*`), so a form, the CLI and the page agree."""
+    from dblog import dump
+    try:
+        getattr(dump, check)(value)
+        return True
+    except dump.DumpError:
+        return False
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# param name -> (accepted?, what to set instead). None values are left to the params' types.
+VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "chunk_size": (lambda v: _passes("check_chunk_size", v),
+                   f"a chunk reads 1 to {MAX_CHUNK_SIZE:,} rows; set a whole number in that range "
+                   f"(default {DEFAULT_CHUNK_SIZE})"),
+    "delay_seconds": (lambda v: _passes("check_delay", v),
+                      f"set 0 (no pause) to {MAX_DELAY_S} seconds between chunks"),
+    "slice_seconds": (lambda v: _number(v) and 5 <= v <= 86400,
+                      "a capture slice lasts 5 to 86,400 seconds; each handover pauses the stream a few seconds"),
+    "tables": (lambda v: isinstance(v, list) and all(isinstance(t, str) and t.strip() for t in v),
+               "list table names (`table` or `schema.table`), one per line; leave it empty for every table"),
+}
+
+
+def conf_problems(declared: Sequence[str], conf: dict | None, values: dict[str, Any]) -> list[str]:
+    """What is wrong with a run: conf keys the DAG does not declare, and `values` (param name ->
+    value the task would use) that break `VALUE_RULES`. Each problem names its fix."""
+    names = sorted(declared)
+    problems = []
+    for key in sorted(set(conf or {}) - set(names)):
+        close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+        problems.append(f"unknown param {key!r} " + (f"(did you mean {close[0]!r}?)" if close else
+                                                     f"(the params are {', '.join(names)})"))
+    for name, value in values.items():
+        ok, fix = VALUE_RULES[name]
+        if value is not None and not ok(value):
+            problems.append(f"{name} = {value!r}: {fix}")
+    return problems
+
+
+def check_run(task: BaseOperator, context, **values: Any) -> None:
+    """Fail `task` (see `fail`) when its run's conf or `values` are not acceptable."""
+    dag_run = context.get("dag_run")
+    problems = conf_problems(list(task.dag.params) if task.has_dag() else [],
+                             getattr(dag_run, "conf", None), values)
+    if problems:
+        fail(task.log, f"{task.dag_id} run refused, nothing was started: {'; '.join(problems)}. "
+                       "Trigger a new run with a corrected conf.")
 
 
 def _input_errors() -> tuple[type[Exception], ...]:
@@ -41,10 +114,12 @@ def _keys(keys: Any) -> list | None:
 
 
 class StartDumpOperator(BaseOperator):
-    """Validate and register a dump; returns one `{"dump_id", "table"}` per table for mapping.
+    """Check the run, validate and register a dump; returns one `{"dump_id", "table"}` per table
+    for mapping, and pushes XCom `dump` (`dump_id`, `source`, `tables`, `summary`), which the XCom
+    tab of the task shows and the merge of the run reads.
 
-    `selected_source`: when set and not this operator's source, the task skips (DAGs with one
-    task group per source use it to run only the group the user picked)."""
+    `selected_source`: when set to another source than this operator's (and not `all`), the task
+    skips (DAGs with one task group per source use it to run only the group the user picked)."""
 
     template_fields: Sequence[str] = ("source_conn_id", "selected_source", "tables", "keys", "chunk_size",
                                       "delay_seconds", "dump_id")
@@ -62,7 +137,8 @@ class StartDumpOperator(BaseOperator):
         from dblog.capture import ensure_checkpoint
         from dblog.dump import DumpSpec, create_dump
         from dblog.state import dump_path
-        if self.selected_source and self.selected_source != self.source_conn_id:
+        check_run(self, context, tables=self.tables, chunk_size=self.chunk_size, delay_seconds=self.delay_seconds)
+        if self.selected_source and self.selected_source not in (ALL_SOURCES, self.source_conn_id):
             raise AirflowSkipException(f"this run dumps {self.selected_source}, not {self.source_conn_id}")
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
         spec = DumpSpec(tables=list(self.tables or []), keys=_keys(self.keys), chunk_size=self.chunk_size,
@@ -74,10 +150,13 @@ class StartDumpOperator(BaseOperator):
                 ensure_checkpoint(store, source)  # before any chunk: its watermarks must be captured
                 tables = store.get(dump_path(source.name, dump_id))["tables"]
         except _input_errors() as exc:
-            raise AirflowFailException(f"dump not started: {exc}") from None
-        self.log.info("dump %s on %s: %d table(s) %s, chunk size %s, delay %ss%s", dump_id, source.name,
-                      len(tables), ", ".join(tables), spec.chunk_size, spec.delay_s,
-                      f", {len(spec.keys)} keys" if spec.keys else "")
+            fail(self.log, f"dump not started: {exc}")
+        summary = (f"dump {dump_id} on {source.name}: {len(tables)} table(s) {', '.join(tables)}, chunk size "
+                   f"{spec.chunk_size}, delay {spec.delay_s}s" + (f", {len(spec.keys)} keys" if spec.keys else ""))
+        self.log.info("%s", summary)
+        self.log.info("dump id: %s (pause, resume, cancel or throttle it with dblog_dump_control)", dump_id)
+        context["ti"].xcom_push(key="dump", value={"dump_id": dump_id, "source": source.name, "tables": tables,
+                                                   "summary": summary})
         return [{"dump_id": dump_id, "table": t} for t in tables]
 
 
@@ -97,12 +176,20 @@ class DumpTableOperator(BaseOperator):
 
         from dblog.config import zookeeper
         from dblog.dump import CANCELLED, TableDump
+        from dblog.status import progress_fraction
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
         source = hook.get_source()
+        subject, tags = (source.name, self.table), {"source": source.name, "table": self.table, "dump_id": self.dump_id}
 
         def progress(p, rows: int) -> None:
-            self.log.info("%s: chunk %d done, %d rows (%d in all, %.0f rows/s)", p.table, p.chunks, rows,
-                          p.rows, p.rows_per_s)
+            self.log.info("%s: chunk %d done, %d rows (%d in all, now %s rows/s)", p.table, p.chunks, rows,
+                          p.rows, p.recent_rows_per_s)
+            metrics.incr("dump.rows", rows, subject, **tags)
+            if p.recent_rows_per_s is not None:  # the engine's rate: pauses and throttle delays excluded
+                metrics.gauge("dump.rows_per_second", p.recent_rows_per_s, subject, **tags)
+            fraction = progress_fraction(p.rows, p.estimated_rows, p.status)  # what the DBLog page shows
+            if fraction is not None:
+                metrics.gauge("dump.progress_percent", round(100 * fraction, 1), subject, **tags)
 
         # A retry after a crash waits for the dead worker's lease to go with its ZooKeeper session.
         wait = 3 * zookeeper(hook.zookeeper_uri()).session_timeout
@@ -113,37 +200,6 @@ class DumpTableOperator(BaseOperator):
         if result.status == CANCELLED:
             raise AirflowSkipException(f"dump {self.dump_id} was cancelled")
         return asdict(result)
-
-
-class WaitForCaptureOperator(BaseOperator):
-    """Write a sync watermark and wait (deferred) until the capture has checkpointed past it.
-
-    After that, every chunk staged before this task started has its high watermark in the staged
-    log below the checkpoint, so the merge that follows includes it."""
-
-    template_fields: Sequence[str] = ("source_conn_id",)
-
-    def __init__(self, *, source_conn_id: str, poll_interval: float = 1.0, timeout_seconds: float = 3600,
-                 zookeeper_conn_id: str = ZOOKEEPER_CONN_ID, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.source_conn_id, self.poll_interval = source_conn_id, poll_interval
-        self.timeout_seconds, self.zookeeper_conn_id = timeout_seconds, zookeeper_conn_id
-
-    def execute(self, context) -> str:
-        from dblog.capture import sync_point
-        from dblog.config import staging_root
-        hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
-        source = hook.get_source()
-        mark = sync_point(source)
-        source.close()
-        self.log.info("%s: sync watermark %s written; waiting for the capture to pass it", source.name, mark)
-        self.defer(trigger=CaptureReachedTrigger(source.name, mark, hook.zookeeper_uri(), staging_root(),
-                                                 self.poll_interval),
-                   method_name="execute_complete", timeout=dt.timedelta(seconds=self.timeout_seconds))
-
-    def execute_complete(self, context, event: dict) -> str:
-        self.log.info("%s: capture passed the sync watermark at %s", event["source"], event["position"])
-        return event["position"]
 
 
 class DumpControlOperator(BaseOperator):
@@ -160,13 +216,15 @@ class DumpControlOperator(BaseOperator):
         self.zookeeper_conn_id = zookeeper_conn_id
 
     def execute(self, context) -> dict:
-        from dblog.dump import CANCELLED, PAUSED, RUNNING, DumpError, dump_status, set_control
+        from dblog.dump import DumpError, control_changes, dump_status, set_control
+        check_run(self, context, chunk_size=self.chunk_size, delay_seconds=self.delay_seconds)
         if self.action not in self.ACTIONS:
-            raise AirflowFailException(f"action {self.action!r} is not one of {', '.join(self.ACTIONS)}")
-        changes = {"pause": {"state": PAUSED}, "resume": {"state": RUNNING}, "cancel": {"state": CANCELLED},
-                   "throttle": {"chunk_size": self.chunk_size, "delay_s": self.delay_seconds}}.get(self.action, {})
-        if self.action == "throttle" and self.chunk_size is None and self.delay_seconds is None:
-            raise AirflowFailException("throttle needs chunk_size and/or delay_seconds")
+            fail(self.log, f"action {self.action!r} is not one of {', '.join(self.ACTIONS)}")
+        try:
+            changes = {} if self.action == "status" else control_changes(self.action, self.chunk_size,
+                                                                        self.delay_seconds)
+        except DumpError as exc:
+            fail(self.log, f"{exc}; set one and trigger again")
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
         with hook.store() as store:
             try:
@@ -174,9 +232,10 @@ class DumpControlOperator(BaseOperator):
                     set_control(store, self.source_conn_id, self.dump_id, **changes)
                 status = dump_status(store, self.source_conn_id, self.dump_id)
             except DumpError as exc:
-                raise AirflowFailException(str(exc)) from None
+                fail(self.log, str(exc))
         if not status["tables"]:
-            raise AirflowFailException(f"no dump {self.dump_id!r} on {self.source_conn_id}")
+            fail(self.log, f"no dump {self.dump_id!r} on {self.source_conn_id}: the dump id is in the XCom `dump` "
+                           "and the log of a dblog_dump run's start task (or `dblog status`)")
         self.log.info("dump %s on %s: %s (chunk size %s, delay %ss)", self.dump_id, self.source_conn_id,
                       status["state"], status["control"].get("chunk_size"), status["control"].get("delay_s"))
         for table, p in status["tables"].items():

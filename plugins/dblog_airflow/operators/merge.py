@@ -1,6 +1,10 @@
 """Submit `spark_jobs/merge.py` through the Spark provider, then publish one Asset event per
 warehouse table that got a new version (through the `dblog_warehouse` AssetAlias), so downstream
 DAGs can be scheduled on fresh data: `schedule=[warehouse_asset("dblog_mariadb", "shop.accounts")]`.
+
+The task log has one summary line per table (the job itself prints none; Spark logs at WARN).
+In a dump run (upstream `StartDumpOperator` tasks), a table's line reports the dump's own chunks,
+rows and rows dropped in windows, as recorded in ZooKeeper by whichever merges took its chunks.
 """
 from __future__ import annotations
 
@@ -8,16 +12,32 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, AssetAlias
+from airflow.sdk.exceptions import AirflowException
 
-from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, zookeeper_uri
+from dblog_airflow import metrics
+from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook, zookeeper_uri
+from dblog.config import source_ids
+from dblog_airflow.operators.dump import ALL_SOURCES, StartDumpOperator, check_run
 
 WAREHOUSE_ALIAS = "dblog_warehouse"
 MERGE_JOB = str(Path(__file__).resolve().parents[3] / "spark_jobs" / "merge.py")
+SPARK_CONF = {"spark.log.level": "WARN"}  # set at SparkContext start: its INFO lines stay out of the task log
+# ...and for the driver JVM from its first line (the SparkContext logs a few INFO lines before it applies
+# spark.log.level): WARN and above, as Spark's default format.
+DRIVER_LOG4J2 = """rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+"""
 
 
 def warehouse_asset(source: str, table: str, root: str | None = None) -> Asset:
@@ -27,9 +47,14 @@ def warehouse_asset(source: str, table: str, root: str | None = None) -> Asset:
     return Asset(name=f"dblog.{source}.{table}", uri=f"file://{root}/{source}/{table}", group="dblog")
 
 
+def _listed(value: Any) -> list[str]:
+    items = value.split(",") if isinstance(value, str) else list(value or [])
+    return [v.strip() for v in items if v and v.strip()]
+
+
 class MergeOperator(SparkSubmitOperator):
     """`dblog merge` as a spark-submit job. `sources` / `tables`: comma-separated or lists (templated);
-    empty means every configured source / every staged table."""
+    empty (or `all` for sources) means every configured source / every staged table."""
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "sources", "tables")
 
@@ -39,32 +64,128 @@ class MergeOperator(SparkSubmitOperator):
         kwargs.setdefault("name", "dblog-merge")
         kwargs.setdefault("driver_memory", os.environ.get("DBLOG_SPARK_DRIVER_MEMORY", "2g"))
         kwargs.setdefault("outlets", [AssetAlias(WAREHOUSE_ALIAS)])
+        kwargs["conf"] = {**SPARK_CONF, **(kwargs.get("conf") or {})}
         super().__init__(**kwargs)
         self.sources, self.tables, self.bucket_rows = sources, tables, bucket_rows
         self.zookeeper_conn_id = zookeeper_conn_id
 
     def execute(self, context) -> list[dict]:
+        check_run(self, context)  # a conf key no param declares is a typo, not a wish
+        sources = [s for s in _listed(self.sources) if s != ALL_SOURCES]
+        self._report_captures(sources or source_ids())
         with tempfile.TemporaryDirectory(prefix="dblog-merge-") as tmp:
             report = os.path.join(tmp, "report.json")
             args = list(self.application_args or [])
-            for flag, value in (("--source", self.sources), ("--table", self.tables)):
+            for flag, value in (("--source", sources), ("--table", _listed(self.tables))):
                 if value:
-                    args += [flag, value if isinstance(value, str) else ",".join(value)]
-            if self.bucket_rows:
+                    args += [flag, ",".join(value)]
+            if self.bucket_rows is not None:  # 0 too: the job refuses it with the reason
                 args += ["--bucket-rows", str(self.bucket_rows)]
             self.application_args = [*args, "--report", report]
+            self.conf = self._quiet_driver(dict(self.conf or {}), tmp)
             # The job reaches ZooKeeper through the Airflow connection, wherever it is defined.
             self.env_vars = {"PYSPARK_PYTHON": sys.executable, **(self.env_vars or {}),
                              "AIRFLOW_CONN_DBLOG_ZOOKEEPER": zookeeper_uri(self.zookeeper_conn_id)}
             self._hook = None
-            super().execute(context)
-            results = json.load(open(report))
+            try:
+                super().execute(context)
+            except Exception as exc:  # spark-submit exited non-zero: the job's report says why
+                said = _read(report) if os.path.exists(report) else None
+                reason = said.get("error") if isinstance(said, dict) else None
+                if not reason:
+                    raise
+                self.log.error("merge failed: %s", reason)  # listed with the failed task's errors in the UI
+                raise AirflowException(f"merge failed: {reason}") from exc  # retried: a lock may be free then
+            results = _read(report)
+        finished = time.time()
         alias = context["outlet_events"][AssetAlias(WAREHOUSE_ALIAS)]
         for r in results:
-            self.log.info("%s %s: version %s, %d log events, %d chunks (%d rows, %d dropped in windows), "
-                          "%d rows", r["source"], r["table"], r["version"], r["log_events"], r["chunks"],
-                          r["chunk_rows"], r["dropped"], r["rows"])
             if r["version"] is not None and (r["log_events"] or r["chunks"]):
                 alias.add(warehouse_asset(r["source"], r["table"]),
-                          extra={"version": r["version"], "upto": r["upto"], "rows": r["rows"]})
+                          extra={"rows": r["rows"], "version": r["version"], "upto": r["upto"],
+                                 "dag_id": self.dag_id, "run_id": context["run_id"], "task_id": self.task_id})
+        # The warehouse has committed and the asset events are set: reporting must not fail the task
+        # (a retry would find nothing new to merge, and downstream DAGs would never hear of it).
+        reported: set = set()
+        try:
+            self._emit_metrics(results, finished)
+            dumps = self._run_dumps(context)
+            reported = self._log_dumps(results, dumps) if dumps else set()
+        except Exception as exc:  # noqa: BLE001 - reported, and the merge stands
+            self.log.warning("merge done, but its report failed: %s", exc)
+        for r in results:
+            if (r["source"], r["table"]) not in reported:
+                self.log.info("%s %s: version %s, %d log events, %d chunks (%d rows, %d dropped in windows), "
+                              "%d rows, %.1fs%s", r["source"], r["table"], r["version"], r["log_events"],
+                              r["chunks"], r["chunk_rows"], r["dropped"], r["rows"], r["seconds"],
+                              f" [{r['note']}]" if r.get("note") else "")
         return results
+
+    def _report_captures(self, sources: list[str]) -> None:
+        """Each source's capture lag and state as metrics, from here too: a stopped capture sends
+        nothing itself, and an alert on its lag must still see the lag grow (every merge run)."""
+        from dblog.health import CAPTURING, capture_health
+        try:
+            with DBLogHook(sources[0], self.zookeeper_conn_id).store() as store:
+                for source in sources:
+                    health = capture_health(store, source)
+                    metrics.gauge("capture.up", 1 if health.state == CAPTURING else 0, (source,), source=source)
+                    if health.lag_s is not None:
+                        metrics.gauge("capture.lag_seconds", health.lag_s, (source,), source=source)
+        except Exception as exc:  # noqa: BLE001 - metrics never stop a merge
+            self.log.warning("could not report the capture's state: %s", exc)
+
+    @staticmethod
+    def _quiet_driver(conf: dict, tmp: str) -> dict:
+        """The driver JVM (client mode: spark-submit's) logs WARN and above, unless the conf sets its
+        own log4j2 configuration."""
+        options = conf.get("spark.driver.extraJavaOptions", "")
+        if "log4j2.configurationFile" not in options:
+            path = os.path.join(tmp, "log4j2.properties")
+            with open(path, "w") as f:
+                f.write(DRIVER_LOG4J2)
+            conf["spark.driver.extraJavaOptions"] = f"{options} -Dlog4j2.configurationFile=file:{path}".strip()
+        return conf
+
+    def _run_dumps(self, context) -> list[dict]:
+        """The dumps this run's start tasks registered (XCom `dump`); none outside a dump run."""
+        starts = [t.task_id for t in self.get_flat_relatives(upstream=True) if isinstance(t, StartDumpOperator)]
+        if not starts:
+            return []
+        return [d for d in context["ti"].xcom_pull(task_ids=starts, key="dump") or [] if d]
+
+    def _log_dumps(self, results: list[dict], dumps: list[dict]) -> set[tuple[str, str]]:
+        """One line per table of each dump: the dump's own totals (all merges so far). Returns the
+        (source, table) pairs reported."""
+        from dblog.state import dump_merged_path, table_progress_path
+        versions = {(r["source"], r["table"]): r for r in results}
+        reported = set()
+        with DBLogHook(dumps[0]["source"], self.zookeeper_conn_id).store() as store:
+            for d in dumps:
+                for table in d["tables"]:
+                    merged = store.get(dump_merged_path(d["source"], d["dump_id"], table)) or {}
+                    staged = (store.get(table_progress_path(d["source"], d["dump_id"], table)) or {}).get("chunks")
+                    r = versions.get((d["source"], table), {})
+                    self.log.info("%s %s: dump %s merged %d of %s chunks, %d rows, %d dropped in windows; "
+                                  "warehouse version %s, %s rows", d["source"], table, d["dump_id"],
+                                  merged.get("chunks", 0), "?" if staged is None else staged,
+                                  merged.get("rows", 0), merged.get("dropped", 0), r.get("version"), r.get("rows"))
+                    reported.add((d["source"], table))
+        return reported
+
+    @staticmethod
+    def _emit_metrics(results: list[dict], now: float) -> None:
+        seconds: dict[str, float] = {}
+        for r in results:
+            seconds[r["source"]] = seconds.get(r["source"], 0.0) + r["seconds"]
+            subject, tags = (r["source"], r["table"]), {"source": r["source"], "table": r["table"]}
+            metrics.incr("merge.rows_dropped", r["dropped"], subject, **tags)
+            if r.get("newest_commit_ts") is not None:
+                metrics.gauge("merge.freshness_seconds", max(0.0, now - r["newest_commit_ts"]), subject, **tags)
+        for source, total in seconds.items():
+            metrics.timing("merge.duration_seconds", total, (source,), source=source)
+
+
+def _read(report: str) -> Any:
+    with open(report) as f:
+        return json.load(f)

@@ -1,31 +1,71 @@
-"""Compare every warehouse table with its source (`dblog verify`) and plan targeted repairs."""
+"""Compare warehouse tables with their sources (`dblog verify`) and plan targeted repairs."""
 from __future__ import annotations
 
 from typing import Any, Sequence
 
+from airflow.providers.standard.operators.branch import BaseBranchOperator
 from airflow.sdk import BaseOperator
 
 from dblog_airflow.hooks.dblog import DBLogHook
+from dblog_airflow.operators.dump import ALL_SOURCES, check_run, fail
+
+
+def _selected(source_conn_ids: Sequence[str], selected: str | None) -> list[str]:
+    return [s for s in source_conn_ids if selected in (None, "", ALL_SOURCES, s)]
+
+
+class VerifyStartOperator(BaseBranchOperator):
+    """The first task of a verify run: checks the run's conf and values as a dump's start task does
+    (failing at once, saying what to fix), then follows `<source>.<branch_task>` of the selected
+    sources only; the other sources' tasks skip."""
+
+    template_fields: Sequence[str] = ("selected_source", "tables", "chunk_size")
+
+    def __init__(self, *, source_conn_ids: Sequence[str], selected_source: str | None = None, tables: Any = None,
+                 chunk_size: Any = None, branch_task: str = "wait_for_capture", **kwargs: Any) -> None:
+        kwargs.setdefault("retries", 0)
+        super().__init__(**kwargs)
+        self.source_conn_ids, self.selected_source = list(source_conn_ids), selected_source
+        self.tables, self.chunk_size, self.branch_task = tables, chunk_size, branch_task
+
+    def choose_branch(self, context) -> list[str]:
+        check_run(self, context, tables=self.tables, chunk_size=self.chunk_size)
+        sources = _selected(self.source_conn_ids, self.selected_source)
+        self.log.info("verifying %s: %s", ", ".join(sources), ", ".join(self.tables or []) or "every table")
+        return [f"{s}.{self.branch_task}" for s in sources]
 
 
 class VerifyOperator(BaseOperator):
     """Returns one `dblog_dump` run conf per drifted table: its drifted keys (or the whole table
-    when there are too many), ready for `TriggerDagRunOperator.partial(...).expand(conf=...)`."""
+    when there are too many), ready for `TriggerDagRunOperator.partial(...).expand(conf=...)`.
 
-    template_fields: Sequence[str] = ("source_conn_ids", "page")
+    `selected_source` (a connection id, or empty / `all`) and `tables` (empty: every warehouse
+    table) narrow what is compared; a named table the warehouse does not have fails the task."""
 
-    def __init__(self, *, source_conn_ids: Any, page: int = 5000, chunk_size: int = 1000, **kwargs: Any) -> None:
+    template_fields: Sequence[str] = ("source_conn_ids", "selected_source", "tables", "page", "chunk_size")
+
+    def __init__(self, *, source_conn_ids: Any, selected_source: str | None = None, tables: Any = None,
+                 page: int = 5000, chunk_size: Any = 1000, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.source_conn_ids, self.page, self.chunk_size = source_conn_ids, page, chunk_size
+        self.source_conn_ids, self.selected_source, self.tables = source_conn_ids, selected_source, tables
+        self.page, self.chunk_size = page, chunk_size
 
     def execute(self, context) -> list[dict]:
         from dblog.dump import MAX_KEYS
         from dblog.verify import compare_warehouse
         repairs = []
-        for conn_id in self.source_conn_ids:
+        for conn_id in _selected(self.source_conn_ids, self.selected_source):
             hook = DBLogHook(conn_id)
             source, warehouse = hook.get_source(), hook.warehouse()
-            for table in warehouse.tables(source.name):
+            available = warehouse.tables(source.name)
+            wanted = [t if "." in t else f"{source.namespace}.{t}" for t in self.tables or []] or available
+            missing = [t for t in wanted if t not in available]
+            if missing:
+                source.close()
+                fail(self.log, f"{conn_id} has no warehouse table {', '.join(missing)} (it has "
+                               f"{', '.join(available) or 'none yet'}): dump it first (dblog_dump), or pick the "
+                               "source that has it")
+            for table in wanted:
                 diff = compare_warehouse(source, warehouse, table, int(self.page))
                 self.log.info("%s %s: %s - source %d rows, warehouse %d rows, %d of %d key ranges differ",
                               conn_id, table, "equal" if diff.equal else "DRIFT", diff.source_rows,

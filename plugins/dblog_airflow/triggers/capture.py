@@ -1,28 +1,34 @@
 """Wait, in the triggerer, until the capture has staged a sync watermark and checkpointed past it.
 
 Deferring frees the worker slot while a dump's last chunks travel through the change stream.
+The wait is never silent: every `log_every` seconds it logs the capture's state (these lines show
+in the task's log), and after `timeout` seconds it ends with the reason, which the task raises.
 The trigger carries only non-secret facts (ZooKeeper address, staging root, source id, mark), so
 it needs no Airflow connection lookup inside the event loop.
 """
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 
 class CaptureReachedTrigger(BaseTrigger):
-    def __init__(self, source: str, mark: str, zookeeper_uri: str, staging: str, poll_interval: float = 1.0):
+    def __init__(self, source: str, mark: str, zookeeper_uri: str, staging: str, poll_interval: float = 1.0,
+                 timeout: float = 1800.0, log_every: float = 30.0, started_at: float | None = None):
         super().__init__()
         self.source, self.mark = source, mark
         self.zookeeper_uri, self.staging = zookeeper_uri, staging
-        self.poll_interval = poll_interval
+        self.poll_interval, self.timeout, self.log_every = poll_interval, timeout, log_every
+        self.started_at = time.time() if started_at is None else started_at  # survives a triggerer restart
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("dblog_airflow.triggers.capture.CaptureReachedTrigger",
                 {"source": self.source, "mark": self.mark, "zookeeper_uri": self.zookeeper_uri,
-                 "staging": self.staging, "poll_interval": self.poll_interval})
+                 "staging": self.staging, "poll_interval": self.poll_interval, "timeout": self.timeout,
+                 "log_every": self.log_every, "started_at": self.started_at})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from dblog.config import zookeeper
@@ -32,12 +38,22 @@ class CaptureReachedTrigger(BaseTrigger):
         store = StateStore(zk.hosts, zk.chroot, timeout=zk.session_timeout)
         await asyncio.to_thread(store.start)
         try:
-            staged = StagedLog(self.staging)
+            staged, next_log = StagedLog(self.staging), 0.0
             while True:
                 position = await asyncio.to_thread(self._reached, store, staged)
                 if position:
                     yield TriggerEvent({"source": self.source, "position": position})
                     return
+                waited = time.time() - self.started_at
+                if waited >= self.timeout:
+                    reason = await asyncio.to_thread(self._why, store, waited)
+                    yield TriggerEvent({"source": self.source, "position": None, "error": reason})
+                    return
+                if time.monotonic() >= next_log:
+                    health = await asyncio.to_thread(self._health, store)
+                    self.log.info("%s: waiting %.0fs for the capture to pass sync watermark %s; capture %s",
+                                  self.source, waited, self.mark, health.describe())
+                    next_log = time.monotonic() + self.log_every
                 await asyncio.sleep(self.poll_interval)
         finally:
             await asyncio.to_thread(store.stop)
@@ -45,3 +61,17 @@ class CaptureReachedTrigger(BaseTrigger):
     def _reached(self, store, staged) -> str | None:
         from dblog.capture import caught_up
         return caught_up(store, staged, self.source, self.mark)
+
+    def _health(self, store):
+        from dblog.health import capture_health
+        return capture_health(store, self.source)
+
+    def _why(self, store, waited: float) -> str:
+        from dblog.health import CAPTURING
+        health = self._health(store)
+        state = health.describe()
+        if health.state != CAPTURING:
+            return (f"the capture of {self.source} is not running ({state}) after {waited:.0f} s of "
+                    "waiting; start or unpause the dblog_capture DAG (or run `dblog capture`), then re-run")
+        return (f"the capture of {self.source} did not pass the sync watermark within {waited:.0f} s although it "
+                f"runs ({state}); it is behind: see its task log, or raise the wait's timeout")

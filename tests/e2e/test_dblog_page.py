@@ -1,0 +1,96 @@
+"""The DBLog page in a real browser (Debian's chromium, headless, driven by playwright) inside a
+running `airflow standalone`: open it from Airflow's navigation, see the capture, follow a slow
+dump, pause it (ZooKeeper and the worker's task log agree), resume it, see it finish and merge.
+Screenshots: .local/test-output/ui/."""
+from __future__ import annotations
+
+import re
+import uuid
+
+import requests
+
+from browser import SHOTS, signed_in
+from conftest import wait_for
+
+
+def test_the_page_and_its_endpoints_refuse_requests_without_airflow_authentication(standalone):
+    url = f"{standalone.url}/dblog"
+    for method, path, kwargs in (("GET", "/", {}), ("GET", "/api/status", {}),
+                                 ("POST", f"/api/dumps/{standalone.src.source_id}/x/pause", {"json": {}})):
+        anonymous = requests.request(method, url + path, timeout=30, **kwargs)
+        assert anonymous.status_code in (401, 403), (path, anonymous.status_code, anonymous.text[:200])
+        forged = requests.request(method, url + path, timeout=30, cookies={"_token": "not-a-jwt"}, **kwargs)
+        assert forged.status_code in (401, 403), (path, forged.status_code)
+    signed_in = requests.get(f"{url}/api/status", timeout=30, headers={"Authorization": f"Bearer {standalone.token}"})
+    assert signed_in.status_code == 200
+    assert [s["id"] for s in signed_in.json()["sources"]] == [standalone.src.source_id]
+
+
+def _rows(row) -> int:
+    return int(row.get_attribute("data-rows") or 0)
+
+
+def test_a_dump_is_followed_paused_and_resumed_from_the_dblog_page(standalone):
+    from playwright.sync_api import expect
+    src = standalone.src
+    dump_id, run_id = f"page-{uuid.uuid4().hex[:8]}", f"dblog_page_{uuid.uuid4().hex[:8]}"
+    with signed_in(standalone) as page:
+        # The external view: an entry of Airflow's navigation that renders the page inside the UI.
+        page.get_by_role("link", name="DBLog").click()
+        page.wait_for_url(re.compile(r".*/plugin/dblog.*"))
+        frame = page.frame_locator("iframe[title='DBLog']")
+        source = frame.locator(f"section[data-source='{src.source_id}']")
+        expect(source.locator(".capture-state")).to_have_text("capturing", timeout=120_000)
+        expect(source.locator("dd.position")).to_have_text(re.compile(r"^\S+\.\d+:\d+$"))  # binlog file:offset
+        expect(source.locator("dd.lag")).to_have_text(re.compile(r"^\d+(\.\d)? s$|^\d+ min"))
+
+        response = standalone.api("POST", "/dags/dblog_dump/dagRuns", json={
+            "dag_run_id": run_id, "logical_date": None,
+            "conf": {"source": src.source_id, "tables": ["order_lines"], "chunk_size": 50,
+                     "delay_seconds": 0.5, "dump_id": dump_id}})
+        assert response.status_code == 200, response.text
+
+        row = source.locator(f"tr[data-dump='{dump_id}']")
+        expect(row).to_be_visible(timeout=180_000)
+        first = wait_for(lambda: _rows(row), 180, interval=0.5, what="the dump's first chunk on the page")
+        wait_for(lambda: _rows(row) > first, 120, interval=0.5, what="the dump's progress to advance")
+        bar = row.get_by_role("progressbar")
+        assert 0 < float(bar.get_attribute("aria-valuenow")) < 100  # an estimate was recorded at start
+        expect(row.locator(".rate")).to_have_text(re.compile(r"^[\d,]+$"))
+        expect(row.locator(".eta")).to_have_text(re.compile(r"\d"))
+        # The capture hands over every 20 s here (SLICE_SECONDS); the picture shows it capturing.
+        expect(source.locator(".capture-state")).to_have_text("capturing", timeout=60_000)
+        page.screenshot(path=SHOTS / "3-dblog-page.png")
+
+        row.get_by_role("button", name="Pause").click()
+        expect(row.locator(".dump-state")).to_have_text("paused")
+        with src.store() as store:
+            from dblog.state import control_path
+            assert store.get(control_path(src.source_id, dump_id))["state"] == "paused"
+        wait_for(lambda: "paused; waiting for resume" in standalone.task_log("dblog_dump", run_id, f"{src.source_id}.dump_table"),
+                 120, interval=1, what="the dump worker's task log to say it paused")
+        expect(row.locator(".eta")).to_have_text("paused")
+
+        # Bad throttle input: the engine's own message, shown on the page (an HTTP 400).
+        row.get_by_label(f"Chunk size for {dump_id}").fill("0")
+        row.get_by_role("button", name="Throttle").click()
+        expect(row.get_by_role("status")).to_have_text("chunk size must be a whole number from 1 to 100,000, got 0")
+        page.screenshot(path=SHOTS / "4-dump-paused.png")
+
+        paused_at = _rows(row)
+        row.get_by_label(f"Chunk size for {dump_id}").fill("200")
+        row.get_by_label(f"Delay (s) for {dump_id}").fill("0")
+        row.get_by_role("button", name="Throttle").click()
+        expect(row.get_by_role("status")).to_have_text("throttle: done")
+        row.get_by_role("button", name="Resume").click()
+        expect(row.locator(".dump-state")).not_to_have_text("paused")
+        wait_for(lambda: _rows(row) > paused_at, 120, interval=0.5, what="the dump to advance after resume")
+        assert standalone.wait_for_run("dblog_dump", run_id) == "success"
+        expect(row.locator(".dump-state")).to_have_text("done")
+        expect(bar).to_have_attribute("aria-valuenow", "100")
+        table = source.locator(f"tr[data-table='{src.table('order_lines')}']")
+        expect(table).to_be_visible(timeout=30_000)  # the run's merge published a warehouse version
+    with src.store() as store:
+        from dblog.state import control_path
+        assert store.get(control_path(src.source_id, dump_id)) == {"state": "running", "chunk_size": 200,
+                                                                   "delay_s": 0}

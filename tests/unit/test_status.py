@@ -1,0 +1,185 @@
+"""The DBLog page's figures (dblog.status, dblog.dump): progress, current rate, ETA, data age,
+and the snapshot over an in-memory state store. No services."""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from dblog import state as paths
+from dblog.dump import DONE, FAILED, PAUSED, PENDING, RUNNING, TableProgress, dump_status, record_chunk_rate
+from dblog.sources.postgres import estimate_from_stats
+from dblog.status import data_age, dump_view, eta_seconds, lag_at, page_snapshot, progress_fraction
+
+
+class MemoryStore:
+    """The StateStore reads the page makes, over a dict; `holders` maps lock paths to contenders."""
+
+    def __init__(self, nodes: dict, holders: dict | None = None):
+        self.nodes, self.holders = nodes, holders or {}
+
+    def get(self, path):
+        return self.nodes.get(path)
+
+    def children(self, path):
+        prefix = path.rstrip("/") + "/"
+        return sorted({p[len(prefix):].split("/")[0] for p in self.nodes if p.startswith(prefix)})
+
+    def lock_holders(self, path):
+        return self.holders.get(path, [])
+
+
+# -- current rate ------------------------------------------------------------------------------
+def test_the_rate_is_rows_over_the_working_time_of_the_last_chunks():
+    p = TableProgress("s.t")
+    record_chunk_rate(p, 100, 0.5)
+    record_chunk_rate(p, 100, 1.5)
+    assert p.recent_rows_per_s == 100.0  # 200 rows in 2 working seconds
+
+
+def test_the_rate_forgets_chunks_older_than_its_window():
+    p = TableProgress("s.t")
+    for _ in range(5):
+        record_chunk_rate(p, 100, 10.0, window=3)  # slow chunks...
+    for _ in range(3):
+        record_chunk_rate(p, 100, 0.1, window=3)  # ...then a throttle change makes them fast
+    assert p.recent_rows_per_s == 1000.0 and len(p.recent_chunks) == 3
+
+
+def test_a_pause_or_a_delay_between_chunks_does_not_dilute_the_rate():
+    # Only each chunk's working time is recorded; an hour paused in between changes nothing.
+    p = TableProgress("s.t")
+    record_chunk_rate(p, 50, 0.05)
+    record_chunk_rate(p, 50, 0.05)
+    assert p.recent_rows_per_s == 1000.0
+
+
+def test_progress_records_written_before_the_new_fields_still_load():
+    old = {k: v for k, v in asdict(TableProgress("s.t")).items()
+           if k not in ("estimated_rows", "recent_rows_per_s", "recent_chunks")}
+    p = TableProgress(**old)
+    assert p.estimated_rows is None and p.recent_rows_per_s is None and p.recent_chunks == []
+
+
+# -- progress and ETA ----------------------------------------------------------------------------
+def test_progress_is_rows_of_the_estimate_and_never_full_before_the_table_is_done():
+    assert progress_fraction(250, 1000, RUNNING) == 0.25
+    assert progress_fraction(1200, 1000, RUNNING) == 0.99  # the estimate is a statistic: it can be passed
+    assert progress_fraction(1200, 1000, DONE) == 1.0
+    assert progress_fraction(10, None, RUNNING) is None
+    assert progress_fraction(0, 0, PENDING) is None
+
+
+def test_eta_is_remaining_rows_at_the_current_rate_plus_the_known_delays():
+    assert eta_seconds(rows=400, estimated=1000, rate=100.0, chunk_size=100, delay_s=0.0) == 6.0
+    assert eta_seconds(rows=400, estimated=1000, rate=100.0, chunk_size=100, delay_s=0.5) == 9.0  # 6 chunks
+    assert eta_seconds(rows=1100, estimated=1000, rate=100.0, chunk_size=100, delay_s=0.5) == 0.0
+
+
+def test_eta_is_unknown_without_an_estimate_or_a_rate():
+    assert eta_seconds(10, None, 100.0, 10, 0) is None
+    assert eta_seconds(10, 100, None, 10, 0) is None
+
+
+def test_postgres_estimate_falls_back_to_the_live_tuple_count_before_any_analyze():
+    assert estimate_from_stats(5000.0, 4800) == 5000
+    assert estimate_from_stats(-1.0, 4800) == 4800   # never analyzed (PostgreSQL 14+)
+    assert estimate_from_stats(0.0, 4800) == 4800    # never analyzed (older servers)
+    assert estimate_from_stats(0.0, 0) == 0          # both say empty
+    assert estimate_from_stats(-1.0, 0) is None      # nobody knows yet
+    assert estimate_from_stats(-1.0, None) is None
+
+
+# -- warehouse data age ------------------------------------------------------------------------
+def test_data_age_adds_the_capture_lag_at_the_merge_to_the_time_since_it():
+    history = [[1000.0, 2.0], [1030.0, 8.0], [1060.0, 3.0]]
+    assert lag_at(history, 1033.0) == 8.0
+    assert data_age(1033.0, history, now=1100.0) == (75.0, True)
+
+
+def test_data_age_without_a_lag_sample_near_the_merge_is_a_lower_bound():
+    assert lag_at([[0.0, 2.0]], 5000.0) is None
+    assert data_age(5000.0, [[0.0, 2.0]], now=5100.0) == (100.0, False)
+    assert data_age(None, [], now=1.0) == (None, False)
+
+
+# -- dumps -----------------------------------------------------------------------------------------
+def dump_nodes(source, dump_id, tables: dict, control=None, created_at=1.0, merged=None) -> dict:
+    nodes = {paths.dump_path(source, dump_id): {"id": dump_id, "tables": list(tables), "keys": None,
+                                                "created_at": created_at},
+             paths.control_path(source, dump_id): control or {"state": RUNNING, "chunk_size": 100, "delay_s": 0.5}}
+    for t, p in tables.items():
+        nodes[paths.table_progress_path(source, dump_id, t)] = p
+    for t, m in (merged or {}).items():
+        nodes[paths.dump_merged_path(source, dump_id, t)] = m
+    return nodes
+
+
+def progress(table, status, rows, estimated, rate=None) -> dict:
+    return {**asdict(TableProgress(table, status=status, rows=rows, chunks=rows // 100, estimated_rows=estimated)),
+            "recent_rows_per_s": rate}
+
+
+def lock(source, dump_id, table):
+    return f"{paths.table_progress_path(source, dump_id, table)}/lock"
+
+
+def test_a_running_dump_totals_its_tables_and_takes_the_slowest_eta():
+    nodes = dump_nodes("src", "d1", {"s.a": progress("s.a", RUNNING, 500, 1000, rate=100.0),
+                                     "s.b": progress("s.b", RUNNING, 100, 1000, rate=300.0)})
+    store = MemoryStore(nodes, {lock("src", "d1", "s.a"): ["w1"], lock("src", "d1", "s.b"): ["w2"]})
+    d = dump_view(dump_status(store, "src", "d1"))
+    assert (d["state"], d["rows"], d["estimated_rows"], d["fraction"]) == (RUNNING, 600, 2000, 0.3)
+    assert d["rows_per_s"] == 400.0
+    assert d["eta_s"] == 5.0 + 2.5 and [t["eta_s"] for t in d["tables"]] == [7.5, 3.0 + 4.5]
+    assert d["dropped"] is None  # not merged yet: the page shows "-"
+
+
+def test_a_paused_dump_has_no_current_rate_nor_eta():
+    nodes = dump_nodes("src", "d1", {"s.a": progress("s.a", RUNNING, 500, 1000, rate=100.0)},
+                       control={"state": PAUSED, "chunk_size": 100, "delay_s": 0})
+    d = dump_view(dump_status(MemoryStore(nodes, {lock("src", "d1", "s.a"): ["w1"]}), "src", "d1"))
+    assert (d["state"], d["rows_per_s"], d["eta_s"]) == (PAUSED, None, None)
+
+
+def test_a_running_table_whose_worker_is_gone_makes_the_dump_failed():
+    nodes = dump_nodes("src", "d1", {"s.a": progress("s.a", RUNNING, 500, 1000, rate=100.0),
+                                     "s.b": progress("s.b", PENDING, 0, 10)})
+    status = dump_status(MemoryStore(nodes), "src", "d1")
+    assert status["state"] == FAILED and status["failed"] == ["s.a"]  # a pending table has no worker yet
+
+
+def test_a_finished_dump_shows_the_rows_its_merge_dropped():
+    nodes = dump_nodes("src", "d1", {"s.a": progress("s.a", DONE, 1000, 990), "s.b": progress("s.b", DONE, 5, 5)},
+                       merged={"s.a": {"chunks": 10, "rows": 996, "dropped": 4}})
+    d = dump_view(dump_status(MemoryStore(nodes), "src", "d1"))
+    assert (d["state"], d["fraction"], d["eta_s"], d["dropped"]) == (DONE, 1.0, 0.0, 4)
+    assert [t["dropped"] for t in d["tables"]] == [4, None]
+
+
+class FakeSource:
+    name, kind = "src", "mysql"
+
+
+class FakeWarehouse:
+    def tables(self, source):
+        return ["s.a"]
+
+    def table_summary(self, source, table):
+        return {"table": table, "version": 3, "merged_at": 1000.0, "rows": 42, "tombstones": 0, "buckets": 1,
+                "log_upto": "x"}
+
+
+def test_the_snapshot_lists_capture_health_newest_dumps_first_and_warehouse_tables():
+    nodes = {**dump_nodes("src", "old", {"s.a": progress("s.a", DONE, 10, 10)}, created_at=1.0),
+             **dump_nodes("src", "new", {"s.a": progress("s.a", PENDING, 0, 10)}, created_at=2.0),
+             paths.checkpoint_path("src"): {"position": "p", "resume": {"log_file": "mysql-bin.000003", "log_pos": 77},
+                                            "commit_ts": 990.0, "staged_at": 995.0},
+             paths.heartbeat_path("src"): {"leader": "w1", "at": 1005.0, "caught_up_at": 1005.0},
+             paths.lag_history_path("src"): [[1001.0, 1.5]]}
+    store = MemoryStore(nodes, {paths.capture_lock("src"): ["w1", "w2"]})
+    snap = page_snapshot(store, [FakeSource()], FakeWarehouse(), now=1010.0)
+    (s,) = snap["sources"]
+    assert (s["capture"]["state"], s["capture"]["leader"], s["capture"]["standby"]) == ("capturing", "w1", ["w2"])
+    assert s["capture"]["readable_position"] == "mysql-bin.000003:77" and s["capture"]["lag_s"] == 5.0
+    assert [d["id"] for d in s["dumps"]] == ["new", "old"]
+    assert s["warehouse"] == [{"table": "s.a", "version": 3, "merged_at": 1000.0, "rows": 42, "tombstones": 0,
+                               "buckets": 1, "log_upto": "x", "data_age_s": 11.5, "data_age_exact": True}]
