@@ -54,9 +54,11 @@ def uri(kind: str, ns: str, slot: str | None = None) -> str:
             f"&slot={slot or 'bench_' + uuid.uuid4().hex[:8]}")
 
 
-def source(kind: str, name: str, ns: str, slot: str | None = None):
-    from dblog.config import source_from_uri
-    return source_from_uri(name, uri(kind, ns, slot))
+def source(kind: str, name: str, ns: str, slot: str | None = None, zk_chroot: str | None = None):
+    """With `zk_chroot`: of that deployment, as `dblog` processes run with env_for(..., zk_chroot, ...)."""
+    from dblog.config import deployment_id, source_from_uri
+    zk = f"zookeeper://127.0.0.1:{PORTS['ZK']}{zk_chroot}" if zk_chroot else None
+    return source_from_uri(name, uri(kind, ns, slot), deployment_id(zk))
 
 
 def store():

@@ -81,7 +81,7 @@ class Harness:
                     "DBLOG_WAREHOUSE": f"{self.dir}/warehouse"}
         self.store = StateStore(f"127.0.0.1:{PORTS['ZK']}", chroot).start()
         self.staged, self.warehouse = StagedLog(f"{self.dir}/staged"), Warehouse(f"{self.dir}/warehouse")
-        self.src = source(kind, name, ns, self.slot)
+        self.src = source(kind, name, ns, self.slot, chroot)
         self.capture = None
 
     def start_capture(self) -> None:

@@ -53,7 +53,7 @@ def run(kind: str, rate: float, baseline_s: float, load_s: float) -> dict:
     writer = spawn(["-m", "dblog.workload", ADMIN[kind], NS, "--seconds", str(baseline_s + load_s), "--seed", "2",
                     "--rows", str(ROWS), "--rate", str(rate), "--latency-out", latency_file], env)
     store = StateStore(f"127.0.0.1:{PORTS['ZK']}", chroot).start()
-    src = source(kind, name, NS, slot)
+    src = source(kind, name, NS, slot, chroot)
     probe = LagProbe(src, store, name)
     samples, dumps, dump_rows = [], 0, 0
     start = time.time()

@@ -7,6 +7,7 @@ Trigger it from the UI (**Trigger DAG** shows the form) or the REST API with a c
 |---|---|
 | `source` | connection id of the source database |
 | `tables` | tables to dump, `table` or `schema.table`, one per line; empty = every table |
+| `exclude` | with every table: tables to leave out, one per line |
 | `keys` | primary keys to re-read (a repair), with exactly one table: `[1, 2]` or `[[1, "a"]]` (in the form: one per line) |
 | `chunk_size` | rows per chunk, 1 to 100,000 (one short SELECT between a low and a high watermark) |
 | `delay_seconds` | pause between chunks, 0 to 3600, to spare a busy source |
@@ -14,8 +15,10 @@ Trigger it from the UI (**Trigger DAG** shows the form) or the REST API with a c
 
 The capture (**dblog_capture**) must be running: the dump's chunks are reconciled against the
 change stream. A conf key that is not a param above (a misspelling), a value out of range, an
-unknown table, a table without a primary key or malformed keys fail the `start` task at once,
-saying what to fix, and nothing is written. The dump id is in the `start` task's log and XCom
+unknown table, a table outside the captured database/schema, a named table without a primary key
+or malformed keys fail the `start` task at once, saying what to fix, and nothing is written. A dump
+of every table skips the tables it cannot dump (no primary key) and logs each with the reason
+(WARNING; XCom `dump` lists them under `skipped`). The dump id is in the `start` task's log and XCom
 `dump`. One task per table runs in the `dblog_dump_<source>` pool; then the run waits (deferred)
 for the capture to pass the dump and merges it into the warehouse, reporting the dump's own
 chunks, rows and rows dropped in windows.
@@ -27,7 +30,8 @@ from datetime import timedelta
 from airflow.sdk import DAG, Param
 
 from dblog.config import source_ids
-from dblog_airflow.groups import chunk_size_param, delay_param, dump_source, source_param, tables_param
+from dblog_airflow.groups import (chunk_size_param, delay_param, dump_source, exclude_param, source_param,
+                                  tables_param)
 from dblog_airflow.operators.merge import MergeOperator
 
 SOURCES = source_ids()
@@ -44,6 +48,7 @@ with DAG(
     params={
         "source": source_param(SOURCES),
         "tables": tables_param(),
+        "exclude": exclude_param(),
         "keys": Param(None, type=["null", "array"], maxItems=100_000, title="Primary keys (repair)",
                       description='With one table: one key per line (7, "abc" or [1, "a"] for a composite '
                                   "key); empty = whole tables."),
@@ -56,7 +61,8 @@ with DAG(
 ) as dag:
     groups = [dump_source(s, selected_source="{{ params.source }}", tables="{{ params.tables }}",
                           keys="{{ params['keys'] }}", chunk_size="{{ params.chunk_size }}",
-                          delay_seconds="{{ params.delay_seconds }}", dump_id="{{ params.dump_id }}")
+                          delay_seconds="{{ params.delay_seconds }}", dump_id="{{ params.dump_id }}",
+                          exclude="{{ params.exclude }}")
               for s in SOURCES]
     groups >> MergeOperator(task_id="merge", sources="{{ params.source }}", tables="{{ params.tables }}",
                             trigger_rule="none_failed_min_one_success")

@@ -7,8 +7,10 @@ after lost history or manual edits, without locks or a stalled change stream. Sc
 runs take the defaults: every source, every table, chunk size `DBLOG_FULL_REFRESH_CHUNK_SIZE`
 (default: dblog's, `DEFAULT_CHUNK_SIZE`) and delay `DBLOG_FULL_REFRESH_DELAY` (seconds, default 0).
 Triggered, it re-syncs what the params name: one `source` (or all), some `tables` (empty = all),
-with its own `chunk_size` and `delay_seconds`. Each source's tables run in its
-`dblog_dump_<source>` pool; a bad conf fails the `start` tasks and nothing is written.
+with its own `chunk_size` and `delay_seconds`; `exclude` leaves tables out of an every-table run.
+Tables that cannot be dumped (no primary key) are skipped, each logged with the reason (WARNING;
+XCom `dump` lists them). Each source's tables run in its `dblog_dump_<source>` pool; a bad conf
+fails the `start` tasks and nothing is written.
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG
 
 from dblog.config import DEFAULT_CHUNK_SIZE, source_ids
-from dblog_airflow.groups import chunk_size_param, delay_param, dump_source, source_param, tables_param
+from dblog_airflow.groups import (chunk_size_param, delay_param, dump_source, exclude_param, source_param,
+                                  tables_param)
 from dblog_airflow.operators.merge import MergeOperator
 
 SOURCES = source_ids()
@@ -37,12 +40,14 @@ with DAG(
     params={
         "source": source_param(SOURCES, every=True),
         "tables": tables_param("re-reads"),
+        "exclude": exclude_param(),
         "chunk_size": chunk_size_param(int(os.environ.get("DBLOG_FULL_REFRESH_CHUNK_SIZE", DEFAULT_CHUNK_SIZE))),
         "delay_seconds": delay_param(float(os.environ.get("DBLOG_FULL_REFRESH_DELAY", "0"))),
     },
 ) as dag:
     groups = [dump_source(s, selected_source="{{ params.source }}", tables="{{ params.tables }}",
-                          chunk_size="{{ params.chunk_size }}", delay_seconds="{{ params.delay_seconds }}")
+                          chunk_size="{{ params.chunk_size }}", delay_seconds="{{ params.delay_seconds }}",
+                          exclude="{{ params.exclude }}")
               for s in SOURCES]
     groups >> MergeOperator(task_id="merge", sources="{{ params.source }}", tables="{{ params.tables }}",
                             trigger_rule="none_failed_min_one_success")

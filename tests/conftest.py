@@ -149,8 +149,9 @@ class SourceEnv:
             conn.close()
 
     def source(self):
-        from dblog.config import source_from_uri
-        return source_from_uri(self.source_id, self.uri)
+        # Of this test's deployment (its ZooKeeper chroot), like the `dblog` processes it runs.
+        from dblog.config import deployment_id, source_from_uri
+        return source_from_uri(self.source_id, self.uri, deployment_id(self.zk_uri))
 
     def store(self):
         from dblog.state import StateStore

@@ -18,8 +18,9 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from . import repair
 from . import state as paths
-from .events import ChangeEvent
+from .events import ChangeEvent, RepairNeed
 from .faults import crash_point
 from .health import Heartbeat
 from .reconcile import watermark_positions
@@ -52,12 +53,14 @@ class Batch:
     commit_ts: object = None
     first_commit_ts: object = None
     opened: float = 0.0
+    repairs: list[RepairNeed] = field(default_factory=list)
 
     def add(self, txn: Transaction) -> None:
         if self.txns == 0:
             self.opened = time.monotonic()
         for e in txn.events:
             self.rows[e.table].append(event_row(e))
+        self.repairs.extend(txn.repairs)
         if txn.events:
             self.last_position = txn.events[-1].position
             self.commit_ts = txn.commit_ts
@@ -76,12 +79,13 @@ class CaptureStats:
     max_stall_s: float = 0.0       # longest time the loop did not read from the log (flushes included)
     max_lag_s: float = 0.0         # oldest commit at the time it became durable
     position: str | None = None
+    repairs: int = 0               # repair requests made (partial row images, statement-logged writes)
 
 
 class Capture:
     def __init__(self, source: Source, store: StateStore, staged: StagedLog, *, flush_rows: int = 20_000,
                  flush_seconds: float = 1.0, idle_timeout: float = 0.5, identifier: str | None = None,
-                 on_beat=None):
+                 on_beat=None, repairs: bool = True, warehouse_keys=None):
         self.source, self.store, self.staged = source, store, staged
         self.flush_rows, self.flush_seconds, self.idle_timeout = flush_rows, flush_seconds, idle_timeout
         self.identifier = identifier or f"{socket.gethostname()}:{os.getpid()}"
@@ -92,6 +96,8 @@ class Capture:
         self._checkpoint: dict = {}
         self._acked: dict | None = None
         self.heartbeat = Heartbeat(store, source.name, self.identifier, on_beat)  # liveness, lag history
+        # The leader also runs the repairs the log asks for (see dblog.repair).
+        self.repairer = repair.Repairer(store, source, staged, warehouse_keys=warehouse_keys) if repairs else None
 
     def run(self, duration: float | None = None, until_watermark: str | None = None,
             lease_timeout: float | None = None) -> CaptureStats:
@@ -102,9 +108,13 @@ class Capture:
         try:
             self._checkpoint = ensure_checkpoint(self.store, self.source)
             self.heartbeat.start(self.lease, self._checkpoint)
+            if self.repairer is not None:
+                self.repairer.start()
             deadline = None if duration is None else time.monotonic() + duration
             self._run_reconnecting(deadline, until_watermark)
         finally:
+            if self.repairer is not None:
+                self.repairer.stop()
             self.leading.clear()
             self.lease.release()
             self.source.close()
@@ -175,6 +185,15 @@ class Capture:
             self.staged.write_segment(self.source.name, self.source.table_schema(table), rows)
             self.stats.segments += 1
             crash_point("capture.mid_flush")
+        if batch.repairs:
+            # Before the checkpoint passes the events: a crash repeats the request, never loses it.
+            self.stats.repairs += repair.request(self.store, self.source.name, batch.repairs)
+            for need in batch.repairs:
+                log.warning("%s: %s at %s cannot be staged as it is (%s); %s", self.source.name, need.table,
+                            need.position, need.reason, "a full dump of the table repairs it" if need.keys is None
+                            else f"a repair dump re-reads {len(need.keys)} key(s)")
+            if self.repairer is not None:
+                self.repairer.wake()
         crash_point("capture.before_checkpoint")
         previous = self._checkpoint
         position = batch.last_position or previous.get("position")
@@ -278,3 +297,14 @@ def sync_point(source: Source) -> str:
     value = str(uuid.uuid4())
     source.write_watermark("sync", value)
     return value
+
+
+def await_sync(store: StateStore, staged: StagedLog, source: str, mark: str, timeout: float,
+               poll: float = 0.2) -> str | None:
+    """`caught_up` once it holds (the sync watermark's position), or None after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        position = caught_up(store, staged, source, mark)
+        if position is not None or time.monotonic() >= deadline:
+            return position
+        time.sleep(poll)

@@ -4,8 +4,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import signal
 import sys
+import time
 
 from . import config
 from .capture import Capture, ensure_checkpoint, reset_checkpoint
@@ -14,6 +16,7 @@ from .dump import (
     MAX_KEYS,
     DumpError,
     DumpSpec,
+    check_finite,
     control_changes,
     create_dump,
     dump_status,
@@ -21,8 +24,8 @@ from .dump import (
     set_control,
 )
 from .sources.base import SourceError
-from .staging import StagedLog
-from .state import Fenced, StateStore
+from .staging import StagedLog, StagingError
+from .state import Fenced, StateStore, dump_path
 from .status import source_status
 
 log = logging.getLogger("dblog")
@@ -36,7 +39,15 @@ def _store() -> StateStore:
 def _keys(text: str | None):
     if text is None:
         return None
-    raw = open(text[1:]).read() if text.startswith("@") else text
+    if text.startswith("@"):
+        try:
+            with open(text[1:]) as f:
+                raw = f.read()
+        except OSError as exc:  # missing, unreadable, a directory: the user's input, not a crash
+            raise DumpError(f"--keys {text}: cannot read {text[1:]} ({exc.strerror or exc}); give a readable "
+                            "JSON file (such as the repair.keys of `dblog verify --json`) or the JSON itself") from None
+    else:
+        raw = text
     try:
         return json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -45,7 +56,7 @@ def _keys(text: str | None):
 
 
 def cmd_capture(args) -> int:
-    source = config.source(args.source)
+    source = config.source(_source_id(args.source, "capture"))
     with _store() as store:
         if args.reset:
             reset_checkpoint(store, source)
@@ -64,7 +75,8 @@ def cmd_capture(args) -> int:
         signal.signal(signal.SIGTERM, stop)
         while True:
             capture = Capture(source, store, StagedLog(config.staging_root()), flush_rows=args.flush_rows,
-                              flush_seconds=args.flush_seconds)
+                              flush_seconds=args.flush_seconds, repairs=not args.no_repair,
+                              warehouse_keys=_warehouse_keys())
             try:
                 stats = capture.run(duration=args.duration, until_watermark=args.until_watermark)
                 break
@@ -78,30 +90,70 @@ def cmd_capture(args) -> int:
     return 0
 
 
-def cmd_dump(args) -> int:
-    source = config.source(args.source)
+def _warehouse_keys():
+    """How a repair finds the rows a statement-logged DELETE left in the warehouse."""
+    from .warehouse.layout import Warehouse
+    return Warehouse(config.warehouse_root()).keys
+
+
+def cmd_repair(args) -> int:
+    from .repair import Repairer, waiting
+    source = config.source(_source_id(args.source, "repair"))
     with _store() as store:
-        if args.action in ("pause", "resume", "cancel", "throttle"):
-            if not args.dump_id:
-                raise DumpError(f"`dblog dump {args.action}` needs the dump id (see `dblog status`)")
-            changes = control_changes(args.action, args.chunk_size, args.delay)
+        ran = Repairer(store, source, StagedLog(config.staging_root()), warehouse_keys=_warehouse_keys()).run_once()
+        print(json.dumps({"ran": ran, "waiting": waiting(store, source.name)}, default=str))
+    return 0
+
+
+def _source_id(given: str | None, command: str) -> str:
+    """`--source`, else the one configured source: with several, guessing one could act on the
+    wrong database, so the user says which."""
+    if given:
+        return given
+    ids = config.source_ids()
+    if len(ids) == 1:
+        return ids[0]
+    raise config.ConfigError(f"`dblog {command}` needs --source ID: the configured sources (DBLOG_SOURCES) are "
+                             f"{', '.join(ids) or 'none'}")
+
+
+def cmd_dump(args) -> int:
+    source = config.source(_source_id(args.source, "dump"))
+    if args.action in ("pause", "resume", "cancel", "throttle"):
+        if not args.dump_id:
+            raise DumpError(f"`dblog dump {args.action}` needs the dump id (see `dblog status`)")
+        changes = control_changes(args.action, args.chunk_size, args.delay)  # checked before ZooKeeper
+        with _store() as store:
             print(json.dumps(set_control(store, source.name, args.dump_id, **changes)))
-            return 0
-        staged = StagedLog(config.staging_root())
-        ensure_checkpoint(store, source)
-        if args.action == "run":
-            if not args.dump_id:
-                raise DumpError("`dblog dump run` needs the dump id (see `dblog status`)")
+        return 0
+    # Every check of the input comes before the first write: a checkpoint, a slot or a dump that
+    # bad input created would outlive the error (a slot holds WAL for ever).
+    if args.action == "run":
+        if not args.dump_id:
+            raise DumpError("`dblog dump run` needs the dump id (see `dblog status`)")
+        spec = None
+    else:
+        if args.all and args.table:
+            raise DumpError("give either --all or --table, not both")
+        if not args.all and not args.table:
+            raise DumpError("say what to dump: --table T (repeatable), --all, or --table T --keys JSON")
+        if args.exclude and not args.all:
+            raise DumpError("--exclude goes with --all (with --table, name only the tables to dump)")
+        spec = DumpSpec(tables=args.table or [], keys=_keys(args.keys), chunk_size=config.DEFAULT_CHUNK_SIZE if args.chunk_size is None else args.chunk_size,
+                        delay_s=0.0 if args.delay is None else args.delay, dump_id=args.dump_id,
+                        exclude=_listed(args.exclude))
+    staged = StagedLog(config.staging_root())
+    with _store() as store:
+        if spec is None:
             dump_id = args.dump_id
+            if store.get(dump_path(source.name, dump_id)) is None:
+                raise DumpError(f"no dump {dump_id} on {source.name}; `dblog status` lists the dumps")
+            ensure_checkpoint(store, source)  # fail closed if the source broke or lost history since
         else:
-            if args.all and args.table:
-                raise DumpError("give either --all or --table, not both")
-            if not args.all and not args.table:
-                raise DumpError("say what to dump: --table T (repeatable), --all, or --table T --keys JSON")
-            spec = DumpSpec(tables=args.table or [], keys=_keys(args.keys), chunk_size=config.DEFAULT_CHUNK_SIZE if args.chunk_size is None else args.chunk_size,
-                            delay_s=0.0 if args.delay is None else args.delay, dump_id=args.dump_id)
-            dump_id = create_dump(store, source, spec)
+            dump_id = create_dump(store, source, spec)  # validates, then sets up the checkpoint
             print(f"dump {dump_id} created on {source.name}", file=sys.stderr)
+            for skipped in dump_status(store, source.name, dump_id)["skipped"]:
+                print(f"dblog: skipped {skipped['table']}: {skipped['reason']}", file=sys.stderr)
             if args.create_only:
                 print(dump_id)
                 return 0
@@ -127,17 +179,22 @@ def cmd_status(args) -> int:
         for sid, st in out.items():
             cap = st["capture"]
             standby = f", standby {', '.join(cap['standby'])}" if cap["standby"] else ""
+            lag = "unknown (no checkpoint yet)" if cap["lag_s"] is None else f"{cap['lag_s']}s"
             print(f"{sid}: capture {cap['state']}, leader {cap['leader'] or '-'}{standby}, position "
-                  f"{cap['readable_position'] or '-'}, lag {cap['lag_s']}s")
+                  f"{cap['readable_position'] or '-'}, lag {lag}")
             for d in st["dumps"]:
                 tables = ", ".join(f"{t} {p['status']} {p['rows']} rows/{p['chunks']} chunks"
                                    for t, p in d["tables"].items() if p)
                 print(f"  dump {d['id']}: {d['state']}; {tables}")
+            for table, w in st["repairs"].items():
+                what = "every row" if w["whole_table"] else f"{w['keys']} key(s), e.g. {w['sample'][:5]}"
+                dumps = ", ".join(f"{d['id']} {d['state']}" for d in w["dumps"]) or "queued"
+                print(f"  repair of {table} waits: {what} ({dumps}): {'; '.join(w['reasons'])}")
     return 0
 
 
 def cmd_export(args) -> int:
-    source = config.source(args.source)
+    source = config.source(_source_id(args.source, "export"))
     table = _qualified(source, args.table)
     staged = StagedLog(config.staging_root())
     out = open(args.output, "w") if args.output else sys.stdout
@@ -172,6 +229,9 @@ def cmd_merge(args) -> int:
                 print(f"{src.name} {r.table}: version {r.version}, {r.log_events} log events, {r.chunks} chunks "
                       f"({r.chunk_rows} rows, {r.dropped} dropped in windows), {r.buckets_written}/{r.buckets} "
                       f"buckets written, {r.rows} rows, {r.seconds:.1f}s" + (f" [{r.note}]" if r.note else ""))
+                if r.missing_rows or r.waiting:
+                    print(f"  {r.missing_rows} row(s) hold values not proven yet (null, listed in _dblog_missing); "
+                          f"{r.repairs_requested} key(s) sent to repair now; waiting: {json.dumps(r.waiting, default=str)}")
     if args.report:
         with open(args.report, "w") as f:
             json.dump(results, f, default=str)
@@ -186,12 +246,21 @@ def _listed(values: list[str] | None) -> list[str]:
 def cmd_verify(args) -> int:
     from .verify import compare_warehouse
     from .warehouse.layout import Warehouse
-    source = config.source(args.source)
     warehouse = Warehouse(config.warehouse_root())
+    drift = unmerged = False
+    for sid in [args.source] if args.source else config.source_ids():  # default: every configured source
+        result = _verify_source(args, config.source(sid), warehouse, compare_warehouse)
+        unmerged |= result is None
+        drift |= bool(result)
+    return 2 if unmerged else 1 if drift else 0
+
+
+def _verify_source(args, source, warehouse, compare_warehouse) -> bool | None:
+    """Compare one source's warehouse tables; whether any drifted, None if it has none yet."""
     tables = [_qualified(source, t) for t in args.table] if args.table else warehouse.tables(source.name)
     if not tables:
         print(f"dblog: error: {source.name} has no warehouse tables yet; run `dblog merge` first", file=sys.stderr)
-        return 2
+        return None
     drift = False
     for table in tables:
         diff = compare_warehouse(source, warehouse, table, args.page)
@@ -212,14 +281,71 @@ def cmd_verify(args) -> int:
         if not diff.equal:
             print(f"  repair: dblog dump --source {source.name} --table {table} --keys @keys.json "
                   "(the repair.keys of `dblog verify --json`), then dblog merge")
-    return 1 if drift else 0
+    return drift
 
 
 def cmd_setup(args) -> int:
+    """Check every source and create what the capture user may create; what only an administrator
+    may do is printed as the exact statements. `--print-sql`: the whole set-up, changing nothing."""
+    failed = False
     for sid in ([args.source] if args.source else config.source_ids()):
-        notes = config.source(sid).preflight(create=True)
-        print(f"{sid}: ready" + (f" ({'; '.join(notes)})" if notes else ""))
-    return 0
+        source = config.source(sid)
+        try:
+            if args.print_sql:
+                print("\n".join(source.setup_sql()) + "\n")
+                continue
+            notes = source.preflight(create=True)
+            print(f"{sid}: ready" + (f" ({'; '.join(notes)})" if notes else ""))
+        except SourceError as exc:  # report every source, not just the first that is not ready
+            print(f"dblog: error: {exc}", file=sys.stderr)
+            failed = True
+        finally:
+            source.close()
+    return 2 if failed else 0
+
+
+def cmd_sync(args) -> int:
+    """Write a sync watermark on each source, then wait until its capture has checkpointed past
+    it: from then on every commit made before `dblog sync` started is staged."""
+    from .capture import await_sync, sync_point
+    from .health import capture_health, sync_timeout_reason
+    if not (math.isfinite(args.timeout) and args.timeout >= 0):
+        raise config.ConfigError(f"--timeout must be a finite number of seconds >= 0, got {args.timeout}")
+    sources = [config.source(sid) for sid in ([args.source] if args.source else config.source_ids())]
+    staged, failed = StagedLog(config.staging_root()), False
+    with _store() as store:
+        started = time.monotonic()
+        marks = []
+        for source in sources:
+            marks.append((source.name, sync_point(source)))
+            source.close()
+        for name, mark in marks:
+            position = await_sync(store, staged, name, mark, max(0.0, started + args.timeout - time.monotonic()))
+            health = capture_health(store, name)
+            if position is None:
+                print("dblog: error: " + sync_timeout_reason(
+                    health, time.monotonic() - started, start=f"start it (`dblog capture --source {name}`)",
+                    behind="see its log (if it says it skips the watermarks of another deployment, give every "
+                           "process of this deployment the same ZooKeeper chroot and DBLOG_DEPLOYMENT), or raise "
+                           "--timeout"), file=sys.stderr)
+                failed = True
+                continue
+            print(f"{name}: synced at position {position} (checkpoint {health.readable_position})")
+    return 1 if failed else 0
+
+
+def _finite(text: str) -> float:
+    """A number of seconds for argparse: NaN would compare false against every deadline (a capture
+    slice that never ends), so it is refused as the dump's numbers are (`check_finite`)."""
+    value = float(text)
+    try:
+        check_finite(value, "a number of seconds")
+    except DumpError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+SOURCE_HELP = "connection id (default: the configured source, when DBLOG_SOURCES lists exactly one)"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -228,22 +354,31 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("capture", help="stream the source's log into the staged change log")
-    c.add_argument("--source", default="dblog_mariadb", help="connection id (default dblog_mariadb)")
-    c.add_argument("--duration", type=float, help="stop after this many seconds (default: run until stopped)")
+    c.add_argument("--source", help=SOURCE_HELP)
+    c.add_argument("--duration", type=_finite, help="stop after this many seconds (default: run until stopped)")
     c.add_argument("--until-watermark", help="stop once this watermark value is staged")
     c.add_argument("--flush-rows", type=int, default=20_000)
-    c.add_argument("--flush-seconds", type=float, default=1.0)
+    c.add_argument("--flush-seconds", type=_finite, default=1.0)
     c.add_argument("--init", action="store_true", help="check the source and set the checkpoint, then exit")
     c.add_argument("--reset", action="store_true", help="forget the checkpoint after lost history")
+    c.add_argument("--no-repair", action="store_true",
+                   help="queue repairs (partial row images, statement-logged writes) but leave running them "
+                        "to `dblog repair`")
     c.set_defaults(func=cmd_capture)
+
+    r = sub.add_parser("repair", help="run the queued repairs once (the capture's leader runs them by itself)")
+    r.add_argument("--source", help=SOURCE_HELP)
+    r.set_defaults(func=cmd_repair)
 
     d = sub.add_parser("dump", help="watermark chunk dumps: start, run, pause, resume, cancel, throttle")
     d.add_argument("action", nargs="?", default="start",
                    choices=["start", "run", "pause", "resume", "cancel", "throttle"])
     d.add_argument("dump_id", nargs="?", help="the dump's id (for run/pause/resume/cancel/throttle; optional for start)")
-    d.add_argument("--source", default="dblog_mariadb")
+    d.add_argument("--source", help=SOURCE_HELP)
     d.add_argument("--table", action="append", help="table to dump (repeatable); schema.table or table")
-    d.add_argument("--all", action="store_true", help="every table of the source")
+    d.add_argument("--all", action="store_true", help="every table of the source (tables it cannot dump, "
+                                                      "such as one without a primary key, are skipped and listed)")
+    d.add_argument("--exclude", action="append", help="with --all: a table to leave out (repeatable or comma-separated)")
     d.add_argument("--keys", help="JSON array of primary keys (or @file.json), with one --table")
     d.add_argument("--chunk-size", type=int)
     d.add_argument("--delay", type=float, help="seconds between chunks")
@@ -256,7 +391,7 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_status)
 
     e = sub.add_parser("export", help="a table's reconciled change stream (paper's output order) as NDJSON")
-    e.add_argument("--source", default="dblog_mariadb")
+    e.add_argument("--source", help=SOURCE_HELP)
     e.add_argument("--table", required=True)
     e.add_argument("--from", dest="from_position", help="first position to export (as `dblog status` shows them)")
     e.add_argument("--output", help="file to write (default: standard output)")
@@ -271,15 +406,24 @@ def parser() -> argparse.ArgumentParser:
     m.set_defaults(func=cmd_merge)
 
     v = sub.add_parser("verify", help="compare source and warehouse per key range; exit 1 on drift")
-    v.add_argument("--source", default="dblog_mariadb")
+    v.add_argument("--source", help="connection id (default: every configured source)")
     v.add_argument("--table", action="append", help="table to check (repeatable; default: every warehouse table)")
     v.add_argument("--page", type=int, default=5000, help="rows per key range")
     v.add_argument("--json", action="store_true", help="one JSON object per table, with the keys to repair")
     v.set_defaults(func=cmd_verify)
 
-    u = sub.add_parser("setup", help="check sources; create the watermark table, publication and slot")
+    u = sub.add_parser("setup", help="check sources; create the watermark table, publication and slot where "
+                                     "allowed, else print the statements an administrator runs")
     u.add_argument("--source")
+    u.add_argument("--print-sql", action="store_true",
+                   help="print the whole least-privilege set-up an administrator runs first; change nothing")
     u.set_defaults(func=cmd_setup)
+
+    y = sub.add_parser("sync", help="write a sync watermark and wait until the capture has passed it")
+    y.add_argument("--source", help="connection id (default: every configured source)")
+    y.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (default 60); then exit 1 "
+                                                               "saying what the capture is doing")
+    y.set_defaults(func=cmd_sync)
     return p
 
 
@@ -290,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
         return args.func(args)
-    except (DumpError, SourceError, ExportError, config.ConfigError, ConnectionError, ValueError, RuntimeError) as exc:
+    except (DumpError, SourceError, ExportError, StagingError, config.ConfigError, ConnectionError, ValueError,
+            RuntimeError) as exc:
         print(f"dblog: error: {exc}", file=sys.stderr)
         return 2
 

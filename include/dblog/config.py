@@ -9,9 +9,14 @@ ZooKeeper is the `dblog_zookeeper` connection (`zookeeper://host:port[,host:port
 staged log root is `DBLOG_STAGING` (a path or any pyarrow filesystem URI), the warehouse root
 `DBLOG_WAREHOUSE` (a POSIX path). Without any of these,
 the local services of `make up` are used.
+
+Every deployment writes its watermarks into the one watermark table a database server has
+(`dblog.watermarks`); `deployment_id` names the deployment, so that its capture stages only its
+own (`DBLOG_DEPLOYMENT`, else derived from the ZooKeeper chroot).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -22,6 +27,11 @@ if TYPE_CHECKING:  # the engine's heavy modules load only when a source is built
     from .sources.base import Source
 
 ZOOKEEPER_CONN = "dblog_zookeeper"
+DEFAULT_CHROOT = "/dblog"
+DEPLOYMENT_ENV = "DBLOG_DEPLOYMENT"
+# A deployment id prefixes a watermark row's id (VARCHAR(64)) before the slot (at most 40 characters).
+MAX_DEPLOYMENT_ID = 22
+_DEPLOYMENT = re.compile(rf"^[a-z0-9_]{{1,{MAX_DEPLOYMENT_ID}}}$")
 # Rows per dump chunk unless a user says otherwise (bench/results/sweep.json: the chunk size sweep).
 DEFAULT_CHUNK_SIZE = 20_000
 MAX_CHUNK_SIZE = 100_000     # one chunk's SELECT stays short, whatever a user types
@@ -61,7 +71,7 @@ def local_connections() -> dict[str, str]:
     return {
         "dblog_mariadb": f"mysql://dblog:{pw}@127.0.0.1:{my}/shop",
         "dblog_postgres": f"postgres://dblog:{pw}@127.0.0.1:{pg}/shop?schema=public",
-        ZOOKEEPER_CONN: f"zookeeper://127.0.0.1:{zk}/dblog",
+        ZOOKEEPER_CONN: f"zookeeper://127.0.0.1:{zk}{DEFAULT_CHROOT}",
     }
 
 
@@ -101,10 +111,34 @@ def zookeeper(uri: str | None = None) -> ZooKeeperConfig:
         raise ConfigError(f"connection {ZOOKEEPER_CONN}: no host; use zookeeper://host:2181/dblog")
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     timeout = query.get("session_timeout") or os.environ.get("DBLOG_ZK_SESSION_TIMEOUT", "10")
-    return ZooKeeperConfig(hosts, parts.path.rstrip("/") or "/dblog", float(timeout))
+    return ZooKeeperConfig(hosts, parts.path.rstrip("/") or DEFAULT_CHROOT, float(timeout))
 
 
-def source_from_uri(conn_id: str, uri: str) -> "Source":
+def deployment_id(zookeeper_uri: str | None = None) -> str:
+    """This deployment's name in the watermark table that all deployments on a server share.
+
+    `DBLOG_DEPLOYMENT` if set, else the ZooKeeper chroot (`zookeeper_uri`, else the dblog_zookeeper
+    connection from the environment, else the default): processes that share a chroot share
+    checkpoints and dumps, so they are one deployment. Everything that writes or captures one
+    source's watermarks must agree on it, or a capture ignores that writer's watermarks. Set
+    DBLOG_DEPLOYMENT when two deployments on one server use the same chroot on different ZooKeepers.
+    """
+    explicit = os.environ.get(DEPLOYMENT_ENV, "").strip()
+    if explicit:
+        if not _DEPLOYMENT.match(explicit):
+            raise ConfigError(f"{DEPLOYMENT_ENV}={explicit!r}: use 1 to {MAX_DEPLOYMENT_ID} lower-case letters, "
+                              "digits and _ (it tags this deployment's rows in the shared watermark table)")
+        return explicit
+    uri = zookeeper_uri or os.environ.get(f"AIRFLOW_CONN_{ZOOKEEPER_CONN.upper()}")
+    chroot = zookeeper(uri).chroot if uri else DEFAULT_CHROOT
+    slug = re.sub(r"[^a-z0-9_]", "_", chroot.strip("/").lower()) or "root"
+    if len(slug) > MAX_DEPLOYMENT_ID:  # keep it readable, and distinct by a hash of the whole chroot
+        slug = f"{slug[:MAX_DEPLOYMENT_ID - 9]}_{hashlib.sha1(chroot.encode()).hexdigest()[:8]}"
+    return slug
+
+
+def source_from_uri(conn_id: str, uri: str, deployment: str | None = None) -> "Source":
+    """The source of connection `conn_id`; its watermarks carry `deployment` (default: `deployment_id()`)."""
     if not _ID.match(conn_id):
         raise ConfigError(f"source id {conn_id!r} must be lower-case letters, digits and _ (it names paths)")
     parts = urlsplit(uri)
@@ -124,6 +158,7 @@ def source_from_uri(conn_id: str, uri: str) -> "Source":
     else:
         raise ConfigError(f"connection {conn_id}: unsupported scheme {parts.scheme!r}; use mysql:// or postgres://")
     src.exclude = excluded_columns(conn_id, query.get("exclude", ""), src.namespace)
+    src.deployment = deployment or deployment_id()
     return src
 
 

@@ -12,6 +12,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import math
 import re
 import threading
 import time
@@ -26,8 +27,8 @@ from . import state as paths
 from .faults import crash_point
 from .retry import reconnecting
 from .schema import TableSchema, decode_key, encode_key, normalize_key
-from .sources.base import WATERMARK_TABLE, Source
-from .staging import StagedLog
+from .sources.base import WATERMARK_TABLE, Source, SourceError, SourceUnavailable
+from .staging import StagedLog, StagingError
 from .state import Lease, StateStore
 
 log = logging.getLogger("dblog.dump")
@@ -53,6 +54,23 @@ class DumpSpec:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     delay_s: float = 0.0
     dump_id: str | None = None
+    reason: str | None = None                         # why it runs, when the product started it (a repair)
+    exclude: list[str] = field(default_factory=list)  # with every table: tables to leave out
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A table a dump of every table leaves out, and why (the dump's scope keeps the list)."""
+    table: str
+    reason: str
+
+
+@dataclass
+class DumpPlan:
+    """What `validate` accepted: the tables to dump, the typed key list, the tables left out."""
+    schemas: list[TableSchema]
+    keys: list[tuple] | None = None
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 @dataclass
@@ -84,31 +102,74 @@ def record_chunk_rate(progress: TableProgress, rows: int, seconds: float, window
 
 def check_chunk_size(value) -> None:
     """The one rule for a chunk size (the CLI, the DAGs' start tasks, the DBLog page)."""
+    check_finite(value, "chunk size")
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_CHUNK_SIZE:
         raise DumpError(f"chunk size must be a whole number from 1 to {MAX_CHUNK_SIZE:,}, got {value!r}")
 
 
+def check_finite(value, what: str) -> None:
+    """NaN and infinity are not numbers a user means (and NaN is not JSON, so it must never reach
+    ZooKeeper): refuse them by name, before any range check (NaN fails every comparison)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise DumpError(f"{what} must be a finite number, got {value!r}")
+
+
 def check_delay(value) -> None:
     """The one rule for the delay between chunks."""
+    check_finite(value, "delay between chunks")
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= MAX_DELAY_S:
         raise DumpError(f"delay between chunks must be 0 to {MAX_DELAY_S} seconds, got {value!r}")
 
 
-def validate(source: Source, spec: DumpSpec) -> tuple[list[TableSchema], list[tuple] | None]:
-    """Check everything before anything is written; DumpError / SourceError say what to fix."""
+def validate(source: Source, spec: DumpSpec) -> DumpPlan:
+    """Check everything before anything is written; DumpError / SourceError say what to fix.
+
+    A dump of every table leaves out (`DumpPlan.skipped`) the tables it cannot dump, such as one
+    without a primary key, and those in `spec.exclude`; named tables must all be dumpable."""
     check_chunk_size(spec.chunk_size)
     check_delay(spec.delay_s)
     if spec.dump_id is not None and not DUMP_ID.match(spec.dump_id):
         raise DumpError(f"dump id {spec.dump_id!r}: use 1-64 letters, digits, '.', '_' or '-'")
+    if spec.exclude and spec.tables:
+        raise DumpError("an exclude list goes with a dump of every table (--all); with --table, name only "
+                        "the tables to dump")
     names = spec.tables or source.tables()
     if not names:
         raise DumpError(f"{source.name} has no tables to dump")
-    qualified = [t if "." in t else f"{source.namespace}.{t}" for t in names]
+    qualified = [_qualified(source, t) for t in names]
     if WATERMARK_TABLE in qualified:
         raise DumpError(f"{WATERMARK_TABLE} is the watermark table; it is not dumped")
-    schemas = [source.table_schema(t) for t in qualified]  # UnknownTable / NoPrimaryKey
-    for s in schemas:
-        source.check_readable(s)
+    _check_captured(source, qualified)
+    skipped: list[Skipped] = []
+    if spec.tables:
+        schemas = [source.table_schema(t) for t in qualified]  # UnknownTable / NoPrimaryKey
+        for s in schemas:
+            source.check_readable(s)
+    else:
+        excluded = {_qualified(source, t) for t in spec.exclude}
+        # A name in another database / schema addresses another source (a run over every source
+        # shares one list); one in ours that matches no table is a typo that would dump it anyway.
+        unknown = sorted(t for t in excluded - set(qualified) if t.partition(".")[0] == source.namespace)
+        if unknown:
+            raise DumpError(f"the exclude list names {', '.join(unknown)}, which {source.name} does not have; "
+                            f"its tables are {', '.join(qualified)}")
+        schemas = []
+        for t in qualified:
+            if t in excluded:
+                skipped.append(Skipped(t, "excluded"))
+                continue
+            try:
+                schema = source.table_schema(t)
+                source.check_readable(schema)
+            except SourceUnavailable:
+                raise  # the server, not the table: nothing can be dumped now
+            except SourceError as exc:  # no primary key, not readable, dropped since listed
+                skipped.append(Skipped(t, str(exc)))
+                continue
+            schemas.append(schema)
+        if not schemas:
+            raise DumpError(f"no table of {source.name} can be dumped: "
+                            + "; ".join(f"{s.table}: {s.reason}" for s in skipped))
     keys = None
     if spec.keys is not None:
         if len(schemas) != 1:
@@ -121,16 +182,42 @@ def validate(source: Source, spec: DumpSpec) -> tuple[list[TableSchema], list[tu
             keys = sorted({normalize_key(decode_key(k, schemas[0]), schemas[0]) for k in spec.keys})
         except (ValueError, TypeError) as exc:
             raise DumpError(f"malformed key list for {schemas[0].name}: {exc}") from None
-    return schemas, keys
+    return DumpPlan(schemas, keys, skipped)
+
+
+def _qualified(source: Source, table: str) -> str:
+    return table if "." in table else f"{source.namespace}.{table}"
+
+
+def _check_captured(source: Source, tables: list[str]) -> None:
+    """Only the captured database / schema: another's later changes never reach the staged log,
+    so its snapshot would go stale without a word."""
+    outside = [t for t in tables if t.partition(".")[0] != source.namespace]
+    if outside:
+        kind = "database" if source.kind == "mysql" else "schema"
+        raise DumpError(f"{', '.join(outside)} {'is' if len(outside) == 1 else 'are'} outside {kind} "
+                        f"{source.namespace}, the one {source.name} captures: its later changes would never "
+                        f"be captured and the dumped copy would silently go stale. Dump tables of "
+                        f"{source.namespace} (`--table T` or `{source.namespace}.T`), or configure a source "
+                        f"for that {kind}.")
 
 
 def create_dump(store: StateStore, source: Source, spec: DumpSpec) -> str:
-    """Validate, then register the dump (scope, control, per-table progress). Returns its id."""
-    schemas, keys = validate(source, spec)
+    """Validate, set up the capture checkpoint, then register the dump (scope, control, per-table
+    progress). Returns its id. Bad input creates nothing: no checkpoint, no slot, no dump."""
+    plan = validate(source, spec)
+    schemas, keys = plan.schemas, plan.keys
+    # Imported here: the capture is the dump's consumer, and a module it loads may load this one.
+    from .capture import ensure_checkpoint
+    # After validation (a first dump on a source would otherwise create the checkpoint and, on
+    # PostgreSQL, a slot holding WAL for ever), before registering: the chunks' watermarks must be
+    # captured, and a source that fails its preflight must leave no dump that never runs.
+    ensure_checkpoint(store, source)
     dump_id = spec.dump_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:6]
     scope = {"id": dump_id, "source": source.name, "tables": [s.name for s in schemas],
              "keys": None if keys is None else [json.loads(encode_key(k)) for k in keys],
-             "created_at": time.time()}
+             "skipped": [asdict(s) for s in plan.skipped],
+             "created_at": time.time(), **({"reason": spec.reason} if spec.reason else {})}
     # Estimates come before the first write, so a failing catalog query leaves nothing behind.
     estimates = {s.name: len(keys) if keys is not None else source.estimate_rows(s) for s in schemas}
     if not store.create_new(paths.dump_path(source.name, dump_id), scope):
@@ -148,12 +235,17 @@ ACTIONS = ("pause", "resume", "cancel", "throttle")
 
 
 def control_changes(action: str, chunk_size=None, delay_s=None) -> dict:
-    """What an action does to a dump's control node (the CLI, the control DAG and the DBLog page)."""
+    """What an action does to a dump's control node (the CLI, the control DAG and the DBLog page);
+    the values are checked here, so a bad throttle is refused before ZooKeeper is reached."""
     if action not in ACTIONS:
         raise DumpError(f"action {action!r} is not one of {', '.join(ACTIONS)}")
     if action == "throttle":
         if chunk_size is None and delay_s is None:
             raise DumpError("throttle needs a new chunk size and/or delay between chunks")
+        if chunk_size is not None:
+            check_chunk_size(chunk_size)
+        if delay_s is not None:
+            check_delay(delay_s)
         return {"chunk_size": chunk_size, "delay_s": delay_s}
     return {"state": {"pause": PAUSED, "resume": RUNNING, "cancel": CANCELLED}[action]}
 
@@ -266,7 +358,14 @@ class TableDump:
             rows = chunk[0]
             crash_point("dump.after_high_watermark")
             lease.check()  # a worker that lost its lease stops before it stages (see the takeover rule)
-            self.staged.write_chunk(self.source.name, schema, self.dump_id, chunk_no, *chunk)
+            try:
+                self.staged.write_chunk(self.source.name, schema, self.dump_id, chunk_no, *chunk)
+            except StagingError as exc:
+                # Progress stays at the last staged chunk and the lease goes with this worker, so
+                # `dump_status` reports the table failed and a re-run continues from there.
+                raise StagingError(f"{exc} Then resume dump {self.dump_id} with `dblog dump run {self.dump_id}` "
+                                   f"(Airflow: clear its task), or cancel it (`dblog dump cancel "
+                                   f"{self.dump_id}`).") from exc
             crash_point("dump.after_staging")
             record_chunk_rate(progress, len(rows), time.monotonic() - working_since)
             progress.chunks, progress.rows = progress.chunks + 1, progress.rows + len(rows)
@@ -371,4 +470,5 @@ def dump_status(store: StateStore, source: str, dump_id: str) -> dict:
     merged = {t: store.get(paths.dump_merged_path(source, dump_id, t)) for t in tables}
     return {"id": dump_id, "source": source, "state": overall, "control": control, "tables": tables,
             "failed": failed, "merged": merged, "created_at": scope.get("created_at"),
+            "skipped": scope.get("skipped", []),
             "key_list": scope.get("keys") is not None}

@@ -21,8 +21,21 @@ class ChangeEvent:
     old_key: tuple | None = None  # set when an update changed the primary key
     txid: str | None = None
     commit_ts: datetime | None = None
-    unchanged: list[str] = field(default_factory=list)  # PostgreSQL unchanged TOAST columns
+    # Columns the event does not carry (PostgreSQL's unchanged TOASTed values, a MySQL session's
+    # MINIMAL / NOBLOB row image): their value is the key's previous one, which the merge fills in.
+    unchanged: list[str] = field(default_factory=list)
 
     def touched_keys(self) -> list[tuple]:
         """Keys this event touches: a primary-key update touches the old and the new key."""
         return [self.key] if self.old_key is None or self.old_key == self.key else [self.old_key, self.key]
+
+
+@dataclass(frozen=True, slots=True)
+class RepairNeed:
+    """Rows the log did not describe in full, to be re-read from the source by a repair dump.
+
+    `keys` None: the whole table (a statement-logged write: which rows it changed is unknown)."""
+    table: str
+    reason: str
+    position: str | None = None
+    keys: tuple[tuple, ...] | None = None

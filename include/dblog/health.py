@@ -71,6 +71,18 @@ class CaptureHealth:
         return f"{self.state}{who}: last checkpoint {flushed}, lag {lag}, position {self.readable_position or '-'}"
 
 
+def sync_timeout_reason(health: CaptureHealth, waited: float, start: str, behind: str) -> str:
+    """Why a wait for the capture to pass a sync watermark gave up, and what to do: `start` says
+    how to start a capture that is not running, `behind` what to do about one that lags, each in
+    the words of the caller (CLI, Airflow task)."""
+    state = health.describe()
+    if health.state != CAPTURING:
+        return (f"the capture of {health.source} is not running ({state}) after {waited:.0f} s of "
+                f"waiting; {start}, then re-run")
+    return (f"the capture of {health.source} did not pass the sync watermark within {waited:.0f} s although it "
+            f"runs ({state}); it is behind: {behind}")
+
+
 def capture_health(store: StateStore, source: str, now: float | None = None) -> CaptureHealth:
     """Read the capture's checkpoint, heartbeat, lease holders and lag history from ZooKeeper."""
     now = time.time() if now is None else now

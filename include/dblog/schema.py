@@ -10,6 +10,8 @@ import base64
 import datetime as dt
 import functools
 import json
+import math
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -165,14 +167,74 @@ def from_json_value(value: Any, arrow_type: pa.DataType) -> Any:
     return str(value)
 
 
+# Bits of the SQL integer types by their catalog name (MySQL's column_type, PostgreSQL's data_type).
+# Arrow stages them all as int64 (unsigned BIGINT as decimal128(20,0)), wider than the column.
+_INT_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32, "bigint": 64, "oid": 32}
+_TYPE_NAME = re.compile(r"[a-z]+")
+
+
+def integer_range(source_type: str) -> tuple[int, int] | None:
+    """The values an integer column can hold, from its type as the catalog spells it; else None."""
+    t = source_type.lower()
+    name = _TYPE_NAME.match(t)
+    bits = _INT_BITS.get(name.group(0)) if name else None
+    if bits is None:
+        return None
+    if "unsigned" in t or t == "oid":
+        return 0, 2 ** bits - 1
+    return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+
+def check_key_value(value: Any, column: Column) -> None:
+    """ValueError unless `value` (typed by `from_json_value`) is one the key column can hold.
+
+    A value it cannot hold matches no row, so a key-list dump would stage it as a deleted key:
+    staging then fails on it mid-dump (an int beyond int64), or the warehouse gets a delete for a
+    key that can never exist. Primary key columns are NOT NULL, and JSON has no NaN or Infinity."""
+    where = f"column {column.name} ({column.source_type})"
+    if value is None:
+        raise ValueError(f"null is not a key value: {where} is part of the primary key, never NULL")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a key value for {where}: give a finite number")
+    if isinstance(value, Decimal) and not value.is_finite():
+        raise ValueError(f"{value} is not a key value for {where}: give a finite number")
+    bounds = integer_range(column.source_type)
+    if bounds is not None and isinstance(value, (int, Decimal)):
+        if value != int(value):
+            raise ValueError(f"{value} is not an integer; {where} holds whole numbers")
+        if not bounds[0] <= value <= bounds[1]:
+            raise ValueError(f"{value} is out of range for {where}, which holds {bounds[0]} to {bounds[1]}")
+    t = column.arrow_type
+    if isinstance(value, Decimal) and pa.types.is_decimal(t):
+        whole, places = len(value.as_tuple().digits) + value.as_tuple().exponent, -value.as_tuple().exponent
+        if places > t.scale and value != round(value, t.scale):
+            raise ValueError(f"{value} has more than {t.scale} decimal places; {where} holds {t.scale}")
+        if whole > t.precision - t.scale:
+            raise ValueError(f"{value} is out of range for {where}, which holds at most "
+                             f"{t.precision - t.scale} digits before the decimal point")
+    try:  # the staged type's own limits (int64, and whatever else Arrow cannot hold)
+        pa.array([value], type=t)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as exc:
+        raise ValueError(f"{value!r} does not fit {where}: {str(exc).strip().splitlines()[0]}") from None
+
+
 def decode_key(values: Any, schema: TableSchema) -> tuple:
-    """A key given as JSON (a scalar for one-column keys, else a list in key order), typed."""
+    """A key given as JSON (a scalar for one-column keys, else a list in key order), typed and
+    checked against its columns (`check_key_value`)."""
     if not isinstance(values, list):
         values = [values]
     if len(values) != len(schema.key):
         raise ValueError(f"key {values!r} has {len(values)} value(s); {schema.name} has a key of "
                          f"{len(schema.key)} column(s): ({', '.join(schema.key)})")
-    return tuple(from_json_value(v, schema.column(c).arrow_type) for v, c in zip(values, schema.key))
+    out = []
+    for v, c in zip(values, schema.key):
+        column = schema.column(c)
+        if isinstance(v, float) and not math.isfinite(v):  # before typing: a text key would take it as 'nan'
+            raise ValueError(f"{v!r} is not a key value for column {c}: give a finite number")
+        typed = from_json_value(v, column.arrow_type)
+        check_key_value(typed, column)
+        out.append(typed)
+    return tuple(out)
 
 
 def encode_key(key: tuple) -> str:

@@ -11,6 +11,7 @@ readers drop repeated positions, so duplicates are harmless.
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -57,6 +58,11 @@ def table_dir_name(table: str) -> str:
     database allows stays inside its directory (and ordinary names are unchanged)."""
     name = table.replace("%", "%25").replace("/", "%2F").replace("\0", "%00")
     return "%2E" + name[1:] if name.startswith(".") else name
+
+
+class StagingError(RuntimeError):
+    """The staged log cannot be written (read-only, full, unreachable): the environment, not the
+    input. The message names the place and the fix; what was staged before stays valid."""
 
 
 def table_from_dir(name: str) -> str:
@@ -108,22 +114,34 @@ class StagedLog:
     def _atomic_write(self, path: str, table: pa.Table) -> None:
         directory = path.rsplit("/", 1)[0]
         tmp = f"{directory}/.tmp-{uuid.uuid4().hex}.parquet"
-        self.fs.create_dir(directory, recursive=True)
-        if self.local:
-            with open(tmp, "wb") as f:
-                pq.write_table(table, f, compression="zstd")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            dir_fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        else:
-            with self.fs.open_output_stream(tmp) as out:
-                pq.write_table(table, out, compression="zstd")
-            self.fs.move(tmp, path)
+        try:
+            self.fs.create_dir(directory, recursive=True)
+            if self.local:
+                with open(tmp, "wb") as f:
+                    pq.write_table(table, f, compression="zstd")
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+                dir_fd = os.open(directory, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+            else:
+                with self.fs.open_output_stream(tmp) as out:
+                    pq.write_table(table, out, compression="zstd")
+                self.fs.move(tmp, path)
+        except OSError as exc:  # read-only, disk full, quota, a store that refuses: say so, not a traceback
+            try:  # a half-written temporary file would only take space (readers skip `.tmp-` files)
+                self.fs.delete_file(tmp)
+            except OSError:
+                pass
+            # pyarrow's own errors spell the path again; their "[errno N] reason" is what tells.
+            detail = re.search(r"\[errno \d+\] (.+?)\.?$", str(exc).strip())
+            reason = detail.group(1) if detail else exc.strerror or str(exc).strip() or type(exc).__name__
+            raise StagingError(f"cannot write the staged log at {directory}: {reason}. Fix: make {self.base} "
+                               "writable by this user and free space on its disk (DBLOG_STAGING names "
+                               "it); what was staged before is intact.") from exc
 
     # -- reading -------------------------------------------------------------------------------
     def _files(self, directory: str, recursive: bool = False) -> list[str]:

@@ -11,6 +11,7 @@ Layout under the chroot (default `/dblog`), per source:
     /{source}/dumps/{id}/tables/{table}     JSON: progress (last completed key, chunks, rows, done)
     /{source}/dumps/{id}/tables/{table}/lock  kazoo Lock: the worker dumping that table
     /{source}/dumps/{id}/merged/{table}     JSON: what merging the dump's chunks did (chunks, rows, dropped)
+    /{source}/repairs/req-{seq}             JSON: rows to re-read (a table's keys, or all of it) and why
 
 Writes that a lease holder makes (checkpoints, progress) are fenced: they commit in one ZooKeeper
 transaction with a check that the holder's ephemeral lock node still exists, so a process that
@@ -151,6 +152,16 @@ class StateStore:
         except NodeExistsError:
             return False
 
+    def append(self, prefix: str, value: Any) -> str:
+        """Create a sequential node `prefix`NNNNNNNNNN (a queue entry); returns its path."""
+        return self.call(self.zk.create, prefix, _dump(value), sequence=True, makepath=True)
+
+    def delete(self, path: str, recursive: bool = False) -> None:
+        try:
+            self.call(self.zk.delete, path, recursive=recursive)
+        except NoNodeError:
+            pass
+
     # -- leases and fenced writes -------------------------------------------------------------
     def lease(self, path: str, identifier: str, timeout: float | None = None) -> Lease:
         """Block until the lock at `path` is ours (or raise kazoo's LockTimeout)."""
@@ -223,6 +234,10 @@ def table_progress_path(source: str, dump_id: str, table: str) -> str:
 def dump_merged_path(source: str, dump_id: str, table: str) -> str:
     """Written by the merge; only it knows how many chunk rows the watermark rule dropped."""
     return f"{dump_path(source, dump_id)}/merged/{table}"
+
+
+def repairs_path(source: str) -> str:
+    return f"/{source}/repairs"
 
 
 def merge_lock(source: str, table: str) -> str:

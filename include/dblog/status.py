@@ -10,6 +10,7 @@ import time
 from dataclasses import asdict
 
 from . import state as paths
+from .repair import waiting
 from .dump import CANCELLED, DONE, RUNNING, dump_status
 from .health import LAG_SAMPLE_S, capture_health
 from .sources.base import Source
@@ -24,7 +25,8 @@ def capture_status(store: StateStore, source: Source) -> dict:
 
 def source_status(store: StateStore, source: Source) -> dict:
     dumps = [dump_status(store, source.name, d) for d in store.children(paths.dumps_path(source.name))]
-    return {"kind": source.kind, "capture": capture_status(store, source), "dumps": dumps}
+    return {"kind": source.kind, "capture": capture_status(store, source), "dumps": dumps,
+            "repairs": waiting(store, source.name)}
 
 
 # -- the DBLog page ---------------------------------------------------------------------------
@@ -130,5 +132,5 @@ def page_snapshot(store: StateStore, sources: list[Source], warehouse, now: floa
             age, exact = data_age(summary["merged_at"], health.lag_history, now)
             tables.append({**summary, "data_age_s": age, "data_age_exact": exact})
         out.append({"id": source.name, "kind": source.kind, "capture": asdict(health), "dumps": dumps,
-                    "warehouse": tables})
+                    "warehouse": tables, "repairs": waiting(store, source.name)})
     return {"generated_at": now, "sources": out}

@@ -20,13 +20,14 @@ def dump_pool(source_id: str) -> str:
 
 
 def dump_source(source_id: str, *, selected_source: str | None = None, tables: Any = None, keys: Any = None,
-                chunk_size: Any = DEFAULT_CHUNK_SIZE, delay_seconds: Any = 0.0, dump_id: Any = None) -> TaskGroup:
+                chunk_size: Any = DEFAULT_CHUNK_SIZE, delay_seconds: Any = 0.0, dump_id: Any = None,
+                exclude: Any = None) -> TaskGroup:
     """start (check the run, validate, register) -> one throttled dump task per table -> wait for the
     capture. The start task of each group checks the run's conf, so a bad conf fails every group."""
     with TaskGroup(group_id=source_id, tooltip=f"dump {source_id}") as group:
         start = StartDumpOperator(task_id="start", source_conn_id=source_id, selected_source=selected_source,
                                   tables=tables, keys=keys, chunk_size=chunk_size, delay_seconds=delay_seconds,
-                                  dump_id=dump_id, retries=0)
+                                  dump_id=dump_id, exclude=exclude, retries=0)
         dumps = DumpTableOperator.partial(task_id="dump_table", source_conn_id=source_id, pool=dump_pool(source_id),
                                           map_index_template="{{ task.table }}").expand_kwargs(start.output)
         start >> dumps >> wait_for_capture(source_id)
@@ -52,6 +53,13 @@ def source_param(sources: list[str], *, every: bool = False) -> Param:
 def tables_param(what: str = "dumps") -> Param:
     return Param([], type=["array", "null"], items={"type": "string", "minLength": 1}, title="Tables",
                  description=f"`table` or `schema.table`, one per line; empty {what} every table.")
+
+
+def exclude_param() -> Param:
+    return Param([], type=["array", "null"], items={"type": "string", "minLength": 1}, title="Leave out",
+                 description="With every table (Tables empty): `table` or `schema.table` to leave out, one per "
+                             "line (`schema.table` for a table of one source when the run covers several). Tables "
+                             "that cannot be dumped (no primary key) are skipped and listed anyway.")
 
 
 def chunk_size_param(default: int = DEFAULT_CHUNK_SIZE, title: str = "Chunk size (rows)") -> Param:

@@ -13,6 +13,8 @@ CREATE SCHEMA IF NOT EXISTS dblog AUTHORIZATION dblog;
 GRANT USAGE ON SCHEMA public TO dblog;
 ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO dblog;
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO dblog;
+-- FOR ALL TABLES only because the tests create a schema per test under this one publication; a
+-- real set-up publishes the captured schema and dblog.watermarks only (`dblog setup --print-sql`).
 DO $$ BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = 'dblog') THEN
     CREATE PUBLICATION dblog FOR ALL TABLES;

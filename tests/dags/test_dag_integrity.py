@@ -102,7 +102,8 @@ def test_a_conf_check_names_each_misspelled_key_and_out_of_range_value_with_its_
     text = "; ".join(problems)
     assert "unknown param 'table' (did you mean 'tables'?)" in text
     assert "unknown param 'chunksize' (did you mean 'chunk_size'?)" in text
-    assert "unknown param 'zzz' (the params are chunk_size, delay_seconds, dump_id, keys, source, tables)" in text
+    assert ("unknown param 'zzz' (the params are chunk_size, delay_seconds, dump_id, exclude, keys, source, "
+            "tables)") in text
     assert "chunk_size = 0: a chunk reads 1 to 100,000 rows" in text
     assert "delay_seconds = -1: set 0 (no pause) to 3600 seconds" in text
     assert len(problems) == 5, problems
@@ -117,6 +118,39 @@ def test_a_conf_check_accepts_every_declared_key_at_its_bounds(dags):
     assert conf_problems(list(params), {}, {"chunk_size": True, "delay_seconds": 0, "tables": [""]}) == [
         "chunk_size = True: a chunk reads 1 to 100,000 rows; set a whole number in that range (default 20000)",
         "tables = ['']: list table names (`table` or `schema.table`), one per line; leave it empty for every table"]
+
+
+@pytest.mark.parametrize("dag_id", ["dblog_dump", "dblog_full_refresh"])
+def test_dags_that_dump_every_table_take_an_exclude_list_the_start_task_checks(dags, dag_id):
+    from dblog_airflow.operators.dump import conf_problems
+    params = dags[dag_id].params
+    assert params["exclude"] == [] and params["tables"] in ([], None)  # empty tables: every table
+    assert conf_problems(list(params), {"exclude": ["a", " "]}, {"exclude": ["a", " "]}) == [
+        "exclude = ['a', ' ']: list the table names to leave out of a dump of every table, one per line"]
+    assert _validate(dags[dag_id], {"exclude": ["audit_log"]})["exclude"] == ["audit_log"]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_conf_with_nan_or_infinity_is_refused_by_the_engines_rule(dags, value):
+    from dblog_airflow.operators.dump import conf_problems
+    params = list(dags["dblog_dump_control"].params)
+    assert conf_problems(params, {}, {"chunk_size": value, "delay_seconds": value}) == [
+        f"chunk_size = {value!r}: a chunk reads 1 to 100,000 rows; set a whole number in that range (default 20000)",
+        f"delay_seconds = {value!r}: set 0 (no pause) to 3600 seconds between chunks"]
+
+
+def test_the_dblog_page_refuses_a_non_finite_throttle_before_it_reaches_zookeeper(monkeypatch):
+    from fastapi import HTTPException
+
+    from dblog_airflow.ui import app
+
+    def unreachable():
+        raise AssertionError("the throttle reached ZooKeeper")
+    monkeypatch.setattr(app.clients, "store", unreachable)
+    with pytest.raises(HTTPException) as exc:
+        app._act("dblog_mariadb", "d1", "throttle", {"delay_s": float("nan")}, "someone")
+    assert exc.value.status_code == 400, exc.value.detail
+    assert exc.value.detail == "delay between chunks must be a finite number, got nan"
 
 
 def test_control_params_reject_an_unknown_action(dags):

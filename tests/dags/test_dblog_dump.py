@@ -171,3 +171,33 @@ def test_a_dumps_merged_totals_add_up_across_the_merges_that_took_its_chunks(mar
         states, _ = airflow.run("dblog_merge")
         assert states == {"merge": "success"}
         assert store.get(merged) == {"chunks": 3, "rows": 50, "dropped": 0}  # 20 + 20 + 10 rows
+
+
+def test_a_null_or_out_of_range_key_fails_the_start_task_with_the_column_and_writes_nothing(mariadb, deploy, capfd):
+    mariadb.workload(seed=3, rows=50).create()
+    airflow = deploy(mariadb)
+    for keys, reason in ((["null"], "null is not a key value: column id"),
+                         (["99999999999999999999999"], "to 9223372036854775807")):  # the range it holds
+        states, run = airflow.run("dblog_dump", {"source": mariadb.source_id, "tables": ["accounts"], "keys": keys})
+        assert states[f"{mariadb.source_id}.start"] == "failed", states
+        assert reason in start_failure(capfd.readouterr().out)
+    assert_nothing_written(mariadb)
+    with mariadb.store() as store:  # not even the checkpoint: bad input on a new source creates nothing
+        assert store.get(f"/{mariadb.source_id}/capture/checkpoint") is None
+
+
+def test_a_run_over_every_table_skips_a_table_without_key_leaves_out_excluded_ones_and_logs_each(
+        mariadb, deploy, capfd):
+    mariadb.workload(seed=3, rows=30).create()
+    mariadb.sql(f"CREATE TABLE {mariadb.table('nokey')} (a INT)")
+    mariadb.start_capture()
+    sid = mariadb.source_id
+    states, run = deploy(mariadb).run("dblog_dump", {"source": sid, "exclude": ["order_lines"], "chunk_size": 50})
+    assert str(run.state) == "success", states
+    dump = xcom(run, f"{sid}.start", "dump")
+    assert dump["tables"] == [mariadb.table("accounts")], dump
+    assert [s["table"] for s in dump["skipped"]] == [mariadb.table("nokey"), mariadb.table("order_lines")], dump
+    assert dump["summary"].endswith(f"; skipped {mariadb.table('nokey')}, {mariadb.table('order_lines')}")
+    warnings = [line for line in capfd.readouterr().out.splitlines()
+                if "[warning" in line and f"skipped {mariadb.table('nokey')}: " in line]
+    assert warnings and "has no primary key" in warnings[0], warnings

@@ -110,8 +110,9 @@ def test_a_postgres_role_without_replication_is_refused_with_the_fix(postgres):
     from dblog.sources.postgres import PostgresSource
     source = PostgresSource("t_norepl", "127.0.0.1", int(os.environ.get("DBLOG_POSTGRES_PORT", "5433")),
                             "dblog_norepl", "x", "shop", schema=postgres.namespace)
-    with pytest.raises(SourceError, match="lacks the REPLICATION attribute. Fix: ALTER ROLE dblog_norepl REPLICATION"):
+    with pytest.raises(SourceError, match="it lacks the REPLICATION attribute") as refused:
         source.preflight()
+    assert "\n    ALTER ROLE dblog_norepl REPLICATION;\n" in str(refused.value)  # the statement that fixes it
     source.close()
     postgres.sql("DROP ROLE dblog_norepl")
 

@@ -135,17 +135,15 @@ def test_a_writer_with_a_one_second_lock_wait_never_times_out_during_a_dump(src)
     assert timeouts == [] and during > 0
 
 
-def test_a_table_the_capture_user_may_not_read_is_refused_before_anything_is_written(mariadb):
-    mariadb.workload(rows=20).create()
-    mariadb.sql(f"CREATE DATABASE {mariadb.namespace}_private",
-                f"CREATE TABLE {mariadb.namespace}_private.secrets (id INT PRIMARY KEY)")
-    try:
-        result = mariadb.dblog("dump", "--source", mariadb.source_id, "--table", f"{mariadb.namespace}_private.secrets")
-    finally:
-        mariadb.sql(f"DROP DATABASE {mariadb.namespace}_private")
+def test_a_table_the_capture_user_may_not_read_is_refused_before_anything_is_written(postgres):
+    # In the captured schema (a table of another one is refused for that first: see test_bad_input).
+    postgres.workload(rows=20).create()
+    postgres.sql(f"CREATE TABLE {postgres.table('secrets')} (id INT PRIMARY KEY)",
+                 f"REVOKE SELECT ON {postgres.table('secrets')} FROM dblog")
+    result = postgres.dblog("dump", "--source", postgres.source_id, "--table", "secrets")
     assert result.returncode == 2
-    assert f"{mariadb.namespace}_private.secrets does not exist, or user dblog may not read it" in result.stderr
-    assert dumps_registered(mariadb) == []
+    assert f"{postgres.table('secrets')} does not exist, or user dblog may not read it" in result.stderr
+    assert dumps_registered(postgres) == []
 
 
 def test_status_reports_capture_position_lag_and_dump_progress_as_json(src):

@@ -58,10 +58,20 @@ def test_an_update_with_a_key_change_carries_the_old_key_and_unchanged_toast_val
     d.decode(relation())
     upd = d.decode(b"U" + struct.pack("!I", 16384) + b"K" + tuple_data("7", None, None, None, None, None) +
                    b"N" + tuple_data("8", "1", None, None, "f", UNCHANGED))
-    assert upd.old["id"] == 7 and upd.new["id"] == 8
+    assert upd.old_key["id"] == 7 and upd.new["id"] == 8
+    assert upd.old is None, "a key-only old tuple is not a row image: it must not be staged as one"
     assert upd.new["note"] is None and upd.unchanged == ["note"]
     plain = d.decode(b"U" + struct.pack("!I", 16384) + b"N" + tuple_data("8", "2", None, None, "t", "x"))
     assert plain.unchanged is None
+
+
+def test_under_replica_identity_full_an_unchanged_toast_value_is_taken_from_the_old_row():
+    d = Decoder()
+    d.decode(relation())
+    upd = d.decode(b"U" + struct.pack("!I", 16384) + b"O" + tuple_data("7", "1", None, None, "t", "long body") +
+                   b"N" + tuple_data("7", "2", None, None, "t", UNCHANGED))
+    assert upd.new["note"] == "long body" and upd.unchanged is None
+    assert upd.old["amount"] == Decimal("1") and upd.old_key is None
 
 
 def test_a_delete_and_a_truncate_are_decoded():

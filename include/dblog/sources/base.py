@@ -7,16 +7,22 @@ statements (invariant 5). Identifiers are quoted by the dialect; values are alwa
 from __future__ import annotations
 
 import abc
+import logging
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterator, Sequence
 
-from ..events import ChangeEvent
+from ..events import ChangeEvent, RepairNeed
 from ..schema import Column, TableSchema
 
 WATERMARK_SCHEMA = "dblog"
 WATERMARK_TABLE = f"{WATERMARK_SCHEMA}.watermarks"
+# A watermark row's id is "<deployment>:<slot>": every deployment on a server writes into the one
+# watermark table, and its capture stages only the rows of its own deployment.
+DEPLOYMENT_SEPARATOR = ":"
+
+log = logging.getLogger("dblog.source")
 
 
 class SourceError(RuntimeError):
@@ -39,13 +45,17 @@ class NoPrimaryKey(SourceError):
     pass
 
 
+class UnreadableEvent(SourceError):
+    """A log event the capture cannot interpret correctly: it stops before staging it."""
+
+
 @dataclass
 class Transaction:
     """A committed source transaction: its events, and where to resume after it."""
     events: list[ChangeEvent]
     resume: dict[str, Any]          # source-specific checkpoint for resuming after this txn
     commit_ts: datetime | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    repairs: list[RepairNeed] = field(default_factory=list)  # rows the events do not describe in full
 
 
 class Dialect:
@@ -109,6 +119,10 @@ class Source(abc.ABC):
         self._known: dict[str, frozenset[str]] = {}  # table -> its columns, excluded ones included
         # Columns (personal data, say) that never reach the staged log: "schema.table" -> names.
         self.exclude: dict[str, frozenset[str]] = {}
+        # Which deployment's watermarks this source writes and stages (config.deployment_id);
+        # None: untagged, as before deployments were told apart (a source built by hand).
+        self.deployment: str | None = None
+        self._foreign: set[str] = set()  # other deployments whose watermarks were seen (logged once)
 
     # One SQL connection per source object, shared by the capture's reading and staging threads.
     _disconnects: tuple[type[BaseException], ...] = ()  # driver errors after which it is replaced
@@ -203,10 +217,48 @@ class Source(abc.ABC):
         a missing replication slot is lost history (HistoryLost), never silently recreated.
         """
 
+    def needs_administrator(self, gaps: list[tuple[str, list[str]]], where: str) -> SourceError:
+        """The error for what the capture user may not do itself: each problem, then the exact
+        statements an administrator runs (`where`: as whom, in which database), in order."""
+        statements = list(dict.fromkeys(s for _, fix in gaps for s in fix))
+        return SourceError(
+            f"{self.name}: user {self.user} cannot capture {self.namespace} yet: "
+            + "; ".join(problem for problem, _ in gaps) + f".\nFix: an administrator runs, {where}:\n"
+            + "\n".join(f"    {s}" for s in statements)
+            + "\nthen `dblog setup` again (`dblog setup --print-sql` prints the whole set-up).")
+
+    def setup_sql(self) -> list[str]:
+        """The whole least-privilege set-up an administrator runs before `dblog setup`, as SQL
+        lines (`--` comments say where and in which order); reads the server, changes nothing."""
+        raise NotImplementedError
+
     # watermarks and chunks ------------------------------------------------------------------------
     @abc.abstractmethod
     def write_watermark(self, slot: str, value: str) -> None:
-        """One single-row autocommitted write of `value` to the watermark table."""
+        """One single-row autocommitted write of `value` to the watermark table (row `watermark_id(slot)`)."""
+
+    def watermark_id(self, slot: str) -> str:
+        return slot if self.deployment is None else f"{self.deployment}{DEPLOYMENT_SEPARATOR}{slot}"
+
+    def own_watermarks(self, events: list[ChangeEvent]) -> list[ChangeEvent]:
+        """`events` without the watermark rows another deployment wrote (its capture stages them).
+
+        Untagged rows (written before deployments were told apart) are kept: a stranger's
+        watermark costs one staged row, while dropping one of ours would stall a dump for ever."""
+        if self.deployment is None or not any(e.table == WATERMARK_TABLE for e in events):
+            return events
+        kept = []
+        for e in events:
+            row = (e.after if e.after is not None else e.before) or {}
+            tag, sep, _ = str(row.get("id") or "").partition(DEPLOYMENT_SEPARATOR)
+            if e.table != WATERMARK_TABLE or not sep or tag == self.deployment:
+                kept.append(e)
+            elif tag not in self._foreign:
+                self._foreign.add(tag)
+                log.info("%s: skipping the watermarks of deployment %s (this is deployment %s; set "
+                         "DBLOG_DEPLOYMENT or the ZooKeeper chroot alike wherever one deployment runs)",
+                         self.name, tag, self.deployment)
+        return kept
 
     def fetch(self, sql: str, params: list) -> list[tuple]:
         """Run one autocommitted READ COMMITTED SELECT."""
@@ -229,6 +281,17 @@ class Source(abc.ABC):
         """The table's highest key now: a dump stops there, later inserts reach it through the log."""
         rows = self.fetch(self.dialect.last_key_query(schema), [])
         return tuple(rows[0]) if rows else None
+
+    def keys(self, schema: TableSchema, page: int = 10_000) -> Iterator[tuple]:
+        """Every key of the table, in key order, read in bounded pages (keyset pagination)."""
+        key_only = TableSchema(schema.name, tuple(schema.column(c) for c in schema.key), schema.key)
+        after = None
+        while True:
+            rows = self.select_chunk(key_only, after, page)
+            yield from (tuple(r) for r in rows)
+            if len(rows) < page:
+                return
+            after = tuple(rows[-1])
 
     def select_keys(self, schema: TableSchema, keys: Sequence[tuple]) -> list[tuple]:
         return self.fetch(*self.dialect.keys_query(schema, keys))

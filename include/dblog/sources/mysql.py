@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import re
 from typing import Iterator
 
 import pyarrow as pa
 import pymysql
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.bitmap import BitGet
 from pymysqlreplication.event import (
     HeartbeatLogEvent,
     QueryEvent,
@@ -20,12 +22,12 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from ..events import DELETE, INSERT, UPDATE, ChangeEvent
+from ..events import DELETE, INSERT, UPDATE, ChangeEvent, RepairNeed
 from ..positions import binlog_file_index, mysql_position
 from ..positions import encode as encode_position
 from ..schema import Column, decimal_type, normalize_key
 from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
-                   SourceUnavailable, Transaction)
+                   SourceUnavailable, Transaction, UnreadableEvent)
 
 _INTS = {"tinyint", "smallint", "mediumint", "int", "integer", "year"}
 _BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
@@ -146,33 +148,98 @@ class MySQLSource(Source):
         if fixes:
             raise SourceError(f"{self.name}: the binlog cannot feed change capture: " + "; ".join(fixes) +
                               " (server options or SET GLOBAL, then restart the capture).")
+        gaps = []
         try:
             self._run("SHOW BINARY LOGS")
         except pymysql.err.OperationalError as exc:
-            raise SourceError(f"{self.name}: user {self.settings['user']} may not read the binlog ({exc.args[-1]}). "
-                              "Fix: GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO the capture user.") from exc
-        notes = []
-        if create:
-            notes += self._ensure_watermark_table()
+            if self._lost_connection(exc):
+                raise
+            gaps.append((f"it may not read the binlog ({exc.args[-1]})", self._sql_replication()))
+        (readable,), = self._run("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = %s",
+                                 [self.database])
+        if not readable:  # a database is listed to users with some privilege on it
+            gaps.append((f"it may not read database {self.database} (or there is none)", self._sql_read()))
+        notes: list[str] = []
+        gaps += self._watermark_gaps(create, notes)
+        if gaps:
+            raise self.needs_administrator(gaps, "as root (or another user who may grant these)")
         return notes
 
-    def _ensure_watermark_table(self) -> list[str]:
+    # The administrator's statements, one home for each: the printed set-up and the errors use them.
+    # The watermark table: `dblog setup` creates it where the capture user may, else an administrator.
+    WATERMARK_DDL = (f"CREATE TABLE IF NOT EXISTS `{WATERMARK_SCHEMA}`.`watermarks` (id VARCHAR(64) PRIMARY KEY, "
+                     "value CHAR(36) NOT NULL, written_at DATETIME(6) NOT NULL) ENGINE=InnoDB")
+
+    def setup_sql(self) -> list[str]:
         try:
-            self._run(f"CREATE DATABASE IF NOT EXISTS `{WATERMARK_SCHEMA}`", fetch=False)
-            self._run(
-                f"CREATE TABLE IF NOT EXISTS `{WATERMARK_SCHEMA}`.`watermarks` (id VARCHAR(64) PRIMARY KEY, "
-                "value CHAR(36) NOT NULL, written_at DATETIME(6) NOT NULL) ENGINE=InnoDB", fetch=False)
-        except pymysql.err.OperationalError as exc:
-            raise SourceError(f"{self.name}: cannot create the watermark table {WATERMARK_TABLE} ({exc.args[-1]}). "
-                              f"Fix: CREATE DATABASE {WATERMARK_SCHEMA}; GRANT ALL ON {WATERMARK_SCHEMA}.* "
-                              "TO the capture user.") from exc
+            account, server = self._account(), self._run("SELECT VERSION()")[0][0]
+        except (SourceError, pymysql.err.MySQLError):
+            account, server = self._literal(self.user) + "@'%'", "not reachable as this user yet"
+        return [f"-- {self.name}: capture user {account}, database {self.database} ({server}).",
+                "-- 0. Server options (then restart): log_bin, binlog_format=ROW, binlog_row_image=FULL, "
+                "binlog_row_metadata=FULL.",
+                "-- 1. An administrator runs:",
+                f"-- (if the user does not exist yet: CREATE USER {account} IDENTIFIED BY '<password>';)",
+                *self._sql_replication(account), *self._sql_read(account), *self._sql_watermark_table(account),
+                f"-- 2. Then `dblog setup` (as {self.user}) checks the binlog settings and these privileges."]
+
+    @staticmethod
+    def _literal(text: str) -> str:
+        return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+    def _account(self) -> str:
+        """The capture user as the server matched it ('dblog'@'%'), for GRANT statements."""
+        user, _, host = self._run("SELECT CURRENT_USER()")[0][0].rpartition("@")
+        return f"{self._literal(user)}@{self._literal(host)}"
+
+    def _sql_replication(self, account: str | None = None) -> list[str]:
+        # MariaDB 10.5+ needs BINLOG MONITOR for SHOW BINARY LOGS / MASTER STATUS; MySQL calls it REPLICATION CLIENT.
+        return [f"GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO {account or self._account()};  "
+                "-- MySQL: REPLICATION SLAVE, REPLICATION CLIENT"]
+
+    def _sql_read(self, account: str | None = None) -> list[str]:
+        return [f"GRANT SELECT ON {self.dialect.quote(self.database)}.* TO {account or self._account()};"]
+
+    def _sql_watermark_table(self, account: str | None = None) -> list[str]:
+        return [f"CREATE DATABASE IF NOT EXISTS `{WATERMARK_SCHEMA}`;", f"{self.WATERMARK_DDL};",
+                *self._sql_watermark_grants(account)]
+
+    def _sql_watermark_grants(self, account: str | None = None) -> list[str]:
+        return [f"GRANT SELECT, INSERT, UPDATE ON `{WATERMARK_SCHEMA}`.`watermarks` TO {account or self._account()};"]
+
+    def _watermark_gaps(self, create: bool, notes: list[str]) -> list[tuple[str, list[str]]]:
+        table = f"`{WATERMARK_SCHEMA}`.`watermarks`"
+        (exists,), = self._run("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = %s "
+                               "AND table_name = 'watermarks'", [WATERMARK_SCHEMA])
+        if not exists and create:
+            try:
+                self._run(f"CREATE DATABASE IF NOT EXISTS `{WATERMARK_SCHEMA}`", fetch=False)
+                self._run(self.WATERMARK_DDL, fetch=False)
+                notes.append(f"created {WATERMARK_TABLE}")
+                return []
+            except pymysql.err.MySQLError as exc:
+                if self._lost_connection(exc):
+                    raise
+        if not exists:  # (information_schema lists only tables the user has some privilege on)
+            return [(f"it cannot see a watermark table {WATERMARK_TABLE} (there is none, or it has no privilege "
+                     "on it)", self._sql_watermark_table())]
+        try:
+            # Privilege probes that match no row, so they write nothing (not even to the binlog).
+            self._run(f"INSERT INTO {table} (id, value, written_at) SELECT id, value, written_at FROM {table} "
+                      "WHERE FALSE", fetch=False)
+            self._run(f"UPDATE {table} SET value = value WHERE FALSE", fetch=False)
+        except pymysql.err.MySQLError as exc:
+            if self._lost_connection(exc):
+                raise
+            return [(f"it may not write the watermark table {WATERMARK_TABLE} ({exc.args[-1]})",
+                     self._sql_watermark_grants())]
         return []
 
     def write_watermark(self, slot: str, value: str) -> None:
         self._run(
             f"INSERT INTO `{WATERMARK_SCHEMA}`.`watermarks` (id, value, written_at) VALUES (%s, %s, NOW(6)) "
             "ON DUPLICATE KEY UPDATE value = VALUES(value), written_at = VALUES(written_at)",
-            [slot, value], fetch=False)
+            [self.watermark_id(slot), value], fetch=False)
 
     def head(self) -> dict:
         row = self._run("SHOW MASTER STATUS")[0]
@@ -203,6 +270,8 @@ class MySQLSource(Source):
             only_schemas=[self.database, WATERMARK_SCHEMA], is_mariadb=False,
             slave_heartbeat=max(idle_timeout, 0.1), enable_logging=False)
         pending: list[ChangeEvent] = []
+        needs: list[RepairNeed] = []
+        captured = self.tables()
         try:
             for ev in reader:
                 if isinstance(ev, HeartbeatLogEvent):
@@ -214,7 +283,9 @@ class MySQLSource(Source):
                 if isinstance(ev, QueryEvent):
                     if ev.query.strip().upper().startswith(("ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE")):
                         self._schemas.clear()  # DDL: re-read the catalog on the next event
+                        captured = self.tables()
                     if ev.query.strip().upper() != "COMMIT":
+                        needs.extend(self._statement_writes(reader.log_file, ev, captured))
                         continue
                     # non-transactional tables end their group with a COMMIT query instead of an XID
                 if isinstance(ev, (XidEvent, QueryEvent)):
@@ -222,10 +293,13 @@ class MySQLSource(Source):
                     for e in pending:
                         e.commit_ts = ts
                         e.txid = str(getattr(ev, "xid", "")) or None
-                    yield Transaction(pending, {"log_file": reader.log_file, "log_pos": ev.packet.log_pos}, ts)
-                    pending = []
+                    yield Transaction(pending, {"log_file": reader.log_file, "log_pos": ev.packet.log_pos}, ts,
+                                      needs)
+                    pending, needs = [], []
                     continue
-                pending.extend(self._row_events(reader.log_file, ev))
+                events, partial = self._row_events(reader.log_file, ev)
+                pending.extend(self.own_watermarks(events))
+                needs.extend(partial)
         except pymysql.err.OperationalError as exc:
             if exc.args and exc.args[0] == 1236:
                 raise HistoryLost(f"{self.name}: the server cannot serve the binlog from the checkpoint "
@@ -234,24 +308,109 @@ class MySQLSource(Source):
         finally:
             reader.close()
 
-    def _row_events(self, log_file: str, ev) -> list[ChangeEvent]:
+    def _row_events(self, log_file: str, ev) -> tuple[list[ChangeEvent], list[RepairNeed]]:
         table = f"{ev.schema}.{ev.table}"
-        schema = self.schema_for_event(table, [c.name for c in ev.columns or ()])
-        out = []
+        names = [c.name for c in ev.columns or ()]
+        schema = self.schema_for_event(table, names)
         file_index, log_pos = binlog_file_index(log_file), ev.packet.log_pos
+        first = absent(names, ev.columns_present_bitmap)
+        second = absent(names, getattr(ev, "columns_present_bitmap2", None))
+        out, partial = [], []
         for i, row in enumerate(ev.rows):
             pos = encode_position(file_index, log_pos, i)
             if isinstance(ev, WriteRowsEvent):
-                after, before, op = row["values"], None, INSERT
+                event = row_event(self.name, schema, INSERT, pos, None, row["values"], set(), first)
             elif isinstance(ev, UpdateRowsEvent):
-                after, before, op = row["after_values"], row["before_values"], UPDATE
+                event = row_event(self.name, schema, UPDATE, pos, row["before_values"], row["after_values"],
+                                  first, second)
             else:
-                after, before, op = None, row["values"], DELETE
-            image = after if after is not None else before
-            key = normalize_key(schema.key_of(image), schema)
-            old_key = None
-            if before is not None and after is not None:
-                prior = normalize_key(schema.key_of(before), schema)
-                old_key = prior if prior != key else None
-            out.append(ChangeEvent(self.name, table, op, pos, key, after, before=before, old_key=old_key))
-        return out
+                event = row_event(self.name, schema, DELETE, pos, row["values"], None, first, set())
+            out.append(event)
+            if event.unchanged and event.op != DELETE:
+                partial.append(event)
+        needs = []
+        if partial:
+            # The merge fills what it can from the row's previous version; a repair dump re-reads
+            # the rows, so no value rests on a guess.
+            needs.append(RepairNeed(table, f"partial row image (binlog_row_image MINIMAL or NOBLOB in the writing "
+                                           f"session): {', '.join(partial[0].unchanged)} not in the event",
+                                    partial[0].position, tuple(dict.fromkeys(e.key for e in partial))))
+        return out, needs
+
+    def _statement_writes(self, log_file: str, ev, tables: list[str]) -> list[RepairNeed]:
+        """Captured tables a statement-logged write (binlog_format STATEMENT or MIXED in the
+        writing session) may have changed: its rows never reach the log as row events."""
+        query = strip_sql_comments(ev.query)
+        if not _DML.match(query):
+            return []
+        default = ev.schema.decode() if isinstance(ev.schema, bytes) else (ev.schema or "")
+        hits = statement_tables(query, default, self.database, [t.partition(".")[2] for t in tables])
+        reason = f"statement-logged write (binlog_format STATEMENT/MIXED in the writing session): {query[:120]}"
+        position = encode_position(binlog_file_index(log_file), ev.packet.log_pos, 0)
+        return [RepairNeed(f"{self.database}.{t}", reason, position) for t in hits]
+
+
+_DML = re.compile(r"^\s*(INSERT|REPLACE|UPDATE|DELETE|LOAD\s+DATA|LOAD\s+XML)\b", re.I)
+
+
+def strip_sql_comments(query: str) -> str:
+    return re.sub(r"/\*.*?\*/|--[^\n]*|#[^\n]*", " ", query, flags=re.S)
+
+
+def statement_tables(query: str, default_schema: str, database: str, tables: list[str]) -> list[str]:
+    """The tables of `database` a DML statement names (qualified, or unqualified with `database`
+    as the session's default). Conservative: a table the statement only reads counts too, since
+    telling targets from sources needs a full SQL parser, and a needless repair dump is harmless."""
+    named = re.findall(r"(?:`((?:[^`]|``)+)`|(\w+))\s*\.\s*(?:`((?:[^`]|``)+)`|(\w+))|`((?:[^`]|``)+)`|(\w+)", query)
+    found = []
+    for q1, q2, t1, t2, b, w in named:
+        if q1 or q2:
+            schema_name, name = (q1 or q2).replace("``", "`"), (t1 or t2).replace("``", "`")
+        else:
+            schema_name, name = default_schema, (b or w).replace("``", "`")
+        if schema_name == database and name in tables and name not in found:
+            found.append(name)
+    return found
+
+
+def absent(names: list[str], bitmap) -> set[str]:
+    """Columns a rows event's image leaves out (its columns-present bitmap; FULL images carry all)."""
+    if bitmap is None:
+        return set()
+    return {n for i, n in enumerate(names) if not BitGet(bitmap, i)}
+
+
+def row_event(source: str, schema, op: str, pos: str, before: dict | None, after: dict | None,
+              before_absent: set[str], after_absent: set[str]) -> ChangeEvent:
+    """One row of a rows event as a ChangeEvent, from what its images carry. A partial image
+    (a session's binlog_row_image MINIMAL / NOBLOB) is never staged as if it were full: the
+    columns it leaves out are listed in `unchanged`, a partial before image is not staged, and
+    an image without the key stops the capture (UnreadableEvent)."""
+    key_cols = set(schema.key)
+    columns = schema.column_set
+    if after is not None and not key_cols & after_absent:
+        key = normalize_key(schema.key_of(after), schema)
+    elif before is not None and not key_cols & before_absent:
+        # MINIMAL leaves an unchanged key out of the after image: the before image has it.
+        key = normalize_key(schema.key_of(before), schema)
+        if after is not None:
+            after = {**after, **{c: before[c] for c in schema.key}}
+            after_absent = after_absent - key_cols
+    else:
+        raise UnreadableEvent(
+            f"{source}: a {'insert' if op == INSERT else 'update' if op == UPDATE else 'delete'} of {schema.name} "
+            f"at position {pos} does not carry the primary key ({', '.join(schema.key)}): a session wrote with a "
+            "partial binlog_row_image and dblog cannot tell which row changed, so it stopped before staging it. "
+            "Fix: keep binlog_row_image=FULL for every client (it is a session variable: revoke SUPER / BINLOG "
+            "ADMIN from applications), then `dblog capture --reset` and a full dump of the table.")
+    old_key = None
+    if op == UPDATE and not key_cols & before_absent and not key_cols & after_absent:
+        prior = normalize_key(schema.key_of(before), schema)
+        old_key = prior if prior != key else None
+    if op == DELETE:
+        missing = sorted((before_absent & columns) - key_cols)
+        return ChangeEvent(source, schema.name, op, pos, key, None, before=before, unchanged=missing)
+    missing = sorted((after_absent & columns) - key_cols)
+    staged_before = before if before is not None and not before_absent & columns else None
+    return ChangeEvent(source, schema.name, op, pos, key, after, before=staged_before, old_key=old_key,
+                       unchanged=missing)

@@ -54,8 +54,9 @@ class RowChange:
     kind: str                       # I, U, D
     relation: Relation
     new: dict | None                # column -> value (None for an unchanged TOASTed value)
-    old: dict | None                # replica identity tuple ('K': key columns, 'O': full row)
+    old: dict | None                # the full old row ('O', REPLICA IDENTITY FULL); deletes: 'K' or 'O'
     unchanged: list[str] | None = None  # columns of `new` whose TOASTed value was left out
+    old_key: dict | None = None     # an update's key-only old tuple ('K': the key changed); not a row image
 
 
 @dataclass
@@ -113,11 +114,22 @@ class Decoder:
             return RowChange("I", self.relations[oid], new, None, self._unchanged)
         if kind == 0x55:  # U
             oid = _U32.unpack_from(payload, 1)[0]
-            old, off = None, 5
+            old, off, full_old, old_unchanged = None, 5, False, None
             if payload[off] in (0x4B, 0x4F):  # K (key) or O (old row)
+                full_old = payload[off] == 0x4F
                 old, off = self._tuple(oid, payload, off + 1)
+                old_unchanged = self._unchanged
             new, _ = self._tuple(oid, payload, off + 1)
-            return RowChange("U", self.relations[oid], new, old, self._unchanged)
+            unchanged = self._unchanged
+            if unchanged and full_old:
+                # REPLICA IDENTITY FULL: the old row carries the unchanged values in full, so the
+                # event proves them itself (no previous version needed, see the merge's fill).
+                for name in unchanged:
+                    if name not in (old_unchanged or ()):
+                        new[name] = old[name]
+                unchanged = [n for n in unchanged if n in (old_unchanged or ())] or None
+            return RowChange("U", self.relations[oid], new, old if full_old else None, unchanged,
+                             old_key=None if full_old or old is None else old)
         if kind == 0x44:  # D
             oid = _U32.unpack_from(payload, 1)[0]
             old, _ = self._tuple(oid, payload, 6)

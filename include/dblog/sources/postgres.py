@@ -1,6 +1,7 @@
 """PostgreSQL: capture through a pgoutput logical replication slot, chunks through psycopg2."""
 from __future__ import annotations
 
+import re
 import select
 import time
 from typing import Iterator
@@ -16,6 +17,14 @@ from ..schema import Column, decimal_type, normalize_key
 from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
                    SourceUnavailable, Transaction)
 from .pgoutput import Begin, Commit, Decoder, RowChange
+
+# How long a capture waits for a replication slot held by someone else before it fails: a
+# predecessor capture's walsender ends within moments of its process, another consumer's never.
+SLOT_BUSY_WAIT_S = 15.0
+
+
+class SlotInUse(SourceError):
+    """Another consumer streams from this source's replication slot."""
 
 
 _OPS = {"I": INSERT, "U": UPDATE, "D": DELETE}
@@ -131,58 +140,157 @@ class PostgresSource(Source):
         return estimate_from_stats(rows[0][0], rows[0][1])
 
     # -- set-up ---------------------------------------------------------------------------------
+    # The order that is not circular: an administrator creates the watermark table and then the
+    # publication, which must name it (only a superuser or the tables' owner may create one);
+    # then `dblog setup`, as the capture role, checks all of it and creates the replication slot.
+    WATERMARK_DDL = (f"CREATE TABLE IF NOT EXISTS {WATERMARK_TABLE} (id VARCHAR(64) PRIMARY KEY, "
+                     "value CHAR(36) NOT NULL, written_at TIMESTAMPTZ NOT NULL)")
+
     def preflight(self, create: bool = True, first_use: bool = True) -> list[str]:
         (wal_level,), = self._run("SHOW wal_level")
         if wal_level != "logical":
             raise SourceError(f"{self.name}: wal_level is {wal_level}; change capture needs logical. "
                               "Fix: ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL.")
-        (can_replicate,), = self._run(
-            "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user")
-        if not can_replicate:
-            raise SourceError(f"{self.name}: role {self.dsn['user']} lacks the REPLICATION attribute. "
-                              f"Fix: ALTER ROLE {self.dsn['user']} REPLICATION;")
         notes: list[str] = []
-        if create:
-            notes += self._ensure_watermark_table()
-        notes += self._ensure_publication(create)
+        gaps = self._role_gaps()
+        table_gaps = self._watermark_gaps(create, notes)
+        # A publication can only name a table that exists: try to create it only after the table.
+        gaps += table_gaps + self._publication_gaps(create and not table_gaps, notes)
+        if gaps:
+            raise self.needs_administrator(gaps, f"as a superuser, in database {self.dsn['dbname']}")
         notes += self._ensure_slot(create and first_use)
         return notes
 
-    def _ensure_watermark_table(self) -> list[str]:
-        if self._run("SELECT to_regclass(%s) IS NOT NULL", [WATERMARK_TABLE])[0][0]:
-            return []
+    def setup_sql(self) -> list[str]:
+        user, db = self._ident(self.user), self.dsn["dbname"]
         try:
-            if not self._run("SELECT 1 FROM pg_namespace WHERE nspname = %s", [WATERMARK_SCHEMA]):
-                self._run(f"CREATE SCHEMA {WATERMARK_SCHEMA}", fetch=False)
-            self._run(f"CREATE TABLE IF NOT EXISTS {WATERMARK_TABLE} (id VARCHAR(64) PRIMARY KEY, "
-                      "value CHAR(36) NOT NULL, written_at TIMESTAMPTZ NOT NULL)", fetch=False)
-        except psycopg2.Error as exc:
-            raise SourceError(f"{self.name}: cannot create the watermark table {WATERMARK_TABLE} "
-                              f"({str(exc).strip()}). Fix: CREATE SCHEMA {WATERMARK_SCHEMA} AUTHORIZATION "
-                              f"{self.dsn['user']};") from exc
+            version, tables = self._server_version(), self._captured_tables()
+            server = f"PostgreSQL {version // 10000}"
+        except (SourceError, psycopg2.Error):
+            version, tables, server = None, [], "not reachable as this role yet: assuming PostgreSQL 15 or later"
+        return [f"-- {self.name}: capture role {user}, database {db}, schema {self.schema} ({server}).",
+                "-- 0. Server setting: ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL.",
+                f"-- 1. An administrator (a superuser) runs, in database {db}:",
+                f"-- (if the role does not exist yet: CREATE ROLE {user} LOGIN PASSWORD '<password>';)",
+                *self._sql_replication(), *self._sql_read_schema(), *self._sql_watermark_table(),
+                self._sql_publication(version, tables),
+                f"-- 2. Then `dblog setup` (as {user}) checks all of this and creates the replication slot "
+                f"{self.slot}."]
+
+    # The administrator's statements, one home for each: the printed set-up and the errors use them.
+    def _ident(self, name: str) -> str:
+        return name if re.fullmatch(r"[a-z_][a-z0-9_]*", name) else self.dialect.quote(name)
+
+    def _sql_replication(self) -> list[str]:
+        return [f"ALTER ROLE {self._ident(self.user)} REPLICATION;"]
+
+    def _sql_read_schema(self) -> list[str]:
+        schema, user = self._ident(self.schema), self._ident(self.user)
+        return [f"GRANT USAGE ON SCHEMA {schema} TO {user};",
+                f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {user};",
+                # Default privileges apply to the tables of the role that runs this statement.
+                f"ALTER DEFAULT PRIVILEGES IN SCHEMA {schema} GRANT SELECT ON TABLES TO {user};  "
+                f"-- as the role that creates {schema}'s tables"]
+
+    def _sql_watermark_table(self) -> list[str]:
+        return [f"CREATE SCHEMA IF NOT EXISTS {WATERMARK_SCHEMA};", f"{self.WATERMARK_DDL};",
+                *self._sql_watermark_grants()]
+
+    def _sql_watermark_grants(self) -> list[str]:
+        user = self._ident(self.user)
+        return [f"GRANT USAGE ON SCHEMA {WATERMARK_SCHEMA} TO {user};",
+                f"GRANT SELECT, INSERT, UPDATE ON {WATERMARK_TABLE} TO {user};"]
+
+    def _sql_publication(self, version: int | None, tables: list[str]) -> str:
+        """Only the captured schema and the watermark table: FOR ALL TABLES would stream every
+        table of the database to the capture role, readable or not. Before PostgreSQL 15 a
+        publication lists tables one by one, and tables created later must be added to it."""
+        pub = self._ident(self.publication)
+        if version is None or version >= 150000:
+            return f"CREATE PUBLICATION {pub} FOR TABLES IN SCHEMA {self._ident(self.schema)}, TABLE {WATERMARK_TABLE};"
+        listed = ", ".join([*(f"{self._ident(self.schema)}.{self._ident(t)}" for t in tables), WATERMARK_TABLE])
+        return f"CREATE PUBLICATION {pub} FOR TABLE {listed};  -- later tables: ALTER PUBLICATION {pub} ADD TABLE ..."
+
+    def _server_version(self) -> int:
+        return int(self._run("SHOW server_version_num")[0][0])
+
+    def _captured_tables(self) -> list[str]:
+        """The schema's tables from the catalog (information_schema hides those the role may not read)."""
+        return [r[0] for r in self._run(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
+            "AND c.relkind = 'r' AND NOT c.relispartition ORDER BY 1", [self.schema])]
+
+    # Each check returns its gaps: (what is wrong, the statements that fix it).
+    def _role_gaps(self) -> list[tuple[str, list[str]]]:
+        gaps = []
+        (can_replicate,), = self._run("SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user")
+        if not can_replicate:
+            gaps.append(("it lacks the REPLICATION attribute", self._sql_replication()))
+        readable = self._run(
+            "SELECT has_schema_privilege(n.oid, 'USAGE') AND NOT EXISTS (SELECT 1 FROM pg_class c WHERE "
+            "c.relnamespace = n.oid AND c.relkind IN ('r', 'p') AND NOT has_table_privilege(c.oid, 'SELECT')) "
+            "FROM pg_namespace n WHERE n.nspname = %s", [self.schema])
+        if readable and not readable[0][0]:
+            gaps.append((f"it may not read schema {self.schema} (USAGE, SELECT)", self._sql_read_schema()))
+        return gaps
+
+    def _watermark_gaps(self, create: bool, notes: list[str]) -> list[tuple[str, list[str]]]:
+        # Catalog reads only: to_regclass fails outright without USAGE on the schema.
+        rows = self._run(
+            "SELECT has_schema_privilege(n.oid, 'USAGE'), has_schema_privilege(n.oid, 'CREATE'), "
+            "(SELECT c.oid FROM pg_class c WHERE c.relnamespace = n.oid AND c.relname = 'watermarks') "
+            "FROM pg_namespace n WHERE n.nspname = %s", [WATERMARK_SCHEMA])
+        usage, may_create, table = rows[0] if rows else (False, False, None)
+        if table is None and create:
+            if not rows:  # no schema yet: creating one takes CREATE on the database
+                (may_create,), = self._run("SELECT has_database_privilege(current_database(), 'CREATE')")
+            if may_create:
+                try:
+                    if not rows:
+                        self._run(f"CREATE SCHEMA IF NOT EXISTS {WATERMARK_SCHEMA}", fetch=False)
+                    self._run(self.WATERMARK_DDL, fetch=False)
+                    notes.append(f"created {WATERMARK_TABLE}")
+                    return []
+                except psycopg2.Error as exc:
+                    if self._lost_connection(exc):
+                        raise
+        if table is None:
+            return [(f"there is no watermark table {WATERMARK_TABLE}", self._sql_watermark_table())]
+        (writable,), = self._run("SELECT has_table_privilege(%s::oid, 'SELECT') AND has_table_privilege(%s::oid, "
+                                 "'INSERT') AND has_table_privilege(%s::oid, 'UPDATE')", [table] * 3)
+        if not (usage and writable):
+            return [(f"it may not write the watermark table {WATERMARK_TABLE}", self._sql_watermark_grants())]
         return []
 
-    def _ensure_publication(self, create: bool) -> list[str]:
-        rows = self._run("SELECT puballtables FROM pg_publication WHERE pubname = %s", [self.publication])
+    def _publication_gaps(self, create: bool, notes: list[str]) -> list[tuple[str, list[str]]]:
+        pub = self.publication
+        rows = self._run("SELECT puballtables FROM pg_publication WHERE pubname = %s", [pub])
         if not rows:
-            if not create:
-                raise SourceError(f"{self.name}: publication {self.publication} is missing. "
-                                  f"Fix: CREATE PUBLICATION {self.publication} FOR ALL TABLES;")
-            try:
-                self._run(f"CREATE PUBLICATION {self.dialect.quote(self.publication)} FOR ALL TABLES", fetch=False)
-            except psycopg2.Error as exc:
-                raise SourceError(f"{self.name}: cannot create publication {self.publication} "
-                                  f"({str(exc).strip()}). Fix, as a superuser: CREATE PUBLICATION "
-                                  f"{self.publication} FOR ALL TABLES;") from exc
-            return [f"created publication {self.publication} FOR ALL TABLES"]
-        if not rows[0][0]:
-            listed = self._run("SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s "
-                               "AND tablename = 'watermarks'", [self.publication, WATERMARK_SCHEMA])
-            if not listed:
-                raise SourceError(f"{self.name}: publication {self.publication} does not include "
-                                  f"{WATERMARK_TABLE}, so watermarks never reach the stream. Fix: ALTER "
-                                  f"PUBLICATION {self.publication} ADD TABLE {WATERMARK_TABLE};")
-        return []
+            statement = self._sql_publication(self._server_version(), self._captured_tables())
+            if create:
+                try:
+                    self._run(statement.partition("--")[0], fetch=False)
+                    notes.append(f"created publication {pub}")
+                    return []
+                except psycopg2.Error as exc:  # the usual case: only a superuser may
+                    if self._lost_connection(exc):
+                        raise
+            return [(f"publication {pub} is missing", [statement])]
+        if rows[0][0]:
+            return []  # FOR ALL TABLES (a local or older set-up): covers everything
+        gaps = []
+        if not self._run("SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s "
+                         "AND tablename = 'watermarks'", [pub, WATERMARK_SCHEMA]):
+            gaps.append((f"publication {pub} does not include {WATERMARK_TABLE}, so watermarks never reach the "
+                         "stream", [f"ALTER PUBLICATION {self._ident(pub)} ADD TABLE {WATERMARK_TABLE};"]))
+        listed = {r[0] for r in self._run("SELECT tablename FROM pg_publication_tables WHERE pubname = %s "
+                                          "AND schemaname = %s", [pub, self.schema])}
+        missing = [t for t in self._captured_tables() if t not in listed]
+        if missing:
+            tables = ", ".join(f"{self._ident(self.schema)}.{self._ident(t)}" for t in missing)
+            gaps.append((f"publication {pub} leaves out {tables}, whose changes would never be captured",
+                         [f"ALTER PUBLICATION {self._ident(pub)} ADD TABLE {tables};"]))
+        return gaps
 
     def _ensure_slot(self, create: bool) -> list[str]:
         rows = self._run("SELECT plugin, wal_status FROM pg_replication_slots WHERE slot_name = %s", [self.slot])
@@ -215,7 +323,7 @@ class PostgresSource(Source):
     def write_watermark(self, slot: str, value: str) -> None:
         self._run(f"INSERT INTO {WATERMARK_TABLE} (id, value, written_at) VALUES (%s, %s, now()) "
                   "ON CONFLICT (id) DO UPDATE SET value = EXCLUDED.value, written_at = EXCLUDED.written_at",
-                  [slot, value], fetch=False)
+                  [self.watermark_id(slot), value], fetch=False)
 
     def head(self) -> dict:
         (lsn,), = self._run("SELECT pg_current_wal_lsn()::text")
@@ -227,11 +335,9 @@ class PostgresSource(Source):
             raise HistoryLost(f"{self.name}: replication slot {self.slot} is gone, so changes since the "
                               "checkpoint are lost to capture. Fix: reset the capture checkpoint "
                               "(`dblog capture --reset`), which recreates the slot, and run a full dump.")
-        self._repl = conn = self.connect(connection_factory=psycopg2.extras.LogicalReplicationConnection)
-        self._repl_cursor = cur = conn.cursor()
         start = lsn_to_int(resume["lsn"]) if resume else 0
-        cur.start_replication(slot_name=self.slot, decode=False, start_lsn=start,
-                              options={"proto_version": "1", "publication_names": self.publication})
+        conn, cur = self._start_replication(start)  # SlotInUse while another consumer holds the slot
+        self._repl, self._repl_cursor = conn, cur
         decoder, pending, begin, index = Decoder(), [], None, 0
         last_data = time.monotonic()
         try:
@@ -259,7 +365,7 @@ class PostgresSource(Source):
                     begin, index, pending = item, 0, []
                 elif isinstance(item, RowChange):
                     if item.relation.namespace in (self.schema, WATERMARK_SCHEMA):
-                        pending.append(self._event(item, begin, index))
+                        pending.extend(self.own_watermarks([self._event(item, begin, index)]))
                     index += 1
                 elif isinstance(item, Commit):
                     if item.end_lsn > start:
@@ -268,6 +374,41 @@ class PostgresSource(Source):
         finally:
             conn.close()
             self._repl = None
+
+    def _start_replication(self, start: int):
+        """A replication connection streaming from the slot. A slot serves one consumer at a time:
+        a predecessor capture's connection ends within moments of its process, so wait briefly;
+        anyone else (another deployment or tool on this slot name) would take the changes this
+        capture needs, so then fail, naming the holder and the fix."""
+        deadline = time.monotonic() + SLOT_BUSY_WAIT_S
+        while True:
+            conn = self.connect(connection_factory=psycopg2.extras.LogicalReplicationConnection)
+            cur = conn.cursor()
+            try:
+                cur.start_replication(slot_name=self.slot, decode=False, start_lsn=start,
+                                      options={"proto_version": "1", "publication_names": self.publication})
+                return conn, cur
+            except psycopg2.errors.ObjectInUse:
+                conn.close()
+                if time.monotonic() >= deadline:
+                    raise SlotInUse(self._slot_in_use()) from None
+                time.sleep(0.5)
+            except BaseException:
+                conn.close()
+                raise
+
+    def _slot_in_use(self) -> str:
+        rows = self._run("SELECT s.active_pid, a.application_name, a.client_addr::text, a.usename "
+                         "FROM pg_replication_slots s LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid "
+                         "WHERE s.slot_name = %s", [self.slot])
+        pid, app, addr, user = rows[0] if rows else (None, None, None, None)
+        holder = ", ".join(f"{k} {v}" for k, v in (("pid", pid), ("application", app and repr(app)),
+                                                     ("from", addr), ("user", user)) if v)
+        return (f"{self.name}: replication slot {self.slot} is in use by another consumer ({holder or 'unknown'}) "
+                f"for over {SLOT_BUSY_WAIT_S:.0f} s. A slot feeds one consumer, and what it hands the other never "
+                f"reaches this capture. Fix: stop that consumer (if it is a stale capture: SELECT "
+                f"pg_terminate_backend({pid or 'PID'});), or give this source its own slot (?slot=NAME in its "
+                "connection URI; `dblog setup` creates it).")
 
     def acknowledge(self, resume: dict) -> None:
         if self._repl is not None and not self._repl.closed:
@@ -285,8 +426,9 @@ class PostgresSource(Source):
         after = change.new
         key = normalize_key(schema.key_of(after if after is not None else change.old), schema)
         old_key = None
-        if change.kind == "U" and change.old is not None:
-            prior = normalize_key(schema.key_of(change.old), schema)
+        identity = change.old if change.old is not None else change.old_key
+        if change.kind == "U" and identity is not None:
+            prior = normalize_key(schema.key_of(identity), schema)
             old_key = prior if prior != key else None
         op = _OPS[change.kind]
         return ChangeEvent(self.name, table, op, encode_position(begin.final_lsn, index, 0), key, after,

@@ -38,9 +38,11 @@ from ..reconcile import watermark_positions
 from ..sources.base import WATERMARK_TABLE
 from ..staging import StagedLog
 from ..state import StateStore
-from ..warehouse.layout import TOMBSTONES, Bucket, Manifest, Warehouse
+from ..warehouse.layout import TOMBSTONES, Bucket, Manifest, Warehouse, missing_keys, missing_rows
 from . import merge as M
-from .rules import dump_records, log_records, window_survivors
+from .. import repair
+from ..events import RepairNeed
+from .rules import WINDOW, dump_records, fill_records, log_records, window_dropped, window_survivors
 
 log = logging.getLogger("dblog.merge")
 BUCKET_ROWS = 250_000
@@ -68,6 +70,9 @@ class MergeResult:
     note: str = ""
     dumps: dict[str, dict[str, int]] = field(default_factory=dict)  # dump id -> chunks, rows, dropped merged now
     newest_commit_ts: float | None = None   # unix time of the newest log event merged now (freshness)
+    missing_rows: int = 0                   # warehouse rows with a value nothing proved yet (see rules.latest)
+    repairs_requested: int = 0              # keys this merge asked to re-read (values it could not prove)
+    waiting: dict | None = None             # repairs of this table not landed yet (repair.waiting)
 
     @property
     def dropped(self) -> int:
@@ -194,12 +199,15 @@ def _inputs(spark: SparkSession, staged: StagedLog, source: str, table: str, man
         new = events if done_upto is None else events.where(F.col("_position") > done_upto)
         seen = new.agg(F.max(F.size("_unchanged")).alias("unchanged"),
                        F.max(F.unix_micros("_commit_ts")).alias("newest")).first()
-        out.fill_unchanged = (seen["unchanged"] or 0) > 0
+        out.fill_unchanged = (seen["unchanged"] or 0) > 0 or bool(manifest and manifest.missing_rows)
         if seen["newest"] is not None:
             result.newest_commit_ts = seen["newest"] / 1e6
         parts.append(log_records(new, out.key, names))
     if chunks is not None:
-        parts.append(dump_records(window_survivors(M.align(chunks, out.columns), events, watermarks, out.key), names))
+        chunks = M.align(chunks, out.columns)
+        parts.append(dump_records(window_survivors(chunks, events, watermarks, out.key), names))
+        if out.fill_unchanged and events is not None:
+            parts.append(fill_records(window_dropped(chunks, events, watermarks, out.key), names))
     out.records = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
     return out
 
@@ -219,6 +227,7 @@ def merge_table(spark: SparkSession, store: StateStore, staged: StagedLog, wareh
     try:
         warehouse.clean(source, table)
         _merge(spark, store, staged, warehouse, result, bucket_rows, lease)
+        _ask_repairs(store, warehouse, result)
     finally:
         lease.release()
     result.seconds = time.monotonic() - started
@@ -272,6 +281,28 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
     result.tombstones = sum(b.tombstone_rows for b in new.buckets)
 
 
+def _ask_repairs(store: StateStore, warehouse: Warehouse, result: MergeResult) -> None:
+    """Rows whose values nothing proved (rules.latest) get their keys re-read by a repair dump,
+    unless a repair already covers them; the result reports what still waits."""
+    manifest = warehouse.manifest(result.source, result.table)
+    result.missing_rows = manifest.missing_rows if manifest else 0
+    if result.missing_rows:
+        whole, covered = repair.covered(store, result.source, result.table)
+        found: dict[tuple, list[str]] = {}
+        if not whole:
+            buckets = [i for i, b in enumerate(manifest.buckets) if b.missing_rows]
+            for path in warehouse.files(result.source, result.table, manifest, buckets=buckets):
+                found.update(missing_keys(path, manifest.key))
+        keys = [k for k in found if repair.key_id(k) not in covered]
+        if keys:
+            columns = sorted({c for k in keys for c in found[k]})
+            result.repairs_requested = len(keys)
+            repair.request(store, result.source, [RepairNeed(
+                result.table, f"values the log left out and nothing older proves ({', '.join(columns)})",
+                result.upto, tuple(keys))])
+    result.waiting = repair.waiting(store, result.source).get(result.table)
+
+
 def _record_dumps(store: StateStore, lease, result: MergeResult) -> None:
     """Add what this merge took of each dump to the dump's totals for the table (after the commit:
     a crash in between under-counts, it never counts a chunk twice). Dumps no longer registered
@@ -297,7 +328,7 @@ def _rewrite(spark: SparkSession, warehouse: Warehouse, base: Manifest, recs: Da
         if r["_origin"] == "dump":
             result.survivors += r["count"]
             survivors[r["_dump_id"]] = survivors.get(r["_dump_id"], 0) + r["count"]
-        else:
+        elif r["_origin"] != WINDOW:
             result.log_events += r["count"]
     for dump_id, totals in result.dumps.items():
         totals["dropped"] = totals["rows"] - survivors.get(dump_id, 0)
@@ -307,7 +338,7 @@ def _rewrite(spark: SparkSession, warehouse: Warehouse, base: Manifest, recs: Da
         touched = set(incoming)
     old_files = warehouse.files(base.source, base.table, base, tombstones=True, buckets=sorted(touched)) \
         if version_dir else []
-    existing = M.align(spark.read.parquet(*old_files), columns) if old_files else None
+    existing = M.align(spark.read.option("mergeSchema", "true").parquet(*old_files), columns) if old_files else None
     # Sizes are estimated (an update counts twice), so a bucket may split a little early; never late.
     estimate = {b: base.buckets[b].rows + base.buckets[b].tombstone_rows + incoming.get(b, 0) for b in touched}
     oversized = {b: n for b, n in estimate.items() if n > 2 * bucket_rows}
@@ -323,7 +354,7 @@ def _rewrite(spark: SparkSession, warehouse: Warehouse, base: Manifest, recs: Da
         merged = merged.where(~(M.is_tombstone() & (F.col("_dblog_position") <= upto)))
     scratch = warehouse.scratch(base.source, base.table)
     merged.withColumn("_t", M.is_tombstone().cast("int")).write.partitionBy("_b", "_t").parquet(scratch)
-    written: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    written: dict[tuple[int, int], list[tuple[str, int, int]]] = {}  # (file, rows, rows with missing values)
     new_files: dict[str, str] = {}
     for dirpath, _, files in os.walk(scratch):
         found = re.search(r"_b=(\d+)/_t=(\d)$", dirpath)
@@ -333,14 +364,17 @@ def _rewrite(spark: SparkSession, warehouse: Warehouse, base: Manifest, recs: Da
                 stored = f"{'t' if t else 'b'}-{uuid.uuid4().hex}.parquet"
                 path = os.path.join(dirpath, name)
                 new_files[f"{TOMBSTONES}/{stored}" if t else stored] = path
-                written.setdefault((b, t), []).append((stored, pq.read_metadata(path).num_rows))
+                # Only a fill can leave values unproven (rules.latest); otherwise no row lists any.
+                unproven = missing_rows(path) if fill_unchanged and not t else 0
+                written.setdefault((b, t), []).append((stored, pq.read_metadata(path).num_rows, unproven))
     buckets: list[Bucket] = []
     for j, (lo, old) in enumerate(entries):
         if old is not None and old not in touched:
             buckets.append(Bucket(**vars(base.buckets[old])))
             continue
         live, dead = written.get((j, 0), []), written.get((j, 1), [])
-        bucket = Bucket(lo, [f for f, _ in live], [f for f, _ in dead], sum(n for _, n in live), sum(n for _, n in dead))
+        bucket = Bucket(lo, [f for f, _, _ in live], [f for f, _, _ in dead], sum(n for _, n, _ in live),
+                        sum(n for _, n, _ in dead), sum(m for _, _, m in live))
         if bucket.files or bucket.tombstones:
             buckets.append(bucket)
             result.buckets_written += 1

@@ -12,10 +12,11 @@ from datetime import datetime
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from ..warehouse.layout import MISSING
 from .rules import TOMBSTONES, latest
 
-META = ("_dblog_position", "_dblog_op", "_dblog_origin", "_dblog_dump_id", "_dblog_merged_at")
-_RECORD = ("_position", "_op", "_origin", "_dump_id", "_merged_at")
+META = ("_dblog_position", "_dblog_op", "_dblog_origin", "_dblog_dump_id", "_dblog_merged_at", MISSING)
+_RECORD = ("_position", "_op", "_origin", "_dump_id", "_merged_at", "_missing")
 
 
 def is_tombstone() -> Column:
@@ -78,9 +79,11 @@ def align(df: DataFrame, columns: list[tuple[str, str]]) -> DataFrame:
 
 def as_records(rows: DataFrame) -> DataFrame:
     """Warehouse rows as merge records; on equal positions they win over new ones (`_prio` 0)."""
-    renamed = [F.col(m).alias(r) for m, r in zip(META, _RECORD)]
+    renamed = [F.col(m).alias(r) for m, r in zip(META, _RECORD) if m != MISSING]
     data = [c for c in rows.columns if not c.startswith("_")]
-    return rows.select(*data, *renamed, F.lit(None).cast("array<string>").alias("_unchanged"), F.lit(0).alias("_prio"))
+    # Values a row lacks stay open: a record merged later that proves them (a window's chunk row) fills them.
+    missing = F.col(MISSING) if MISSING in rows.columns else F.lit(None)
+    return rows.select(*data, *renamed, missing.cast("array<string>").alias("_unchanged"), F.lit(0).alias("_prio"))
 
 
 def merge_records(existing: DataFrame | None, records: DataFrame, key: list[str], columns: list[str],

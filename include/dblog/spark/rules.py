@@ -9,6 +9,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 TOMBSTONES = ("d", "x")  # a deleted row; a key a repair dump found absent
+WINDOW = "window"  # `_origin` of a chunk row dropped in its window, kept only to fill values (see `latest`)
 
 
 def watermark_positions(watermark_log: DataFrame) -> DataFrame:
@@ -46,6 +47,21 @@ def window_survivors(chunks: DataFrame, log: DataFrame | None, watermarks: DataF
     return c.withColumn("_position", F.col("_hw_position"))
 
 
+def window_dropped(chunks: DataFrame, log: DataFrame, watermarks: DataFrame, key: list[str]) -> DataFrame:
+    """The chunk rows `window_survivors` drops, stamped with LW's position. A row read inside the
+    window holds every value the window's events leave out (an unchanged TOAST value, a partial
+    row image) unless one of them carries it, so it can fill them; it never becomes the row."""
+    c = with_windows(chunks, watermarks).alias("c")
+    t = touched(log, key).alias("t")
+    hit = [F.col(f"c.{k}") == F.col(f"t.{k}") for k in key] + [
+        F.col("t._touched_at") > F.col("c._lw_position"), F.col("t._touched_at") < F.col("c._hw_position")]
+    return c.join(t, hit, "left_semi").withColumn("_position", F.col("_lw_position"))
+
+
+def fill_records(dropped: DataFrame, columns: list[str]) -> DataFrame:
+    return dropped.select(*columns, "_position", "_op", _no_unchanged(), F.lit(WINDOW).alias("_origin"), _no_dump())
+
+
 def _no_unchanged():
     return F.lit(None).cast("array<string>").alias("_unchanged")
 
@@ -80,22 +96,37 @@ def latest(recs: DataFrame, key: list[str], columns: list[str], carry: tuple[str
     """Per key the record with the highest position (the merge rule), tombstones included.
     On equal positions (the same event merged twice) a lower `_prio`, when present, wins.
 
-    PostgreSQL leaves unchanged TOASTed values out of an update: they take the key's previous
-    value (`fill_unchanged`; without any `_unchanged` list the fill is skipped, it costs a sort).
+    Values an event leaves out (`_unchanged`: PostgreSQL's unchanged TOAST values, a MySQL
+    partial row image) take the key's previous value (`fill_unchanged`; without any `_unchanged`
+    list the fill is skipped, it costs a sort). A tombstone in between proves nothing: a value
+    nothing proves stays null and is listed in `_missing` (never guessed); the merge asks for a
+    repair of those keys. Window-fill records (`WINDOW`) only fill, they never win.
     `within`: columns that depend on the key only (a bucket): the windows reuse their partitioning.
     """
     meta = ["_position", "_op", "_origin", "_dump_id", *carry]
+    prio = ["_prio"] if "_prio" in recs.columns else []
     values = [c for c in columns if c not in key]
+    tomb = F.col("_op").isin(*TOMBSTONES)
     if fill_unchanged:
         history = Window.partitionBy(*within, *key).orderBy("_position").rowsBetween(Window.unboundedPreceding, 0)
         unchanged = F.coalesce(F.col("_unchanged"), F.array().cast("array<string>"))
-        values = [F.last(F.when(~F.array_contains(unchanged, c), F.struct(F.col(c).alias("v"))), ignorenulls=True)
-                  .over(history)["v"].alias(c) for c in values]
-    order = [F.col("_position").desc()] + ([F.col("_prio")] if "_prio" in recs.columns else [])
+        filled = [F.last(F.when(tomb | ~F.array_contains(unchanged, c), F.struct(F.col(c).alias("v"), (~tomb).alias("k"))),
+                         ignorenulls=True).over(history).alias(f"_f{i}") for i, c in enumerate(values)]
+        recs = recs.select(*within, *key, *meta, *prio, *filled)
+        known = [F.coalesce(F.col(f"_f{i}.k"), F.lit(False)) for i in range(len(values))]
+        value_cols = [F.when(k, F.col(f"_f{i}.v")).alias(c) for i, (c, k) in enumerate(zip(values, known))]
+        unknown = F.array_compact(F.array(*[F.when(~k, F.lit(c)) for c, k in zip(values, known)])) if values \
+            else F.array().cast("array<string>")
+        missing = F.when(~tomb & (F.size(unknown) > 0), unknown)
+    else:
+        value_cols = values
+        missing = F.when(~tomb, F.col("_unchanged")) if "_unchanged" in recs.columns else F.lit(None)
+    filler = F.col("_origin") == F.lit(WINDOW)
+    order = [filler.asc(), F.col("_position").desc()] + [F.col(p) for p in prio]
     newest = Window.partitionBy(*within, *key).orderBy(*order)
-    return (recs.select(*within, *key, *values, *meta, *(["_prio"] if "_prio" in recs.columns else []))
-            .withColumn("_rank", F.row_number().over(newest)).where("_rank = 1")
-            .select(*columns, *meta, *within))
+    return (recs.select(*within, *key, *value_cols, *meta, *prio, missing.cast("array<string>").alias("_missing"))
+            .withColumn("_rank", F.row_number().over(newest)).where((F.col("_rank") == 1) & ~filler)
+            .select(*columns, *meta, "_missing", *within))
 
 
 def visible(state: DataFrame) -> DataFrame:

@@ -22,6 +22,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..staging import table_dir_name, table_from_dir
@@ -29,6 +30,25 @@ from ..staging import table_dir_name, table_from_dir
 MANIFEST = "_manifest.json"
 TOMBSTONES = "_tombstones"
 FORMAT = 1
+# A live row's columns whose value nothing proved yet (null meanwhile; a repair re-reads the row).
+MISSING = "_dblog_missing"
+
+
+def missing_rows(path: str) -> int:
+    """Rows of a warehouse file that list columns in MISSING."""
+    schema = pq.read_schema(path)
+    if MISSING not in schema.names:
+        return 0
+    lengths = pc.list_value_length(pq.read_table(path, columns=[MISSING]).column(MISSING))
+    return int(pc.sum(pc.fill_null(pc.greater(lengths, 0), False)).as_py() or 0)
+
+
+def missing_keys(path: str, key: list[str]) -> list[tuple[tuple, list[str]]]:
+    """(key, columns) of each row of a warehouse file with values nothing proved yet."""
+    if MISSING not in pq.read_schema(path).names:
+        return []
+    data = pq.read_table(path, columns=[*key, MISSING]).to_pylist()
+    return [(tuple(r[k] for k in key), r[MISSING]) for r in data if r[MISSING]]
 
 
 @dataclass
@@ -38,6 +58,7 @@ class Bucket:
     tombstones: list[str] = field(default_factory=list)
     rows: int = 0
     tombstone_rows: int = 0
+    missing_rows: int = 0         # live rows with a value nothing proved yet (`_dblog_missing`), awaiting repair
 
 
 @dataclass
@@ -64,6 +85,10 @@ class Manifest:
     @property
     def rows(self) -> int:
         return sum(b.rows for b in self.buckets)
+
+    @property
+    def missing_rows(self) -> int:
+        return sum(b.missing_rows for b in self.buckets)
 
     def chunk_merged(self, dump_id: str, chunk: int) -> bool:
         return any(lo <= chunk <= hi for lo, hi in self.chunks.get(dump_id, []))
@@ -132,7 +157,8 @@ class Warehouse:
             return None
         return {"table": table, "version": manifest.version, "merged_at": manifest.merged_at,
                 "rows": manifest.rows, "tombstones": sum(b.tombstone_rows for b in manifest.buckets),
-                "buckets": len(manifest.buckets), "log_upto": manifest.log_upto}
+                "buckets": len(manifest.buckets), "log_upto": manifest.log_upto,
+                "missing_rows": manifest.missing_rows}
 
     def files(self, source: str, table: str, manifest: Manifest, tombstones: bool = False,
               buckets: list[int] | None = None) -> list[str]:
@@ -142,6 +168,17 @@ class Warehouse:
         out = [os.path.join(version, f) for b in chosen for f in b.files]
         if tombstones:
             out += [os.path.join(version, TOMBSTONES, f) for b in chosen for f in b.tombstones]
+        return out
+
+    def keys(self, source: str, table: str) -> list[tuple]:
+        """The keys of the current version's live rows (empty before the first merge)."""
+        manifest = self.manifest(source, table)
+        if manifest is None:
+            return []
+        out: list[tuple] = []
+        for f in self.files(source, table, manifest):
+            data = pq.read_table(f, columns=manifest.key)
+            out.extend(zip(*(data.column(k).to_pylist() for k in manifest.key)))
         return out
 
     def read(self, source: str, table: str, columns: list[str]) -> pa.Table | None:

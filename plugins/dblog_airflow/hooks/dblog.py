@@ -31,8 +31,10 @@ class DBLogHook(BaseHook):
         self.zookeeper_conn_id = zookeeper_conn_id
 
     def get_source(self) -> "Source":
-        from dblog.config import source_from_uri
-        return source_from_uri(self.source_conn_id, self.get_connection(self.source_conn_id).get_uri())
+        # The deployment (which scopes its watermarks) follows the ZooKeeper connection in use.
+        from dblog.config import deployment_id, source_from_uri
+        return source_from_uri(self.source_conn_id, self.get_connection(self.source_conn_id).get_uri(),
+                               deployment_id(self.zookeeper_uri()))
 
     def zookeeper_uri(self) -> str:
         return zookeeper_uri(self.zookeeper_conn_id)

@@ -62,7 +62,8 @@ class CaptureOperator(BaseOperator):
             if before.leader:
                 self.log.info("%s: leader is %s; waiting up to %.0fs as standby", source.name, before.leader, seconds)
             self.log.info("%s: capture %s", source.name, before.describe())
-            self._capture = capture = Capture(source, store, hook.staged(), on_beat=self._reporter(source.name))
+            self._capture = capture = Capture(source, store, hook.staged(), on_beat=self._reporter(source.name),
+                                              warehouse_keys=hook.warehouse().keys)
             try:
                 with _hang_guard(2 * seconds + HUNG_AFTER_S):  # the lease wait, then the slice
                     stats = capture.run(duration=seconds, lease_timeout=seconds)
@@ -73,6 +74,9 @@ class CaptureOperator(BaseOperator):
         self.log.info("%s: slice done: %d events in %d transactions, %d segments; %s (max lag %.1fs), "
                       "longest read stall %.2fs", source.name, stats.events, stats.transactions, stats.segments,
                       after.describe(), stats.max_lag_s, stats.max_stall_s)
+        if stats.repairs:
+            self.log.warning("%s: %d repair request(s) this slice (partial row images or statement-logged writes); "
+                             "see the warnings above and `dblog status`", source.name, stats.repairs)
         return {"leader": True, **vars(stats), "lag_s": after.lag_s, "position": after.readable_position}
 
     def _reporter(self, source: str):

@@ -61,6 +61,8 @@ VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
                       "a capture slice lasts 5 to 86,400 seconds; each handover pauses the stream a few seconds"),
     "tables": (lambda v: isinstance(v, list) and all(isinstance(t, str) and t.strip() for t in v),
                "list table names (`table` or `schema.table`), one per line; leave it empty for every table"),
+    "exclude": (lambda v: isinstance(v, list) and all(isinstance(t, str) and t.strip() for t in v),
+                "list the table names to leave out of a dump of every table, one per line"),
 }
 
 
@@ -122,41 +124,45 @@ class StartDumpOperator(BaseOperator):
     skips (DAGs with one task group per source use it to run only the group the user picked)."""
 
     template_fields: Sequence[str] = ("source_conn_id", "selected_source", "tables", "keys", "chunk_size",
-                                      "delay_seconds", "dump_id")
+                                      "delay_seconds", "dump_id", "exclude")
 
     def __init__(self, *, source_conn_id: str, tables: Any = None, keys: Any = None, chunk_size: Any = DEFAULT_CHUNK_SIZE,
                  delay_seconds: Any = 0.0, dump_id: str | None = None, selected_source: str | None = None,
-                 zookeeper_conn_id: str = ZOOKEEPER_CONN_ID, **kwargs: Any) -> None:
+                 exclude: Any = None, zookeeper_conn_id: str = ZOOKEEPER_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source_conn_id, self.selected_source = source_conn_id, selected_source
-        self.tables, self.keys = tables, keys
+        self.tables, self.keys, self.exclude = tables, keys, exclude
         self.chunk_size, self.delay_seconds, self.dump_id = chunk_size, delay_seconds, dump_id
         self.zookeeper_conn_id = zookeeper_conn_id
 
     def execute(self, context) -> list[dict]:
-        from dblog.capture import ensure_checkpoint
         from dblog.dump import DumpSpec, create_dump
         from dblog.state import dump_path
-        check_run(self, context, tables=self.tables, chunk_size=self.chunk_size, delay_seconds=self.delay_seconds)
+        check_run(self, context, tables=self.tables, chunk_size=self.chunk_size, delay_seconds=self.delay_seconds,
+                  exclude=self.exclude)
         if self.selected_source and self.selected_source not in (ALL_SOURCES, self.source_conn_id):
             raise AirflowSkipException(f"this run dumps {self.selected_source}, not {self.source_conn_id}")
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
         spec = DumpSpec(tables=list(self.tables or []), keys=_keys(self.keys), chunk_size=self.chunk_size,
-                        delay_s=self.delay_seconds, dump_id=self.dump_id or None)
+                        delay_s=self.delay_seconds, dump_id=self.dump_id or None, exclude=list(self.exclude or []))
         try:
             source = hook.get_source()
             with hook.store() as store:
-                dump_id = create_dump(store, source, spec)  # validates first: bad input writes nothing
-                ensure_checkpoint(store, source)  # before any chunk: its watermarks must be captured
-                tables = store.get(dump_path(source.name, dump_id))["tables"]
+                # Validates, then sets up the capture checkpoint, then registers: bad input writes nothing.
+                dump_id = create_dump(store, source, spec)
+                scope = store.get(dump_path(source.name, dump_id))
         except _input_errors() as exc:
             fail(self.log, f"dump not started: {exc}")
+        tables, skipped = scope["tables"], scope.get("skipped", [])
+        for s in skipped:  # WARNING: the log view's filter and the task's log show what was left out
+            self.log.warning("skipped %s: %s", s["table"], s["reason"])
         summary = (f"dump {dump_id} on {source.name}: {len(tables)} table(s) {', '.join(tables)}, chunk size "
-                   f"{spec.chunk_size}, delay {spec.delay_s}s" + (f", {len(spec.keys)} keys" if spec.keys else ""))
+                   f"{spec.chunk_size}, delay {spec.delay_s}s" + (f", {len(spec.keys)} keys" if spec.keys else "")
+                   + (f"; skipped {', '.join(s['table'] for s in skipped)}" if skipped else ""))
         self.log.info("%s", summary)
         self.log.info("dump id: %s (pause, resume, cancel or throttle it with dblog_dump_control)", dump_id)
         context["ti"].xcom_push(key="dump", value={"dump_id": dump_id, "source": source.name, "tables": tables,
-                                                   "summary": summary})
+                                                   "skipped": skipped, "summary": summary})
         return [{"dump_id": dump_id, "table": t} for t in tables]
 
 

@@ -119,6 +119,10 @@ class MergeOperator(SparkSubmitOperator):
                               "%d rows, %.1fs%s", r["source"], r["table"], r["version"], r["log_events"],
                               r["chunks"], r["chunk_rows"], r["dropped"], r["rows"], r["seconds"],
                               f" [{r['note']}]" if r.get("note") else "")
+            if r.get("missing_rows") or r.get("waiting"):
+                self.log.warning("%s %s: %d row(s) hold values nothing proved yet (null, listed in _dblog_missing); "
+                                 "%d key(s) sent to repair now; waiting for a repair: %s", r["source"], r["table"],
+                                 r.get("missing_rows", 0), r.get("repairs_requested", 0), r.get("waiting"))
         return results
 
     def _report_captures(self, sources: list[str]) -> None:
@@ -180,6 +184,7 @@ class MergeOperator(SparkSubmitOperator):
             seconds[r["source"]] = seconds.get(r["source"], 0.0) + r["seconds"]
             subject, tags = (r["source"], r["table"]), {"source": r["source"], "table": r["table"]}
             metrics.incr("merge.rows_dropped", r["dropped"], subject, **tags)
+            metrics.gauge("merge.rows_awaiting_repair", r.get("missing_rows", 0), subject, **tags)
             if r.get("newest_commit_ts") is not None:
                 metrics.gauge("merge.freshness_seconds", max(0.0, now - r["newest_commit_ts"]), subject, **tags)
         for source, total in seconds.items():

@@ -67,11 +67,7 @@ class CaptureReachedTrigger(BaseTrigger):
         return capture_health(store, self.source)
 
     def _why(self, store, waited: float) -> str:
-        from dblog.health import CAPTURING
-        health = self._health(store)
-        state = health.describe()
-        if health.state != CAPTURING:
-            return (f"the capture of {self.source} is not running ({state}) after {waited:.0f} s of "
-                    "waiting; start or unpause the dblog_capture DAG (or run `dblog capture`), then re-run")
-        return (f"the capture of {self.source} did not pass the sync watermark within {waited:.0f} s although it "
-                f"runs ({state}); it is behind: see its task log, or raise the wait's timeout")
+        from dblog.health import sync_timeout_reason
+        return sync_timeout_reason(self._health(store), waited,
+                                   start="start or unpause the dblog_capture DAG (or run `dblog capture`)",
+                                   behind="see its task log, or raise the wait's timeout")

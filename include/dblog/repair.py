@@ -1,0 +1,266 @@
+"""Repairs: rows the change log did not describe in full are re-read from the source.
+
+Who asks: the capture, for a MySQL rows event with a partial image (a session's
+binlog_row_image MINIMAL / NOBLOB) or a statement-logged write (binlog_format STATEMENT in a
+session: its rows never reach the log); the merge, for a row whose values the log left out
+(PostgreSQL's unchanged TOAST values) where nothing older proves them. Requests are ZooKeeper
+sequential nodes (`state.repairs_path`), written before the capture's checkpoint moves past
+the event, so a crash repeats a request rather than losing it.
+
+Who repairs: the `Repairer` thread of the capture's leader turns requests into dumps (a
+key-list dump, or a full dump of the table for a statement-logged write) and runs them with
+the same watermark algorithm as any dump, so a repair never overwrites a newer change. A
+repair a previous leader left unfinished is resumed. Until a repair's chunks are merged,
+`waiting` (shown by `dblog status` and the DBLog page) lists the keys it covers.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from . import state as paths
+from .config import DEFAULT_CHUNK_SIZE
+from .dump import CANCELLED, DONE, MAX_KEYS, DumpError, DumpSpec, create_dump, dump_status, run_dump
+from .events import RepairNeed
+from .schema import encode_key, normalize_key
+from .sources.base import Source, SourceError, UnknownTable
+from .staging import StagedLog
+from .state import StateStore
+
+log = logging.getLogger("dblog.repair")
+PREFIX = "repair-"   # the ids of repair dumps
+POLL_S = 5.0         # how often the repairer looks for requests the merge made
+# A landed repair's registration is kept this long for `dblog status` and the page, then dropped:
+# a client that keeps writing partial images makes a repair every few seconds.
+KEEP_LANDED_S = 600.0
+
+
+@dataclass(frozen=True)
+class RepairRequest:
+    node: str
+    table: str
+    reason: str
+    position: str | None
+    keys: list | None        # JSON key values; None: the whole table
+    requested_at: float
+
+
+def request(store: StateStore, source: str, needs: Iterable[RepairNeed]) -> int:
+    """Queue repairs; returns how many requests were written (a key list splits at MAX_KEYS)."""
+    written = 0
+    for need in needs:
+        keys = None if need.keys is None else [json.loads(encode_key(k)) for k in need.keys]
+        parts = [None] if keys is None else [keys[i:i + MAX_KEYS] for i in range(0, len(keys), MAX_KEYS)]
+        for part in parts:
+            store.append(f"{paths.repairs_path(source)}/req-", {
+                "table": need.table, "reason": need.reason, "position": need.position, "keys": part,
+                "requested_at": time.time()})
+            written += 1
+    return written
+
+
+def pending(store: StateStore, source: str) -> list[RepairRequest]:
+    out = []
+    for node in store.children(paths.repairs_path(source)):
+        value = store.get(f"{paths.repairs_path(source)}/{node}")
+        if value is not None:
+            out.append(RepairRequest(node, value["table"], value["reason"], value.get("position"),
+                                     value.get("keys"), value.get("requested_at", 0.0)))
+    return out
+
+
+def repair_dumps(store: StateStore, source: str) -> list[str]:
+    return [d for d in store.children(paths.dumps_path(source)) if d.startswith(PREFIX)]
+
+
+def landed(status: dict) -> bool:
+    """A repair dump has landed once it is done and the merge took every chunk it staged (or it
+    was cancelled)."""
+    if status["state"] == CANCELLED:
+        return True
+    if status["state"] != DONE:
+        return False
+    for table, progress in status["tables"].items():
+        merged = status["merged"].get(table) or {}
+        if (progress or {}).get("chunks", 0) > merged.get("chunks", 0):
+            return False
+    return True
+
+
+def waiting(store: StateStore, source: str) -> dict[str, dict]:
+    """Per table, what still waits for a repair to land: queued requests and repair dumps not
+    merged yet. `keys` counts keys (None: the whole table), `sample` shows a few."""
+    out: dict[str, dict] = {}
+
+    def entry(table: str) -> dict:
+        return out.setdefault(table, {"keys": 0, "whole_table": False, "sample": [], "reasons": [], "dumps": []})
+
+    for r in pending(store, source):
+        e = entry(r.table)
+        _add(e, r.keys, r.reason)
+    for dump_id in repair_dumps(store, source):
+        status = dump_status(store, source, dump_id)
+        if landed(status):
+            continue
+        scope = store.get(paths.dump_path(source, dump_id)) or {}
+        for table in scope.get("tables", []):
+            e = entry(table)
+            _add(e, scope.get("keys"), scope.get("reason") or "")
+            e["dumps"].append({"id": dump_id, "state": status["state"]})
+    return out
+
+
+def key_id(key: tuple) -> str:
+    """A key's identity across the forms it travels in (typed tuple, JSON list)."""
+    return json.dumps(json.loads(encode_key(key)) if isinstance(key, tuple) else key, sort_keys=True)
+
+
+def covered(store: StateStore, source: str, table: str) -> tuple[bool, set[str]]:
+    """What repairs not landed yet will re-read of `table`: (the whole table?, key ids)."""
+    whole, keys = False, set()
+    lists = [r.keys for r in pending(store, source) if r.table == table]
+    for dump_id in repair_dumps(store, source):
+        scope = store.get(paths.dump_path(source, dump_id)) or {}
+        if table in scope.get("tables", []) and not landed(dump_status(store, source, dump_id)):
+            lists.append(scope.get("keys"))
+    for k in lists:
+        if k is None:
+            whole = True
+        else:
+            keys.update(key_id(x) for x in k)
+    return whole, keys
+
+
+def _add(entry: dict, keys: list | None, reason: str) -> None:
+    if keys is None:
+        entry["whole_table"] = True
+    else:
+        entry["keys"] += len(keys)
+        entry["sample"] = (entry["sample"] + keys)[:10]
+    if reason and reason not in entry["reasons"]:
+        entry["reasons"].append(reason)
+
+
+class _Stopped(Exception):
+    pass
+
+
+class Repairer:
+    """Runs one source's repairs on a thread while its capture leads."""
+
+    def __init__(self, store: StateStore, source: Source, staged: StagedLog, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                 warehouse_keys: Callable[[str, str], Iterable[tuple]] | None = None):
+        self.store, self.source, self.staged, self.chunk_size = store, source, staged, chunk_size
+        # (source, table) -> the warehouse's keys: a statement-logged DELETE leaves rows there that a
+        # full dump cannot remove (it reads only rows that exist), so their keys get re-read too.
+        self.warehouse_keys = warehouse_keys
+        self._stop, self._wake = threading.Event(), threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"dblog-repair-{self.source.name}", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop after the current chunk; an unfinished repair dump is resumed by the next leader."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except _Stopped:
+                return
+            except Exception as exc:  # noqa: BLE001 - the capture must go on; the next round retries
+                self.error = exc
+                log.error("%s: repair failed (%s); retrying in %.0f s", self.source.name, exc, POLL_S)
+            self._wake.wait(POLL_S)
+            self._wake.clear()
+
+    def run_once(self) -> list[str]:
+        """Resume unfinished repair dumps, then start one per table for the queued requests.
+        Returns the ids of the dumps run."""
+        ran = []
+        for dump_id in repair_dumps(self.store, self.source.name):
+            status = dump_status(self.store, self.source.name, dump_id)
+            if landed(status):
+                if time.time() - (status["created_at"] or 0) > KEEP_LANDED_S:
+                    self.store.delete(paths.dump_path(self.source.name, dump_id), recursive=True)
+                continue
+            if status["state"] in (DONE, CANCELLED):
+                continue
+            if status["failed"] or any((p or {}).get("status") == "pending" for p in status["tables"].values()):
+                try:
+                    ran.append(self._run_dump(dump_id, resumed=True))
+                except DumpError as exc:  # its old worker still holds the lease: the next round
+                    log.info("%s: %s", self.source.name, exc)
+        by_table: dict[str, list[RepairRequest]] = {}
+        for r in pending(self.store, self.source.name):
+            by_table.setdefault(r.table, []).append(r)
+        for table, requests in by_table.items():
+            whole = any(r.keys is None for r in requests)
+            keys = None if whole else list({json.dumps(k): k for r in requests for k in r.keys}.values())
+            reasons = "; ".join(dict.fromkeys(r.reason for r in requests))
+            parts = [None] if keys is None else [keys[i:i + MAX_KEYS] for i in range(0, len(keys), MAX_KEYS)]
+            dump_ids = [self._create(table, part, reasons) for part in parts]
+            if whole:
+                gone = self._gone_keys(table)
+                if gone:
+                    dump_ids.append(self._create(table, gone, f"{len(gone)} warehouse key(s) the source no longer "
+                                                             f"has, after: {reasons}"))
+            for r in requests:  # after the dumps hold them: a crash in between repeats, never loses
+                self.store.delete(f"{paths.repairs_path(self.source.name)}/{r.node}")
+            for dump_id in dump_ids:
+                if dump_id is not None:
+                    ran.append(self._run_dump(dump_id))
+        return ran
+
+    def _gone_keys(self, table: str) -> list | None:
+        """Keys the warehouse has and the source does not (JSON values)."""
+        if self.warehouse_keys is None:
+            log.warning("%s: no warehouse configured for the capture: rows of %s that a statement-logged write "
+                        "deleted stay in the warehouse until `dblog verify` finds them", self.source.name, table)
+            return None
+        schema = self.source.table_schema(table)
+        present = {key_id(normalize_key(k, schema)) for k in self.source.keys(schema)}
+        gone = [k for k in (normalize_key(tuple(k), schema) for k in self.warehouse_keys(self.source.name, table))
+                if key_id(k) not in present]
+        return [json.loads(encode_key(k)) for k in gone]
+
+    def _create(self, table: str, keys: list | None, reasons: str) -> str | None:
+        dump_id = f"{PREFIX}{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+        spec = DumpSpec(tables=[table], keys=keys, chunk_size=self.chunk_size, dump_id=dump_id, reason=reasons)
+        try:
+            create_dump(self.store, self.source, spec)
+        except UnknownTable:
+            log.warning("%s: %s no longer exists; its repair is dropped (%s)", self.source.name, table, reasons)
+            return None
+        except (DumpError, SourceError) as exc:
+            log.error("%s: cannot repair %s: %s", self.source.name, table, exc)
+            return None
+        what = "every row" if keys is None else f"{len(keys)} key(s)"
+        log.warning("%s: repair dump %s re-reads %s of %s: %s", self.source.name, dump_id, what, table, reasons)
+        return dump_id
+
+    def _run_dump(self, dump_id: str, resumed: bool = False) -> str:
+        def check(*_):
+            if self._stop.is_set():
+                raise _Stopped()
+        if resumed:
+            log.info("%s: resuming repair dump %s", self.source.name, dump_id)
+        run_dump(self.store, self.source, self.staged, dump_id, on_chunk=check)
+        log.info("%s: repair dump %s staged; the next merge applies it", self.source.name, dump_id)
+        return dump_id

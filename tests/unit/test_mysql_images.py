@@ -1,0 +1,54 @@
+"""How a MySQL rows event becomes a change event when a session wrote partial row images, and which
+captured tables a statement-logged write names (pure logic; the real binlog: tests/spark/test_repairs.py)."""
+import pyarrow as pa
+import pytest
+
+from dblog.events import DELETE, INSERT, UPDATE
+from dblog.schema import Column, TableSchema
+from dblog.sources.base import UnreadableEvent
+from dblog.sources.mysql import row_event, statement_tables, strip_sql_comments
+
+SCHEMA = TableSchema("shop.items", (Column("id", "bigint", pa.int64()), Column("qty", "int", pa.int64()),
+                                    Column("body", "text", pa.string())), ("id",))
+ALL = {"id", "qty", "body"}
+
+
+def test_a_minimal_update_takes_its_key_from_the_before_image_and_lists_what_it_left_out():
+    e = row_event("s", SCHEMA, UPDATE, "p", {"id": 1, "qty": None, "body": None}, {"id": None, "qty": 99, "body": None},
+                  {"qty", "body"}, {"id", "body"})
+    assert e.key == (1,) and e.after["id"] == 1 and e.after["qty"] == 99
+    assert e.unchanged == ["body"] and e.old_key is None
+    assert e.before is None, "a partial before image must not be staged as a row"
+
+
+def test_a_full_update_is_staged_whole_with_its_before_image_and_key_change():
+    e = row_event("s", SCHEMA, UPDATE, "p", {"id": 1, "qty": 1, "body": "b"}, {"id": 2, "qty": 1, "body": "b"},
+                  set(), set())
+    assert e.key == (2,) and e.old_key == (1,) and e.unchanged == [] and e.before["body"] == "b"
+
+
+def test_a_minimal_insert_lists_the_defaulted_columns_it_left_out():
+    e = row_event("s", SCHEMA, INSERT, "p", None, {"id": 5, "qty": 1, "body": None}, set(), {"body"})
+    assert e.key == (5,) and e.unchanged == ["body"]
+
+
+def test_a_minimal_delete_needs_only_its_key():
+    e = row_event("s", SCHEMA, DELETE, "p", {"id": 5, "qty": None, "body": None}, None, {"qty", "body"}, set())
+    assert e.key == (5,) and e.op == DELETE
+
+
+def test_an_image_without_the_key_stops_the_capture_with_the_fix():
+    with pytest.raises(UnreadableEvent, match="binlog_row_image=FULL"):
+        row_event("s", SCHEMA, UPDATE, "p", {"id": None, "qty": 1, "body": None},
+                  {"id": None, "qty": 2, "body": None}, {"id", "body"}, {"id", "body"})
+
+
+@pytest.mark.parametrize("query, default, expected", [
+    ("INSERT INTO items (id) VALUES (1)", "shop", ["items"]),
+    ("update /* hint */ `shop`.`items` set qty = 1", "", ["items"]),
+    ("DELETE FROM other.items WHERE id = 1", "shop", []),
+    ("UPDATE items i JOIN orders o ON o.id = i.id SET i.qty = o.qty", "shop", ["items", "orders"]),
+    ("INSERT INTO dblog.watermarks VALUES ('a', 'b', now())", "shop", []),
+])
+def test_a_statement_logged_write_names_the_captured_tables_it_touches(query, default, expected):
+    assert statement_tables(strip_sql_comments(query), default, "shop", ["items", "orders", "other"]) == expected
