@@ -85,7 +85,7 @@ class CaptureStats:
 class Capture:
     def __init__(self, source: Source, store: StateStore, staged: StagedLog, *, flush_rows: int = 20_000,
                  flush_seconds: float = 1.0, idle_timeout: float = 0.5, identifier: str | None = None,
-                 on_beat=None, repairs: bool = True, warehouse_keys=None):
+                 on_beat=None, repairs: bool = True, warehouse=None):
         self.source, self.store, self.staged = source, store, staged
         self.flush_rows, self.flush_seconds, self.idle_timeout = flush_rows, flush_seconds, idle_timeout
         self.identifier = identifier or f"{socket.gethostname()}:{os.getpid()}"
@@ -97,7 +97,7 @@ class Capture:
         self._acked: dict | None = None
         self.heartbeat = Heartbeat(store, source.name, self.identifier, on_beat)  # liveness, lag history
         # The leader also runs the repairs the log asks for (see dblog.repair).
-        self.repairer = repair.Repairer(store, source, staged, warehouse_keys=warehouse_keys) if repairs else None
+        self.repairer = repair.Repairer(store, source, staged, warehouse=warehouse) if repairs else None
 
     def run(self, duration: float | None = None, until_watermark: str | None = None,
             lease_timeout: float | None = None) -> CaptureStats:

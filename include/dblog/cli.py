@@ -76,7 +76,7 @@ def cmd_capture(args) -> int:
         while True:
             capture = Capture(source, store, StagedLog(config.staging_root()), flush_rows=args.flush_rows,
                               flush_seconds=args.flush_seconds, repairs=not args.no_repair,
-                              warehouse_keys=_warehouse_keys())
+                              warehouse=_warehouse())
             try:
                 stats = capture.run(duration=args.duration, until_watermark=args.until_watermark)
                 break
@@ -90,17 +90,17 @@ def cmd_capture(args) -> int:
     return 0
 
 
-def _warehouse_keys():
-    """How a repair finds the rows a statement-logged DELETE left in the warehouse."""
+def _warehouse():
+    """Where a repair finds the rows a statement-logged DELETE or a TRUNCATE left behind."""
     from .warehouse.layout import Warehouse
-    return Warehouse(config.warehouse_root()).keys
+    return Warehouse(config.warehouse_root())
 
 
 def cmd_repair(args) -> int:
     from .repair import Repairer, waiting
     source = config.source(_source_id(args.source, "repair"))
     with _store() as store:
-        ran = Repairer(store, source, StagedLog(config.staging_root()), warehouse_keys=_warehouse_keys()).run_once()
+        ran = Repairer(store, source, StagedLog(config.staging_root()), warehouse=_warehouse()).run_once()
         print(json.dumps({"ran": ran, "waiting": waiting(store, source.name)}, default=str))
     return 0
 

@@ -212,6 +212,9 @@ def create_dump(store: StateStore, source: Source, spec: DumpSpec) -> str:
     # After validation (a first dump on a source would otherwise create the checkpoint and, on
     # PostgreSQL, a slot holding WAL for ever), before registering: the chunks' watermarks must be
     # captured, and a source that fails its preflight must leave no dump that never runs.
+    if spec.dump_id is not None and store.get(paths.dump_path(source.name, spec.dump_id)) is not None:
+        raise DumpError(f"dump {spec.dump_id} already exists on {source.name}; pick another id or resume it "
+                        f"with `dblog dump run {spec.dump_id}`")
     ensure_checkpoint(store, source)
     dump_id = spec.dump_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:6]
     scope = {"id": dump_id, "source": source.name, "tables": [s.name for s in schemas],

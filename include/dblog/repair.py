@@ -22,16 +22,19 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from . import state as paths
 from .config import DEFAULT_CHUNK_SIZE
-from .dump import CANCELLED, DONE, MAX_KEYS, DumpError, DumpSpec, create_dump, dump_status, run_dump
+from .dump import CANCELLED, DONE, DumpError, DumpSpec, create_dump, dump_status, run_dump
 from .events import RepairNeed
 from .schema import encode_key, normalize_key
-from .sources.base import Source, SourceError, UnknownTable
+from .sources.base import Source, UnknownTable
 from .staging import StagedLog
 from .state import StateStore
+
+if TYPE_CHECKING:
+    from .warehouse.layout import Warehouse
 
 log = logging.getLogger("dblog.repair")
 PREFIX = "repair-"   # the ids of repair dumps
@@ -49,20 +52,38 @@ class RepairRequest:
     position: str | None
     keys: list | None        # JSON key values; None: the whole table
     requested_at: float
+    # "keys": re-read these keys; "table": a full dump, then "gone"; "gone": once the warehouse
+    # has merged past `position`, re-read the keys it has and the source no longer has.
+    kind: str = "keys"
+
+
+# Key lists travel through ZooKeeper nodes (1 MB at most): requests and repair dumps stay small,
+# and a table with more keys to repair than TABLE_ABOVE gets a full dump instead.
+REQUEST_KEYS = 2_000
+TABLE_ABOVE = 50_000
 
 
 def request(store: StateStore, source: str, needs: Iterable[RepairNeed]) -> int:
-    """Queue repairs; returns how many requests were written (a key list splits at MAX_KEYS)."""
+    """Queue repairs; returns how many requests were written (a key list splits at REQUEST_KEYS)."""
     written = 0
     for need in needs:
         keys = None if need.keys is None else [json.loads(encode_key(k)) for k in need.keys]
-        parts = [None] if keys is None else [keys[i:i + MAX_KEYS] for i in range(0, len(keys), MAX_KEYS)]
-        for part in parts:
-            store.append(f"{paths.repairs_path(source)}/req-", {
-                "table": need.table, "reason": need.reason, "position": need.position, "keys": part,
-                "requested_at": time.time()})
+        kind = "table" if keys is None else "keys"
+        for part in [None] if keys is None else _parts(keys, REQUEST_KEYS):
+            _append(store, source, need.table, need.reason, need.position, part, kind)
             written += 1
     return written
+
+
+def _append(store: StateStore, source: str, table: str, reason: str, position: str | None, keys: list | None,
+            kind: str) -> None:
+    store.append(f"{paths.repairs_path(source)}/req-", {
+        "table": table, "reason": reason, "position": position, "keys": keys, "kind": kind,
+        "requested_at": time.time()})
+
+
+def _parts(keys: list, size: int) -> list[list]:
+    return [keys[i:i + size] for i in range(0, len(keys), size)]
 
 
 def pending(store: StateStore, source: str) -> list[RepairRequest]:
@@ -71,7 +92,8 @@ def pending(store: StateStore, source: str) -> list[RepairRequest]:
         value = store.get(f"{paths.repairs_path(source)}/{node}")
         if value is not None:
             out.append(RepairRequest(node, value["table"], value["reason"], value.get("position"),
-                                     value.get("keys"), value.get("requested_at", 0.0)))
+                                     value.get("keys"), value.get("requested_at", 0.0),
+                                     value.get("kind") or ("keys" if value.get("keys") is not None else "table")))
     return out
 
 
@@ -151,20 +173,25 @@ class _Stopped(Exception):
     pass
 
 
+STUCK_AFTER_S = 60.0     # a repair registered without its progress (a crash inside create_dump)
+LAND_AFTER_S = 3600.0    # a done repair counts as landed after this, even if a merge under-counted it
+
+
 class Repairer:
-    """Runs one source's repairs on a thread while its capture leads."""
+    """Runs one source's repairs on a thread while its capture leads, on its own connection."""
 
     def __init__(self, store: StateStore, source: Source, staged: StagedLog, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 warehouse_keys: Callable[[str, str], Iterable[tuple]] | None = None):
+                 warehouse: "Warehouse | None" = None):
         self.store, self.source, self.staged, self.chunk_size = store, source, staged, chunk_size
-        # (source, table) -> the warehouse's keys: a statement-logged DELETE leaves rows there that a
-        # full dump cannot remove (it reads only rows that exist), so their keys get re-read too.
-        self.warehouse_keys = warehouse_keys
+        # A statement-logged DELETE or a TRUNCATE leaves rows in the warehouse that a full dump
+        # cannot remove (it reads only rows that exist): their keys are found there and re-read.
+        self.warehouse = warehouse
         self._stop, self._wake = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
     def start(self) -> None:
+        self.source = self.source.clone()  # the capture's catalog reads never wait behind a chunk
         self._thread = threading.Thread(target=self._run, name=f"dblog-repair-{self.source.name}", daemon=True)
         self._thread.start()
 
@@ -177,6 +204,8 @@ class Repairer:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+            if not self._thread.is_alive():
+                self.source.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -190,57 +219,122 @@ class Repairer:
             self._wake.wait(POLL_S)
             self._wake.clear()
 
+    def _check_stop(self, *_) -> None:
+        if self._stop.is_set():
+            raise _Stopped()
+
     def run_once(self) -> list[str]:
-        """Resume unfinished repair dumps, then start one per table for the queued requests.
-        Returns the ids of the dumps run."""
+        """Resume unfinished repair dumps, then turn queued requests into dumps, table by table.
+        A table whose repair fails keeps its requests for the next round. Returns the dumps run."""
         ran = []
         for dump_id in repair_dumps(self.store, self.source.name):
-            status = dump_status(self.store, self.source.name, dump_id)
-            if landed(status):
-                if time.time() - (status["created_at"] or 0) > KEEP_LANDED_S:
-                    self.store.delete(paths.dump_path(self.source.name, dump_id), recursive=True)
-                continue
-            if status["state"] in (DONE, CANCELLED):
-                continue
-            if status["failed"] or any((p or {}).get("status") == "pending" for p in status["tables"].values()):
-                try:
-                    ran.append(self._run_dump(dump_id, resumed=True))
-                except DumpError as exc:  # its old worker still holds the lease: the next round
-                    log.info("%s: %s", self.source.name, exc)
+            self._check_stop()
+            try:
+                ran += self._tend(dump_id)
+            except _Stopped:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one bad repair must not hold up the others
+                log.error("%s: repair dump %s: %s", self.source.name, dump_id, exc)
         by_table: dict[str, list[RepairRequest]] = {}
         for r in pending(self.store, self.source.name):
             by_table.setdefault(r.table, []).append(r)
         for table, requests in by_table.items():
-            whole = any(r.keys is None for r in requests)
-            keys = None if whole else list({json.dumps(k): k for r in requests for k in r.keys}.values())
-            reasons = "; ".join(dict.fromkeys(r.reason for r in requests))
-            parts = [None] if keys is None else [keys[i:i + MAX_KEYS] for i in range(0, len(keys), MAX_KEYS)]
-            dump_ids = [self._create(table, part, reasons) for part in parts]
-            if whole:
-                gone = self._gone_keys(table)
-                if gone:
-                    dump_ids.append(self._create(table, gone, f"{len(gone)} warehouse key(s) the source no longer "
-                                                             f"has, after: {reasons}"))
-            for r in requests:  # after the dumps hold them: a crash in between repeats, never loses
-                self.store.delete(f"{paths.repairs_path(self.source.name)}/{r.node}")
-            for dump_id in dump_ids:
-                if dump_id is not None:
-                    ran.append(self._run_dump(dump_id))
+            self._check_stop()
+            try:
+                ran += self._repair(table, requests)
+            except _Stopped:
+                raise
+            except Exception as exc:  # noqa: BLE001 - kept queued: the next round retries
+                log.error("%s: cannot repair %s yet (%s); retrying in %.0f s", self.source.name, table, exc, POLL_S)
         return ran
 
-    def _gone_keys(self, table: str) -> list | None:
-        """Keys the warehouse has and the source does not (JSON values)."""
-        if self.warehouse_keys is None:
+    def _tend(self, dump_id: str) -> list[str]:
+        """A repair dump left by an earlier round or leader: resume, re-request or drop it."""
+        status = dump_status(self.store, self.source.name, dump_id)
+        age = time.time() - (status["created_at"] or 0)
+        if landed(status) or (status["state"] == DONE and age > LAND_AFTER_S):
+            if age > KEEP_LANDED_S:
+                self.store.delete(paths.dump_path(self.source.name, dump_id), recursive=True)
+            return []
+        if any(p is None for p in status["tables"].values()):
+            if age > STUCK_AFTER_S:  # registered, never given its progress: ask again, drop it
+                scope = self.store.get(paths.dump_path(self.source.name, dump_id)) or {}
+                for table in scope.get("tables", []):
+                    _append(self.store, self.source.name, table, scope.get("reason") or "repair", None,
+                            scope.get("keys"), "keys" if scope.get("keys") is not None else "table")
+                self.store.delete(paths.dump_path(self.source.name, dump_id), recursive=True)
+            return []
+        if status["state"] in (DONE, CANCELLED):
+            return []
+        if status["failed"] or any(p.get("status") == "pending" for p in status["tables"].values()):
+            try:
+                return [self._run_dump(dump_id, resumed=True)]
+            except DumpError as exc:  # its old worker still holds the lease: the next round
+                log.info("%s: %s", self.source.name, exc)
+        return []
+
+    def _repair(self, table: str, requests: list[RepairRequest]) -> list[str]:
+        """Dumps for one table's requests; the requests are deleted once their dumps exist (a
+        crash in between repeats a repair, it never loses one)."""
+        reasons = "; ".join(dict.fromkeys(r.reason for r in requests))
+        keys = list({json.dumps(k): k for r in requests if r.kind == "keys" for k in r.keys}.values())
+        whole = [r for r in requests if r.kind == "table"] + ([] if len(keys) <= TABLE_ABOVE else requests[:1])
+        gone = [r for r in requests if r.kind == "gone"]
+        todo: list[tuple[list | None, str]] = []
+        done = [r for r in requests if r.kind == "keys"]
+        if whole:
+            todo.append((None, reasons))
+            keys = []
+        todo += [(part, reasons) for part in _parts(keys, REQUEST_KEYS)]
+        handled_gone = []
+        for r in gone:
+            found = self._gone_keys(table, r.position)
+            if found is None:
+                continue  # the merge has not passed the statement yet
+            todo += [(part, f"{len(found)} warehouse key(s) the source no longer has, after: {r.reason}")
+                     for part in _parts(found, REQUEST_KEYS)]
+            handled_gone.append(r)
+        dump_ids = [self._create(table, k, why) for k, why in todo]
+        for r in whole:
+            if r.kind == "table":  # then find what it deleted, once the merge has passed it
+                _append(self.store, self.source.name, table, r.reason, r.position or self._checkpoint(), None, "gone")
+        for r in done + whole + handled_gone:
+            self.store.delete(f"{paths.repairs_path(self.source.name)}/{r.node}")
+        out = []
+        for dump_id in dump_ids:
+            if dump_id is not None:
+                self._check_stop()
+                out.append(self._run_dump(dump_id))
+        return out
+
+    def _checkpoint(self) -> str | None:
+        return (self.store.get(paths.checkpoint_path(self.source.name)) or {}).get("position")
+
+    def _gone_keys(self, table: str, position: str | None) -> list | None:
+        """Keys the warehouse has and the source does not (JSON values), once the warehouse has
+        merged past `position` (before, a row inserted just before the statement may not have
+        reached it yet); None until then."""
+        if self.warehouse is None:
             log.warning("%s: no warehouse configured for the capture: rows of %s that a statement-logged write "
-                        "deleted stay in the warehouse until `dblog verify` finds them", self.source.name, table)
+                        "or TRUNCATE deleted stay in the warehouse until `dblog verify` finds them",
+                        self.source.name, table)
+            return []
+        manifest = self.warehouse.manifest(self.source.name, table)
+        if manifest is None:
+            return []  # nothing merged yet: the warehouse holds no row to remove
+        if position is not None and (manifest.log_upto or "") < position:
             return None
         schema = self.source.table_schema(table)
         present = {key_id(normalize_key(k, schema)) for k in self.source.keys(schema)}
-        gone = [k for k in (normalize_key(tuple(k), schema) for k in self.warehouse_keys(self.source.name, table))
+        gone = [k for k in (normalize_key(tuple(k), schema) for k in self.warehouse.keys(self.source.name, table))
                 if key_id(k) not in present]
         return [json.loads(encode_key(k)) for k in gone]
 
     def _create(self, table: str, keys: list | None, reasons: str) -> str | None:
+        """Register a repair dump; None when the table is gone (nothing to repair). Other errors
+        raise: the requests stay queued."""
+        if not keys and keys is not None:
+            return None
         dump_id = f"{PREFIX}{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
         spec = DumpSpec(tables=[table], keys=keys, chunk_size=self.chunk_size, dump_id=dump_id, reason=reasons)
         try:
@@ -248,19 +342,13 @@ class Repairer:
         except UnknownTable:
             log.warning("%s: %s no longer exists; its repair is dropped (%s)", self.source.name, table, reasons)
             return None
-        except (DumpError, SourceError) as exc:
-            log.error("%s: cannot repair %s: %s", self.source.name, table, exc)
-            return None
         what = "every row" if keys is None else f"{len(keys)} key(s)"
         log.warning("%s: repair dump %s re-reads %s of %s: %s", self.source.name, dump_id, what, table, reasons)
         return dump_id
 
     def _run_dump(self, dump_id: str, resumed: bool = False) -> str:
-        def check(*_):
-            if self._stop.is_set():
-                raise _Stopped()
         if resumed:
             log.info("%s: resuming repair dump %s", self.source.name, dump_id)
-        run_dump(self.store, self.source, self.staged, dump_id, on_chunk=check)
+        run_dump(self.store, self.source, self.staged, dump_id, on_chunk=self._check_stop)
         log.info("%s: repair dump %s staged; the next merge applies it", self.source.name, dump_id)
         return dump_id

@@ -7,12 +7,14 @@ RECORDS = S.StructType([S.StructField("id", S.LongType()), S.StructField("v", S.
                         S.StructField("w", S.StringType()), S.StructField("_position", S.StringType()),
                         S.StructField("_op", S.StringType()), S.StructField("_origin", S.StringType()),
                         S.StructField("_dump_id", S.StringType()),
-                        S.StructField("_unchanged", S.ArrayType(S.StringType()))])
+                        S.StructField("_unchanged", S.ArrayType(S.StringType())), S.StructField("_prio", S.IntegerType())])
+STORED = 0  # `_prio` of a row read back from the warehouse (new records have 1)
 
 
 def merged(spark, *records):
-    """(id, v, w, _op, _missing) per key after the merge rule."""
-    rows = [(i, v, w, pos, op, origin, None, unchanged) for i, v, w, pos, op, origin, unchanged in records]
+    """(id, v, w, _op, _missing) per key after the merge rule; a record may end with its `_prio`."""
+    rows = [(i, v, w, pos, op, origin, None, unchanged, rest[0] if rest else 1)
+            for i, v, w, pos, op, origin, unchanged, *rest in records]
     state = latest(spark.createDataFrame(rows, RECORDS), ["id"], ["id", "v", "w"])
     return {r["id"]: (r["v"], r["w"], r["_op"], r["_missing"]) for r in state.collect()}
 
@@ -39,10 +41,14 @@ def test_a_chunk_row_dropped_in_its_window_fills_the_window_s_update_but_never_b
     assert out == {1: ("from chunk", "y", "u", None)}
 
 
-def test_a_stored_row_s_unknown_value_is_filled_by_a_window_row_merged_later(spark):
-    # The warehouse row (position 11) lists v as unknown; a later merge brings the window's chunk row (position 10).
-    out = merged(spark, (1, None, "y", "11", "u", "log", ["v"]), (1, "from chunk", "x", "10", "r", WINDOW, None))
-    assert out[1] == ("from chunk", "y", "u", None)
+def test_a_stored_row_s_unknown_value_stays_unknown_whatever_older_record_arrives_later(spark):
+    # The deletes before the stored row (position 11) are no longer in its history: a late chunk row
+    # (position 10, from before a delete perhaps) must not fill it; its repair replaces the row.
+    out = merged(spark, (1, None, "y", "11", "u", "log", ["v"], STORED), (1, "late", "x", "10", "r", WINDOW, None),
+                 (1, "late", "x", "09", "r", "dump", None))
+    assert out[1] == (None, "y", "u", ["v"])
+    repaired = merged(spark, (1, None, "y", "11", "u", "log", ["v"], STORED), (1, "now", "y", "12", "r", "dump", None))
+    assert repaired[1] == ("now", "y", "r", None)
 
 
 def test_an_event_carrying_the_value_inside_the_window_wins_over_the_chunk_row(spark):

@@ -94,13 +94,33 @@ def test_statement_logged_writes_trigger_a_full_repair_that_also_removes_the_row
                 "INSERT INTO items (id, qty, body) VALUES (101, 1, 'new')",
                 "UPDATE items SET qty = qty + 1 WHERE id < 5",
                 f"DELETE FROM {table} WHERE id = 3")
-    wait_for(lambda: repairs_done(mariadb, at_least=2), 120, what="the full repair and the deleted keys' repair")
+    wait_for(lambda: repairs_done(mariadb), 120, what="the full repair dump")
+    settle(mariadb)
+    merge(spark, mariadb, warehouse, tables=[table])  # past the statement: the repair now finds what it deleted
+    wait_for(lambda: repairs_done(mariadb, at_least=2), 120, what="the repair of the keys the statement deleted")
     settle(mariadb)
     merge(spark, mariadb, warehouse, tables=[table])
     assert_equal(mariadb, warehouse, table)
     capture.terminate(); capture.wait()
     log = capture.stderr.read()
     assert "statement-logged write" in log and "a full dump of the table repairs it" in log, log[-3000:]
+
+
+def test_a_truncate_is_repaired_so_the_warehouse_loses_the_rows_too(src, spark, warehouse):
+    table = make_items(src, rows=10)
+    start_capture(src, warehouse)
+    src.dblog("dump", "--source", src.source_id, "--table", "items", check=True)
+    settle(src)
+    merge(spark, src, warehouse, tables=[table])
+    src.sql(f"TRUNCATE TABLE {table}", f"INSERT INTO {table} (id, qty, body) VALUES (42, 1, 'after')")
+    wait_for(lambda: repairs_done(src), 120, what="the full repair dump")
+    settle(src)
+    merge(spark, src, warehouse, tables=[table])
+    wait_for(lambda: repairs_done(src, at_least=2), 120, what="the repair of the truncated keys")
+    settle(src)
+    (result,) = merge(spark, src, warehouse, tables=[table])
+    assert result.rows == 1
+    assert_equal(src, warehouse, table)
 
 
 def _update_loop(src, table, stop: threading.Event) -> int:

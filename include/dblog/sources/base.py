@@ -7,6 +7,7 @@ statements (invariant 5). Identifiers are quoted by the dialect; values are alwa
 from __future__ import annotations
 
 import abc
+import copy
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -123,6 +124,13 @@ class Source(abc.ABC):
         # None: untagged, as before deployments were told apart (a source built by hand).
         self.deployment: str | None = None
         self._foreign: set[str] = set()  # other deployments whose watermarks were seen (logged once)
+
+    def clone(self) -> "Source":
+        """The same source on a connection of its own, so another thread's reads never wait on
+        this one's (the capture's repairs)."""
+        other = copy.copy(self)
+        other._conn, other._lock, other._schemas, other._known = None, threading.Lock(), {}, {}
+        return other
 
     # One SQL connection per source object, shared by the capture's reading and staging threads.
     _disconnects: tuple[type[BaseException], ...] = ()  # driver errors after which it is replaced
@@ -274,6 +282,9 @@ class Source(abc.ABC):
         try:
             self.fetch(*self.dialect.chunk_query(schema, None, 0))
         except Exception as exc:  # each driver has its own permission error class
+            if self.transient(exc):  # the server went away, not a missing grant
+                raise SourceUnavailable(f"{self.name}: lost the connection while checking {schema.name} "
+                                        f"({str(exc).strip()}); retry once the server is back") from exc
             raise SourceError(f"{self.name}: cannot read {schema.name} ({str(exc).strip()}). Fix: GRANT SELECT "
                               f"ON {schema.name} TO the capture user.") from exc
 

@@ -11,13 +11,16 @@ import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.bitmap import BitGet
 from pymysqlreplication.event import (
+    ExecuteLoadQueryEvent,
     HeartbeatLogEvent,
     QueryEvent,
     RotateEvent,
     XidEvent,
 )
+from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.row_event import (
     DeleteRowsEvent,
+    PartialUpdateRowsEvent,
     UpdateRowsEvent,
     WriteRowsEvent,
 )
@@ -265,8 +268,8 @@ class MySQLSource(Source):
         reader = BinLogStreamReader(
             connection_settings=self.settings, server_id=self.server_id, resume_stream=True,
             log_file=start["log_file"], log_pos=start["log_pos"], blocking=True,
-            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, RotateEvent,
-                         QueryEvent, HeartbeatLogEvent],
+            only_events=[WriteRowsEvent, UpdateRowsEvent, PartialUpdateRowsEvent, DeleteRowsEvent, XidEvent,
+                         RotateEvent, QueryEvent, ExecuteLoadQueryEvent, HeartbeatLogEvent],
             only_schemas=[self.database, WATERMARK_SCHEMA], is_mariadb=False,
             slave_heartbeat=max(idle_timeout, 0.1), enable_logging=False)
         pending: list[ChangeEvent] = []
@@ -280,12 +283,20 @@ class MySQLSource(Source):
                     continue
                 if isinstance(ev, RotateEvent):
                     continue
+                if isinstance(ev, ExecuteLoadQueryEvent):
+                    needs.extend(self._statement_writes(reader.log_file, ev, captured))
+                    continue
                 if isinstance(ev, QueryEvent):
                     if ev.query.strip().upper().startswith(("ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE")):
                         self._schemas.clear()  # DDL: re-read the catalog on the next event
                         captured = self.tables()
                     if ev.query.strip().upper() != "COMMIT":
                         needs.extend(self._statement_writes(reader.log_file, ev, captured))
+                        if needs and not pending and ev.query.strip().upper().startswith("TRUNCATE"):
+                            # DDL commits by itself (no XID follows): hand the repair over now.
+                            yield Transaction([], {"log_file": reader.log_file, "log_pos": ev.packet.log_pos},
+                                              dt.datetime.fromtimestamp(ev.timestamp, dt.timezone.utc), needs)
+                            needs = []
                         continue
                     # non-transactional tables end their group with a COMMIT query instead of an XID
                 if isinstance(ev, (XidEvent, QueryEvent)):
@@ -315,6 +326,9 @@ class MySQLSource(Source):
         file_index, log_pos = binlog_file_index(log_file), ev.packet.log_pos
         first = absent(names, ev.columns_present_bitmap)
         second = absent(names, getattr(ev, "columns_present_bitmap2", None))
+        if isinstance(ev, PartialUpdateRowsEvent):
+            # MySQL 8 binlog_row_value_options=PARTIAL_JSON: a JSON column may hold a diff, not a value.
+            second |= {c.name for c in ev.columns if c.type == FIELD_TYPE.JSON}
         out, partial = [], []
         for i, row in enumerate(ev.rows):
             pos = encode_position(file_index, log_pos, i)
@@ -338,19 +352,39 @@ class MySQLSource(Source):
         return out, needs
 
     def _statement_writes(self, log_file: str, ev, tables: list[str]) -> list[RepairNeed]:
-        """Captured tables a statement-logged write (binlog_format STATEMENT or MIXED in the
-        writing session) may have changed: its rows never reach the log as row events."""
-        query = strip_sql_comments(ev.query)
-        if not _DML.match(query):
-            return []
-        default = ev.schema.decode() if isinstance(ev.schema, bytes) else (ev.schema or "")
-        hits = statement_tables(query, default, self.database, [t.partition(".")[2] for t in tables])
-        reason = f"statement-logged write (binlog_format STATEMENT/MIXED in the writing session): {query[:120]}"
+        """Captured tables a statement in the log may have changed: a write logged as SQL text
+        (binlog_format STATEMENT or MIXED in the writing session, LOAD DATA, a TRUNCATE) never
+        reaches the log as row events."""
         position = encode_position(binlog_file_index(log_file), ev.packet.log_pos, 0)
+        names = [t.partition(".")[2] for t in tables]
+        if isinstance(ev, ExecuteLoadQueryEvent):  # carries no table name: any captured table
+            hits, query = names, "LOAD DATA"
+        else:
+            query = strip_sql_comments(ev.query).strip()
+            default = ev.schema.decode() if isinstance(ev.schema, bytes) else (ev.schema or "")
+            hits = statement_writes(query, default, self.database, names)
+        reason = f"statement-logged write (binlog_format STATEMENT/MIXED in the writing session): {query[:120]}"
         return [RepairNeed(f"{self.database}.{t}", reason, position) for t in hits]
 
 
-_DML = re.compile(r"^\s*(INSERT|REPLACE|UPDATE|DELETE|LOAD\s+DATA|LOAD\s+XML)\b", re.I)
+_CONTROL = re.compile(r"^(BEGIN|COMMIT|ROLLBACK|XA|SAVEPOINT|RELEASE|START\s+TRANSACTION)\b", re.I)
+_DDL = re.compile(r"^(ALTER|CREATE|DROP|RENAME|GRANT|REVOKE|FLUSH|ANALYZE|OPTIMIZE|REPAIR|CHECK|SET|USE)\b", re.I)
+
+
+def statement_writes(query: str, default_schema: str, database: str, tables: list[str]) -> list[str]:
+    """The captured tables a logged statement (comments stripped) may have written. Anything
+    but transaction control and DDL that reaches the binlog as SQL text wrote something (SELECTs
+    are not logged; `SELECT f()` and `CALL` are when they write). What it names counts; a write
+    into the captured database that names no captured table (a stored function, a view) counts
+    for every table: a needless repair dump is harmless, a missed write is not."""
+    if _CONTROL.match(query) or _DDL.match(query):  # TRUNCATE is not in _DDL: it deletes every row
+        return []
+    named = statement_tables(query, default_schema, database, tables)
+    if named:
+        return named
+    touches = default_schema.lower() == database.lower() or re.search(
+        rf"(`{re.escape(database)}`|\b{re.escape(database)})\s*\.", query, re.I)
+    return list(tables) if touches else []
 
 
 def strip_sql_comments(query: str) -> str:
@@ -368,8 +402,10 @@ def statement_tables(query: str, default_schema: str, database: str, tables: lis
             schema_name, name = (q1 or q2).replace("``", "`"), (t1 or t2).replace("``", "`")
         else:
             schema_name, name = default_schema, (b or w).replace("``", "`")
-        if schema_name == database and name in tables and name not in found:
-            found.append(name)
+        # Case-insensitively: with lower_case_table_names a statement may spell names either way.
+        match = next((t for t in tables if t.lower() == name.lower()), None)
+        if schema_name.lower() == database.lower() and match is not None and match not in found:
+            found.append(match)
     return found
 
 
@@ -391,11 +427,12 @@ def row_event(source: str, schema, op: str, pos: str, before: dict | None, after
     if after is not None and not key_cols & after_absent:
         key = normalize_key(schema.key_of(after), schema)
     elif before is not None and not key_cols & before_absent:
-        # MINIMAL leaves an unchanged key out of the after image: the before image has it.
-        key = normalize_key(schema.key_of(before), schema)
+        # MINIMAL leaves the unchanged key columns out of the after image (all of them, or the
+        # ones a composite key update did not set): the before image has them.
         if after is not None:
-            after = {**after, **{c: before[c] for c in schema.key}}
+            after = {**after, **{c: before[c] for c in schema.key if c in after_absent}}
             after_absent = after_absent - key_cols
+        key = normalize_key(schema.key_of(after if after is not None else before), schema)
     else:
         raise UnreadableEvent(
             f"{source}: a {'insert' if op == INSERT else 'update' if op == UPDATE else 'delete'} of {schema.name} "
@@ -404,7 +441,7 @@ def row_event(source: str, schema, op: str, pos: str, before: dict | None, after
             "Fix: keep binlog_row_image=FULL for every client (it is a session variable: revoke SUPER / BINLOG "
             "ADMIN from applications), then `dblog capture --reset` and a full dump of the table.")
     old_key = None
-    if op == UPDATE and not key_cols & before_absent and not key_cols & after_absent:
+    if op == UPDATE and not key_cols & before_absent:
         prior = normalize_key(schema.key_of(before), schema)
         old_key = prior if prior != key else None
     if op == DELETE:

@@ -10,13 +10,13 @@ import psycopg2
 import psycopg2.extras
 import pyarrow as pa
 
-from ..events import DELETE, INSERT, UPDATE, ChangeEvent
+from ..events import DELETE, INSERT, UPDATE, ChangeEvent, RepairNeed
 from ..positions import encode as encode_position
 from ..positions import int_to_lsn, lsn_to_int, postgres_position
 from ..schema import Column, decimal_type, normalize_key
 from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
                    SourceUnavailable, Transaction)
-from .pgoutput import Begin, Commit, Decoder, RowChange
+from .pgoutput import Begin, Commit, Decoder, RowChange, Truncate
 
 # How long a capture waits for a replication slot held by someone else before it fails: a
 # predecessor capture's walsender ends within moments of its process, another consumer's never.
@@ -103,6 +103,11 @@ class PostgresSource(Source):
 
     def _usable(self, conn) -> bool:
         return not conn.closed  # (bytea arrives as memoryview; staging makes it bytes)
+
+    def clone(self) -> "PostgresSource":
+        other = super().clone()
+        other._repl = other._repl_cursor = None  # the stream's connection stays the original's
+        return other
 
     def close(self) -> None:
         for c in (self._conn, self._repl):
@@ -338,7 +343,7 @@ class PostgresSource(Source):
         start = lsn_to_int(resume["lsn"]) if resume else 0
         conn, cur = self._start_replication(start)  # SlotInUse while another consumer holds the slot
         self._repl, self._repl_cursor = conn, cur
-        decoder, pending, begin, index = Decoder(), [], None, 0
+        decoder, pending, needs, begin, index = Decoder(), [], [], None, 0
         last_data = time.monotonic()
         try:
             while True:
@@ -362,15 +367,22 @@ class PostgresSource(Source):
                 last_data = time.monotonic()
                 item = decoder.decode(msg.payload)
                 if isinstance(item, Begin):
-                    begin, index, pending = item, 0, []
+                    begin, index, pending, needs = item, 0, [], []
                 elif isinstance(item, RowChange):
                     if item.relation.namespace in (self.schema, WATERMARK_SCHEMA):
                         pending.extend(self.own_watermarks([self._event(item, begin, index)]))
                     index += 1
+                elif isinstance(item, Truncate):
+                    # No row events: the table's rows are gone from the source but not from the
+                    # warehouse, so the table is repaired whole (see dblog.repair).
+                    position = encode_position(begin.final_lsn, index, 0)
+                    needs += [RepairNeed(r.qualified, "TRUNCATE (no row events in the log)", position)
+                              for r in item.relations if r.namespace == self.schema]
+                    index += 1
                 elif isinstance(item, Commit):
                     if item.end_lsn > start:
-                        yield Transaction(pending, {"lsn": int_to_lsn(item.end_lsn)}, item.commit_ts)
-                    begin, pending = None, []
+                        yield Transaction(pending, {"lsn": int_to_lsn(item.end_lsn)}, item.commit_ts, needs)
+                    begin, pending, needs = None, [], []
         finally:
             conn.close()
             self._repl = None

@@ -197,9 +197,10 @@ def _inputs(spark: SparkSession, staged: StagedLog, source: str, table: str, man
     if events is not None:
         events = M.align(events, out.columns)
         new = events if done_upto is None else events.where(F.col("_position") > done_upto)
-        seen = new.agg(F.max(F.size("_unchanged")).alias("unchanged"),
+        # A delete's left-out columns need no fill: a tombstone has no values.
+        seen = new.agg(F.max(F.when(F.col("_op") != "d", F.size("_unchanged"))).alias("unchanged"),
                        F.max(F.unix_micros("_commit_ts")).alias("newest")).first()
-        out.fill_unchanged = (seen["unchanged"] or 0) > 0 or bool(manifest and manifest.missing_rows)
+        out.fill_unchanged = (seen["unchanged"] or 0) > 0
         if seen["newest"] is not None:
             result.newest_commit_ts = seen["newest"] / 1e6
         parts.append(log_records(new, out.key, names))
@@ -364,8 +365,8 @@ def _rewrite(spark: SparkSession, warehouse: Warehouse, base: Manifest, recs: Da
                 stored = f"{'t' if t else 'b'}-{uuid.uuid4().hex}.parquet"
                 path = os.path.join(dirpath, name)
                 new_files[f"{TOMBSTONES}/{stored}" if t else stored] = path
-                # Only a fill can leave values unproven (rules.latest); otherwise no row lists any.
-                unproven = missing_rows(path) if fill_unchanged and not t else 0
+                # Only a fill leaves values unproven (rules.latest), and stored rows keep theirs.
+                unproven = missing_rows(path) if (fill_unchanged or base.missing_rows) and not t else 0
                 written.setdefault((b, t), []).append((stored, pq.read_metadata(path).num_rows, unproven))
     buckets: list[Bucket] = []
     for j, (lo, old) in enumerate(entries):

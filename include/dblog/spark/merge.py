@@ -81,7 +81,7 @@ def as_records(rows: DataFrame) -> DataFrame:
     """Warehouse rows as merge records; on equal positions they win over new ones (`_prio` 0)."""
     renamed = [F.col(m).alias(r) for m, r in zip(META, _RECORD) if m != MISSING]
     data = [c for c in rows.columns if not c.startswith("_")]
-    # Values a row lacks stay open: a record merged later that proves them (a window's chunk row) fills them.
+    # Values a row lacks stay listed (rules.latest keeps them unknown until a newer record replaces the row).
     missing = F.col(MISSING) if MISSING in rows.columns else F.lit(None)
     return rows.select(*data, *renamed, missing.cast("array<string>").alias("_unchanged"), F.lit(0).alias("_prio"))
 

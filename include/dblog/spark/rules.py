@@ -100,7 +100,8 @@ def latest(recs: DataFrame, key: list[str], columns: list[str], carry: tuple[str
     partial row image) take the key's previous value (`fill_unchanged`; without any `_unchanged`
     list the fill is skipped, it costs a sort). A tombstone in between proves nothing: a value
     nothing proves stays null and is listed in `_missing` (never guessed); the merge asks for a
-    repair of those keys. Window-fill records (`WINDOW`) only fill, they never win.
+    repair of those keys, and a stored row (`_prio` 0) keeps it unknown until a newer record
+    replaces the row. Window-fill records (`WINDOW`) only fill, they never win.
     `within`: columns that depend on the key only (a bucket): the windows reuse their partitioning.
     """
     meta = ["_position", "_op", "_origin", "_dump_id", *carry]
@@ -112,8 +113,12 @@ def latest(recs: DataFrame, key: list[str], columns: list[str], carry: tuple[str
         unchanged = F.coalesce(F.col("_unchanged"), F.array().cast("array<string>"))
         filled = [F.last(F.when(tomb | ~F.array_contains(unchanged, c), F.struct(F.col(c).alias("v"), (~tomb).alias("k"))),
                          ignorenulls=True).over(history).alias(f"_f{i}") for i, c in enumerate(values)]
-        recs = recs.select(*within, *key, *meta, *prio, *filled)
-        known = [F.coalesce(F.col(f"_f{i}.k"), F.lit(False)) for i in range(len(values))]
+        # A stored row's unknown value stays unknown: the deletes before it are no longer in its
+        # history, so an older record (a late chunk) could hold a value from before one of them.
+        stored = (F.col("_prio") == 0) if prio else F.lit(False)
+        lacks = [stored & F.array_contains(unchanged, c) for c in values]
+        recs = recs.select(*within, *key, *meta, *prio, *filled, *[l.alias(f"_l{i}") for i, l in enumerate(lacks)])
+        known = [F.coalesce(F.col(f"_f{i}.k"), F.lit(False)) & ~F.col(f"_l{i}") for i in range(len(values))]
         value_cols = [F.when(k, F.col(f"_f{i}.v")).alias(c) for i, (c, k) in enumerate(zip(values, known))]
         unknown = F.array_compact(F.array(*[F.when(~k, F.lit(c)) for c, k in zip(values, known)])) if values \
             else F.array().cast("array<string>")

@@ -63,7 +63,7 @@ class CaptureOperator(BaseOperator):
                 self.log.info("%s: leader is %s; waiting up to %.0fs as standby", source.name, before.leader, seconds)
             self.log.info("%s: capture %s", source.name, before.describe())
             self._capture = capture = Capture(source, store, hook.staged(), on_beat=self._reporter(source.name),
-                                              warehouse_keys=hook.warehouse().keys)
+                                              warehouse=hook.warehouse())
             try:
                 with _hang_guard(2 * seconds + HUNG_AFTER_S):  # the lease wait, then the slice
                     stats = capture.run(duration=seconds, lease_timeout=seconds)

@@ -1,0 +1,40 @@
+"""The repair queue in ZooKeeper: requests small enough for its nodes, turned into repair dumps."""
+from dblog import repair
+from dblog.dump import dump_status
+from dblog.events import RepairNeed
+from dblog.state import _dump
+
+
+def test_a_large_key_list_is_queued_in_parts_that_fit_zookeeper_nodes(mariadb):
+    keys = tuple((f"{i:036d}",) for i in range(5_000))  # UUID-sized keys
+    with mariadb.store() as store:
+        written = repair.request(store, mariadb.source_id, [RepairNeed("db.t", "test", None, keys)])
+        queued = repair.pending(store, mariadb.source_id)
+    assert written == len(queued) == 3
+    assert sorted(len(r.keys) for r in queued) == [1_000, 2_000, 2_000]
+    assert max(len(_dump({"keys": r.keys})) for r in queued) < 200_000
+
+
+def test_more_keys_than_a_key_list_repair_takes_become_one_full_dump_of_the_table(mariadb):
+    mariadb.workload(seed=80, rows=50).create()
+    table = mariadb.table("accounts")
+    keys = tuple((i,) for i in range(repair.TABLE_ABOVE + 1))
+    with mariadb.store() as store:
+        repair.request(store, mariadb.source_id, [RepairNeed(table, "many partial images", None, keys)])
+        ran = repair.Repairer(store, mariadb.source(), mariadb.staged()).run_once()
+        assert len(ran) == 1
+        status = dump_status(store, mariadb.source_id, ran[0])
+        assert status["state"] == "done" and not status["key_list"]
+        assert status["tables"][table]["rows"] == 50
+        assert not repair.pending(store, mariadb.source_id), "the requests must be gone once their dump exists"
+
+
+def test_a_repair_of_a_dropped_table_is_dropped_and_does_not_hold_up_the_others(mariadb):
+    mariadb.workload(seed=81, rows=20).create()
+    with mariadb.store() as store:
+        repair.request(store, mariadb.source_id, [
+            RepairNeed(mariadb.table("gone_table"), "test", None, ((1,),)),
+            RepairNeed(mariadb.table("accounts"), "test", None, ((1,), (2,)))])
+        ran = repair.Repairer(store, mariadb.source(), mariadb.staged()).run_once()
+        assert len(ran) == 1 and dump_status(store, mariadb.source_id, ran[0])["state"] == "done"
+        assert not repair.pending(store, mariadb.source_id)
