@@ -15,12 +15,11 @@ repair a previous leader left unfinished is resumed. Until a repair's chunks are
 """
 from __future__ import annotations
 
-import datetime as dt
+import hashlib
 import json
 import logging
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
@@ -29,7 +28,7 @@ from .config import DEFAULT_CHUNK_SIZE
 from .dump import CANCELLED, DONE, DumpError, DumpSpec, create_dump, dump_status, run_dump
 from .events import RepairNeed
 from .schema import encode_key, normalize_key
-from .sources.base import Source, UnknownTable
+from .sources.base import Source, SourceError, SourceUnavailable, UnknownTable
 from .staging import StagedLog
 from .state import StateStore
 
@@ -174,7 +173,8 @@ class _Stopped(Exception):
 
 
 STUCK_AFTER_S = 60.0     # a repair registered without its progress (a crash inside create_dump)
-LAND_AFTER_S = 3600.0    # a done repair counts as landed after this, even if a merge under-counted it
+LAND_AFTER_S = 3600.0    # a done repair counts as landed this long after it finished, even if a merge under-counted it
+GONE_PARTS = 10          # key lists of removed rows turned into dumps per round (a TRUNCATE of a big table)
 
 
 class Repairer:
@@ -252,7 +252,8 @@ class Repairer:
         """A repair dump left by an earlier round or leader: resume, re-request or drop it."""
         status = dump_status(self.store, self.source.name, dump_id)
         age = time.time() - (status["created_at"] or 0)
-        if landed(status) or (status["state"] == DONE and age > LAND_AFTER_S):
+        finished = max([(p or {}).get("finished_at") or 0 for p in status["tables"].values()], default=0)
+        if landed(status) or (status["state"] == DONE and time.time() - finished > LAND_AFTER_S):
             if age > KEEP_LANDED_S:
                 self.store.delete(paths.dump_path(self.source.name, dump_id), recursive=True)
             return []
@@ -275,45 +276,61 @@ class Repairer:
 
     def _repair(self, table: str, requests: list[RepairRequest]) -> list[str]:
         """Dumps for one table's requests; the requests are deleted once their dumps exist (a
-        crash in between repeats a repair, it never loses one)."""
+        crash in between repeats a repair, it never loses one: dump ids derive from the request,
+        so a repeat finds its dump instead of making another)."""
         reasons = "; ".join(dict.fromkeys(r.reason for r in requests))
-        keys = list({json.dumps(k): k for r in requests if r.kind == "keys" for k in r.keys}.values())
-        whole = [r for r in requests if r.kind == "table"] + ([] if len(keys) <= TABLE_ABOVE else requests[:1])
+        key_requests = [r for r in requests if r.kind == "keys"]
+        keys = list({json.dumps(k): k for r in key_requests for k in r.keys}.values())
+        tables = [r for r in requests if r.kind == "table"]
         gone = [r for r in requests if r.kind == "gone"]
-        todo: list[tuple[list | None, str]] = []
-        done = [r for r in requests if r.kind == "keys"]
+        whole = bool(tables) or len(keys) > TABLE_ABOVE
+        first = min(requests, key=lambda r: r.node).node
+        todo: list[tuple[str, list | None, str]] = []
         if whole:
-            todo.append((None, reasons))
-            keys = []
-        todo += [(part, reasons) for part in _parts(keys, REQUEST_KEYS)]
-        handled_gone = []
-        for r in gone:
-            found = self._gone_keys(table, r.position)
-            if found is None:
-                continue  # the merge has not passed the statement yet
-            todo += [(part, f"{len(found)} warehouse key(s) the source no longer has, after: {r.reason}")
-                     for part in _parts(found, REQUEST_KEYS)]
-            handled_gone.append(r)
-        dump_ids = [self._create(table, k, why) for k, why in todo]
-        for r in whole:
-            if r.kind == "table":  # then find what it deleted, once the merge has passed it
-                _append(self.store, self.source.name, table, r.reason, r.position or self._checkpoint(), None, "gone")
-        for r in done + whole + handled_gone:
-            self.store.delete(f"{paths.repairs_path(self.source.name)}/{r.node}")
+            todo.append((f"{first}-t", None, reasons))
+        else:
+            todo += [(f"{first}-{i}", part, reasons) for i, part in enumerate(_parts(keys, REQUEST_KEYS))]
+        handled = key_requests + tables
+        if gone:
+            newest = max(gone, key=lambda r: r.position or "")
+            found = self._gone_keys(table, newest.position)
+            if found is not None:  # else the merge has not passed the statement yet
+                parts = _parts(found, REQUEST_KEYS)
+                why = f"{len(found)} warehouse key(s) the source no longer has, after: {newest.reason}"
+                # Named by content: a later round (the next parts) or a repeat finds its own dump.
+                todo += [(f"{newest.node}-g{hashlib.sha1(json.dumps(part).encode()).hexdigest()[:10]}", part, why)
+                         for part in parts[:GONE_PARTS]]
+                if len(parts) <= GONE_PARTS:
+                    handled += gone  # else the next round takes the next parts (these are covered then)
+        dump_ids = []
+        for name, part, why in todo:
+            dump_id = self._create(table, name, part, why)
+            if dump_id is False:  # the table is gone, or can never be repaired (said in the log)
+                return self._drop(requests)
+            dump_ids.append(dump_id)
+        if tables:  # then find what it deleted, once the merge has passed it
+            newest = max(tables, key=lambda r: r.position or "")
+            _append(self.store, self.source.name, table, newest.reason, newest.position or self._checkpoint(), None,
+                    "gone")
+        self._drop(handled)
         out = []
         for dump_id in dump_ids:
-            if dump_id is not None:
-                self._check_stop()
-                out.append(self._run_dump(dump_id))
+            self._check_stop()
+            out.append(self._run_dump(dump_id))
         return out
+
+    def _drop(self, requests: list[RepairRequest]) -> list[str]:
+        for r in requests:
+            self.store.delete(f"{paths.repairs_path(self.source.name)}/{r.node}")
+        return []
 
     def _checkpoint(self) -> str | None:
         return (self.store.get(paths.checkpoint_path(self.source.name)) or {}).get("position")
 
     def _gone_keys(self, table: str, position: str | None) -> list | None:
-        """Keys the warehouse has and the source does not (JSON values), once the warehouse has
-        merged past `position` (before, a row inserted just before the statement may not have
-        reached it yet); None until then."""
+        """Keys the warehouse has and the source does not (JSON values), not already being
+        repaired, once the warehouse holds everything staged before `position` (before, a row
+        inserted just before the statement may not have reached it yet); None until then."""
         if self.warehouse is None:
             log.warning("%s: no warehouse configured for the capture: rows of %s that a statement-logged write "
                         "or TRUNCATE deleted stay in the warehouse until `dblog verify` finds them",
@@ -322,26 +339,38 @@ class Repairer:
         manifest = self.warehouse.manifest(self.source.name, table)
         if manifest is None:
             return []  # nothing merged yet: the warehouse holds no row to remove
-        if position is not None and (manifest.log_upto or "") < position:
-            return None
-        schema = self.source.table_schema(table)
+        if position is not None and (manifest.log_upto or "") < position and \
+                self.staged.segments(self.source.name, table, high=position, after=manifest.log_upto):
+            return None  # staged changes before the statement are not merged yet
+        try:
+            schema = self.source.table_schema(table, refresh=True)
+        except UnknownTable:
+            return []
         present = {key_id(normalize_key(k, schema)) for k in self.source.keys(schema)}
+        _, covered_keys = covered(self.store, self.source.name, table)
         gone = [k for k in (normalize_key(tuple(k), schema) for k in self.warehouse.keys(self.source.name, table))
-                if key_id(k) not in present]
+                if key_id(k) not in present and key_id(k) not in covered_keys]
         return [json.loads(encode_key(k)) for k in gone]
 
-    def _create(self, table: str, keys: list | None, reasons: str) -> str | None:
-        """Register a repair dump; None when the table is gone (nothing to repair). Other errors
-        raise: the requests stay queued."""
-        if not keys and keys is not None:
-            return None
-        dump_id = f"{PREFIX}{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+    def _create(self, table: str, name: str, keys: list | None, reasons: str) -> str | None | bool:
+        """Register repair dump `repair-{name}` (or find it, registered by an earlier try); False
+        when it can never be created (a dropped table, no primary key any more: said loudly).
+        A transient error raises: the requests stay queued."""
+        dump_id = f"{PREFIX}{name}"
+        if self.store.get(paths.dump_path(self.source.name, dump_id)) is not None:
+            return dump_id
         spec = DumpSpec(tables=[table], keys=keys, chunk_size=self.chunk_size, dump_id=dump_id, reason=reasons)
         try:
             create_dump(self.store, self.source, spec)
         except UnknownTable:
             log.warning("%s: %s no longer exists; its repair is dropped (%s)", self.source.name, table, reasons)
-            return None
+            return False
+        except SourceUnavailable:
+            raise
+        except (DumpError, SourceError) as exc:
+            log.error("%s: %s cannot be repaired (%s): %s. Its rows may differ from the source: fix the table, "
+                      "then run a full dump of it", self.source.name, table, reasons, exc)
+            return False
         what = "every row" if keys is None else f"{len(keys)} key(s)"
         log.warning("%s: repair dump %s re-reads %s of %s: %s", self.source.name, dump_id, what, table, reasons)
         return dump_id

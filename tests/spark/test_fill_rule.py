@@ -47,6 +47,10 @@ def test_a_stored_row_s_unknown_value_stays_unknown_whatever_older_record_arrive
     out = merged(spark, (1, None, "y", "11", "u", "log", ["v"], STORED), (1, "late", "x", "10", "r", WINDOW, None),
                  (1, "late", "x", "09", "r", "dump", None))
     assert out[1] == (None, "y", "u", ["v"])
+    # A newer update that leaves the same column out must not reach past the stored row either.
+    later = merged(spark, (1, None, "y", "11", "u", "log", ["v"], STORED), (1, "late", "x", "10", "r", WINDOW, None),
+                   (1, None, "z", "12", "u", "log", ["v"]))
+    assert later[1] == (None, "z", "u", ["v"])
     repaired = merged(spark, (1, None, "y", "11", "u", "log", ["v"], STORED), (1, "now", "y", "12", "r", "dump", None))
     assert repaired[1] == ("now", "y", "r", None)
 

@@ -47,9 +47,14 @@ def test_an_image_without_the_key_stops_the_capture_with_the_fix():
     ("INSERT INTO items (id) VALUES (1)", "shop", ["items"]),
     ("update /* hint */ `shop`.`ITEMS` set qty = 1", "", ["items"]),
     ("DELETE FROM other.items WHERE id = 1", "other", []),
+    ("INSERT INTO other.x SELECT 1", "shop", []),           # another database's table, from our session
+    ("TRUNCATE other.t", "shop", []),
+    ("/*!40000 ALTER TABLE items DISABLE KEYS */", "shop", []),
     ("UPDATE items i JOIN orders o ON o.id = i.id SET i.qty = o.qty", "shop", ["items", "orders"]),
     ("TRUNCATE TABLE items", "shop", ["items"]),
-    ("SELECT bump_counters()", "shop", ["items", "orders", "other"]),  # a stored function wrote: unknown what
+    ("SELECT bump_counters()", "shop", ["items", "orders", "other"]),
+    ("SELECT bump_counters(1.5)", "shop", ["items", "orders", "other"]),
+    ("UPDATE a_view v SET v.qty = 1", "shop", ["items", "orders", "other"]),  # a view: which table is unknown  # a stored function wrote: unknown what
     ("INSERT INTO dblog.watermarks VALUES ('a', 'b', now())", "dblog", []),
     ("BEGIN", "shop", []),
     ("ALTER TABLE items ADD COLUMN x INT", "shop", []),

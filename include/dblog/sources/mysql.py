@@ -292,7 +292,7 @@ class MySQLSource(Source):
                         captured = self.tables()
                     if ev.query.strip().upper() != "COMMIT":
                         needs.extend(self._statement_writes(reader.log_file, ev, captured))
-                        if needs and not pending and ev.query.strip().upper().startswith("TRUNCATE"):
+                        if needs and not pending and strip_sql_comments(ev.query).strip().upper().startswith("TRUNCATE"):
                             # DDL commits by itself (no XID follows): hand the repair over now.
                             yield Transaction([], {"log_file": reader.log_file, "log_pos": ev.packet.log_pos},
                                               dt.datetime.fromtimestamp(ev.timestamp, dt.timezone.utc), needs)
@@ -377,13 +377,17 @@ def statement_writes(query: str, default_schema: str, database: str, tables: lis
     are not logged; `SELECT f()` and `CALL` are when they write). What it names counts; a write
     into the captured database that names no captured table (a stored function, a view) counts
     for every table: a needless repair dump is harmless, a missed write is not."""
-    if _CONTROL.match(query) or _DDL.match(query):  # TRUNCATE is not in _DDL: it deletes every row
+    if not query or _CONTROL.match(query) or _DDL.match(query):  # TRUNCATE is not in _DDL: it deletes rows
         return []
     named = statement_tables(query, default_schema, database, tables)
     if named:
         return named
-    touches = default_schema.lower() == database.lower() or re.search(
-        rf"(`{re.escape(database)}`|\b{re.escape(database)})\s*\.", query, re.I)
+    # Names another database's table: its write, not ours (`INSERT INTO other.t`, `TRUNCATE other.t`).
+    qualified = {m.group(1) or m.group(2) for m in re.finditer(
+        r"\b(?:INTO|UPDATE|FROM|JOIN|TABLE|TRUNCATE)\s+(?:`((?:[^`]|``)+)`|([A-Za-z_$][\w$]*))\s*\.\s*[`A-Za-z_$]", query, re.I)}
+    if any(q.lower() != database.lower() for q in qualified):
+        return []
+    touches = default_schema.lower() == database.lower() or qualified
     return list(tables) if touches else []
 
 

@@ -111,14 +111,18 @@ def latest(recs: DataFrame, key: list[str], columns: list[str], carry: tuple[str
     if fill_unchanged:
         history = Window.partitionBy(*within, *key).orderBy("_position").rowsBetween(Window.unboundedPreceding, 0)
         unchanged = F.coalesce(F.col("_unchanged"), F.array().cast("array<string>"))
-        filled = [F.last(F.when(tomb | ~F.array_contains(unchanged, c), F.struct(F.col(c).alias("v"), (~tomb).alias("k"))),
-                         ignorenulls=True).over(history).alias(f"_f{i}") for i, c in enumerate(values)]
-        # A stored row's unknown value stays unknown: the deletes before it are no longer in its
-        # history, so an older record (a late chunk) could hold a value from before one of them.
+        # A stored row's unknown value stays unknown, for it and for the records after it: the
+        # deletes before it are no longer in its history, so an older record (a late chunk) could
+        # hold a value from before one of them. It blocks like a tombstone, for that column.
         stored = (F.col("_prio") == 0) if prio else F.lit(False)
-        lacks = [stored & F.array_contains(unchanged, c) for c in values]
-        recs = recs.select(*within, *key, *meta, *prio, *filled, *[l.alias(f"_l{i}") for i, l in enumerate(lacks)])
-        known = [F.coalesce(F.col(f"_f{i}.k"), F.lit(False)) & ~F.col(f"_l{i}") for i in range(len(values))]
+
+        def carrier(c: str):
+            blocked = tomb | (stored & F.array_contains(unchanged, c))
+            return F.when(blocked | ~F.array_contains(unchanged, c), F.struct(F.col(c).alias("v"), (~blocked).alias("k")))
+
+        filled = [F.last(carrier(c), ignorenulls=True).over(history).alias(f"_f{i}") for i, c in enumerate(values)]
+        recs = recs.select(*within, *key, *meta, *prio, *filled)
+        known = [F.coalesce(F.col(f"_f{i}.k"), F.lit(False)) for i in range(len(values))]
         value_cols = [F.when(k, F.col(f"_f{i}.v")).alias(c) for i, (c, k) in enumerate(zip(values, known))]
         unknown = F.array_compact(F.array(*[F.when(~k, F.lit(c)) for c, k in zip(values, known)])) if values \
             else F.array().cast("array<string>")
