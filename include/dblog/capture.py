@@ -187,8 +187,9 @@ class Capture:
             crash_point("capture.mid_flush")
         if batch.repairs:
             # Before the checkpoint passes the events: a crash repeats the request, never loses it.
-            self.stats.repairs += repair.request(self.store, self.source.name, batch.repairs)
-            for need in batch.repairs:
+            needs = repair.coalesce(batch.repairs)
+            self.stats.repairs += repair.request(self.store, self.source.name, needs)
+            for need in needs:
                 log.warning("%s: %s at %s cannot be staged as it is (%s); %s", self.source.name, need.table,
                             need.position, need.reason, "a full dump of the table repairs it" if need.keys is None
                             else f"a repair dump re-reads {len(need.keys)} key(s)")

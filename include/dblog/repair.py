@@ -62,6 +62,24 @@ REQUEST_KEYS = 2_000
 TABLE_ABOVE = 50_000
 
 
+def coalesce(needs: Iterable[RepairNeed]) -> list[RepairNeed]:
+    """One need per table and kind: a client writing partial images all the time makes one
+    request per flush, not one per rows event. A whole-table need keeps the newest position
+    (its deleted-rows repair must wait for the merge to pass all of them)."""
+    keyed: dict[str, RepairNeed] = {}
+    whole: dict[str, RepairNeed] = {}
+    for n in needs:
+        if n.keys is None:
+            prior = whole.get(n.table)
+            if prior is None or (n.position or "") > (prior.position or ""):
+                whole[n.table] = n
+        else:
+            prior = keyed.get(n.table)
+            keys = n.keys if prior is None else tuple(dict.fromkeys(prior.keys + n.keys))
+            keyed[n.table] = RepairNeed(n.table, (prior or n).reason, (prior or n).position, keys)
+    return [*keyed.values(), *whole.values()]
+
+
 def request(store: StateStore, source: str, needs: Iterable[RepairNeed]) -> int:
     """Queue repairs; returns how many requests were written (a key list splits at REQUEST_KEYS)."""
     written = 0
