@@ -66,6 +66,13 @@ def settle(src: "SourceEnv") -> None:
                  what="the capture to stage the sync watermark and checkpoint past it")
 
 
+def checkpoint(src: "SourceEnv") -> str | None:
+    """The capture's checkpoint position: everything staged up to it is complete."""
+    from dblog.state import checkpoint_position
+    with src.store() as store:
+        return checkpoint_position(store, src.source_id)
+
+
 def assert_warehouse_equals_source(src: "SourceEnv", warehouse, tables=TABLES) -> None:
     from dblog.verify import compare_warehouse
     for t in tables:

@@ -10,6 +10,7 @@ import sys
 import time
 
 from . import config
+from . import state as paths
 from .capture import Capture, ensure_checkpoint, reset_checkpoint
 from .export import ExportError, export
 from .dump import (
@@ -197,9 +198,11 @@ def cmd_export(args) -> int:
     source = config.source(_source_id(args.source, "export"))
     table = _qualified(source, args.table)
     staged = StagedLog(config.staging_root())
+    with _store() as store:
+        upto = paths.checkpoint_position(store, source.name)
     out = open(args.output, "w") if args.output else sys.stdout
     try:
-        lines = export(staged, source.name, table, out, args.from_position)
+        lines = export(staged, source.name, table, out, upto, args.from_position)
     finally:
         if args.output:
             out.close()

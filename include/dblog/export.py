@@ -11,7 +11,7 @@ from typing import IO
 
 from .events import ChangeEvent
 from .reconcile import data_columns, key_columns, events_of, watermark_positions
-from .rules import Chunk, DumpRecord, Window, ordered_output
+from .rules import Chunk, DumpRecord, Window, chunk_ready, ordered_output
 from .schema import to_json_value
 from .sources.base import WATERMARK_TABLE
 from .staging import StagedLog
@@ -25,8 +25,11 @@ def _json(values: dict | None) -> dict | None:
     return None if values is None else {k: to_json_value(v) for k, v in values.items()}
 
 
-def export(staged: StagedLog, source: str, table: str, out: IO[str], from_position: str | None = None) -> int:
-    """Write the stream from `from_position` (inclusive) to `out`; returns the number of lines."""
+def export(staged: StagedLog, source: str, table: str, out: IO[str], upto: str | None,
+           from_position: str | None = None) -> int:
+    """Write the stream from `from_position` (inclusive) up to the capture's checkpoint position
+    `upto` (everything staged by then; a chunk once it is ready, `rules.chunk_ready`) to `out`;
+    returns the number of lines."""
     if table not in staged.tables(source):
         raise ExportError(f"no staged log for {table} on {source}; staged tables: "
                           f"{', '.join(t for t in staged.tables(source) if t != WATERMARK_TABLE) or 'none'}")
@@ -42,15 +45,17 @@ def export(staged: StagedLog, source: str, table: str, out: IO[str], from_positi
         data = staged.read_chunk(path)
         if data.num_rows == 0:
             continue
-        lw, hw = data["_lw"][0].as_py(), data["_hw"][0].as_py()
-        if lw in watermarks and hw in watermarks and (from_position is None or watermarks[hw] >= from_position):
+        lw, hw = watermarks.get(data["_lw"][0].as_py()), watermarks.get(data["_hw"][0].as_py())
+        if chunk_ready(lw, hw, upto) and (from_position is None or hw >= from_position):
             key_cols = key_columns(data)
             rows = [{**{c: r[c] for c in data_columns(data)}, "_op": r["_op"], "_dump_id": r["_dump_id"]}
                     for r in data.to_pylist()]
-            chunks.append(Chunk(Window(table, watermarks[lw], watermarks[hw]), tuple(rows), tuple(key_cols)))
+            chunks.append(Chunk(Window(table, lw, hw), tuple(rows), tuple(key_cols)))
     # Events from the earliest window on, so chunks that straddle `from_position` are reconciled right.
     low = None if from_position is None else min([c.window.low for c in chunks] + [from_position])
-    log = staged.read_log(source, table, low)
+    if upto is None:
+        return 0  # nothing is checkpointed yet: nothing is known to be complete
+    log = staged.read_log(source, table, low, upto)
     events = events_of(table, source, log)
     keys = key_columns(log) if log.num_rows else key_cols
     highs = {c.window.high: c for c in chunks}

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from .events import ChangeEvent
-from .rules import DumpRecord, Window, merge_latest, window_survivors
+from .rules import DumpRecord, Window, chunk_ready, merge_latest, window_survivors
 from .sources.base import WATERMARK_TABLE
 from .staging import StagedLog
 
@@ -62,14 +62,16 @@ class ChunkResult:
 
 
 def reconcile_chunk(staged: StagedLog, source: str, table: str, path: str,
-                    watermarks: dict[str, str]) -> ChunkResult:
+                    watermarks: dict[str, str], upto: str | None) -> ChunkResult:
+    """The chunk's survivors, once it is ready (`rules.chunk_ready`: `upto` is the capture's
+    checkpoint position)."""
     chunk = staged.read_chunk(path)
     if chunk.num_rows == 0:
         return ChunkResult(path, None, 0, [])
-    lw, hw = chunk["_lw"][0].as_py(), chunk["_hw"][0].as_py()
-    if lw not in watermarks or hw not in watermarks:
+    lw, hw = watermarks.get(chunk["_lw"][0].as_py()), watermarks.get(chunk["_hw"][0].as_py())
+    if not chunk_ready(lw, hw, upto):
         return ChunkResult(path, None, chunk.num_rows, [])
-    window = Window(table, watermarks[lw], watermarks[hw])
+    window = Window(table, lw, hw)
     key_cols, data_cols = key_columns(chunk), data_columns(chunk)
     events = events_of(table, source, staged.read_log(source, table, window.low, window.high))
     rows = chunk.to_pylist()
@@ -79,13 +81,14 @@ def reconcile_chunk(staged: StagedLog, source: str, table: str, path: str,
     return ChunkResult(path, window, chunk.num_rows, records)
 
 
-def rebuild(staged: StagedLog, source: str, table: str) -> tuple[dict, list[ChunkResult]]:
-    """The table's state from its staged log and every reconcilable chunk: key -> (position, row)."""
+def rebuild(staged: StagedLog, source: str, table: str, upto: str | None) -> tuple[dict, list[ChunkResult]]:
+    """The table's state from its staged log up to the checkpoint position `upto` and every
+    chunk ready by then: key -> (position, row)."""
     watermarks = watermark_positions(staged, source)
-    results = [reconcile_chunk(staged, source, table, p, watermarks) for p in staged.chunk_files(source, table)]
-    log = staged.read_log(source, table)
+    results = [reconcile_chunk(staged, source, table, p, watermarks, upto) for p in staged.chunk_files(source, table)]
     state: dict = {}
-    merge_latest(state, events_of(table, source, log))
+    if upto is not None:  # before the first checkpoint nothing staged is known to be complete
+        merge_latest(state, events_of(table, source, staged.read_log(source, table, high=upto)))
     for r in results:
         merge_latest(state, r.survivors)
     return state, results

@@ -343,7 +343,7 @@ class Repairer:
         return []
 
     def _checkpoint(self) -> str | None:
-        return (self.store.get(paths.checkpoint_path(self.source.name)) or {}).get("position")
+        return paths.checkpoint_position(self.store, self.source.name)
 
     def _gone_keys(self, table: str, position: str | None) -> list | None:
         """Keys the warehouse has and the source does not (JSON values), not already being

@@ -1,5 +1,6 @@
 """The paper's rules, each in one place, as pure functions over plain Python values.
 
+* `chunk_ready`: when a chunk's window can be reconciled (HW staged and checkpointed).
 * `window_survivors`: Algorithm 1 steps 6-7 (drop chunk rows touched inside the window).
 * `ordered_output`: the paper's output order (Figure 4).
 * `merge_latest`: the warehouse merge rule (highest position wins; deletes are tombstones).
@@ -27,6 +28,15 @@ class Window:
 
     def contains(self, event: ChangeEvent) -> bool:
         return event.table == self.table and self.low < event.position < self.high
+
+
+def chunk_ready(low: str | None, high: str | None, upto: str | None) -> bool:
+    """Whether a chunk can be reconciled: both watermarks are staged (their positions known) and
+    the capture's checkpoint `upto` is at or past the high one. The checkpoint moves only after a
+    flush has staged every table's segment, so only then is every event of the window staged: the
+    capture stages one table after another, and an HW staged alone (mid-flush, or after a crash
+    between two tables) says nothing about the data table's events in the window."""
+    return low is not None and high is not None and upto is not None and high <= upto
 
 
 def touched_in_window(window: Window, events: Iterable[ChangeEvent]) -> set[tuple]:

@@ -207,6 +207,11 @@ def checkpoint_path(source: str) -> str:
     return f"/{source}/capture/checkpoint"
 
 
+def checkpoint_position(store: StateStore, source: str) -> str | None:
+    """Every event at or before this position is staged (None before the first flush)."""
+    return (store.get(checkpoint_path(source)) or {}).get("position")
+
+
 def heartbeat_path(source: str) -> str:
     return f"/{source}/capture/heartbeat"
 

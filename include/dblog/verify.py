@@ -118,10 +118,11 @@ def compare_rows(schema: TableSchema, pages: Iterator[list[dict]], copy: dict[tu
     return diff
 
 
-def compare(source: Source, staged: StagedLog, table: str, page: int = 5000) -> Diff:
-    """Source against the state rebuilt from the staged log (the engine's reference)."""
+def compare(source: Source, staged: StagedLog, table: str, upto: str | None, page: int = 5000) -> Diff:
+    """Source against the state rebuilt from the staged log up to the checkpoint position `upto`
+    (the engine's reference)."""
     schema = source.table_schema(table, refresh=True)
-    state, _ = rebuild(staged, source.name, schema.name)
+    state, _ = rebuild(staged, source.name, schema.name, upto)
     copy = {k: {c: row.get(c) for c in schema.column_names} for k, row in visible_rows(state).items()}
     return compare_rows(schema, source_pages(source, schema, page), copy)
 

@@ -3,14 +3,14 @@ import json
 import os
 import signal
 
-from conftest import TABLES, settle, wait_for
+from conftest import TABLES, checkpoint, settle, wait_for
 from dblog import state as paths
 from dblog.reconcile import rebuild
 from dblog.verify import compare
 
 def assert_converged(src, tables=TABLES):
     for t in tables:
-        diff = compare(src.source(), src.staged(), src.table(t))
+        diff = compare(src.source(), src.staged(), src.table(t), checkpoint(src))
         assert diff.equal, (f"{t}: {len(diff.missing)} missing, {len(diff.extra)} extra, "
                             f"{len(diff.different)} different, e.g. {(diff.missing + diff.extra + diff.different)[:5]}")
         assert diff.source_rows > 0
@@ -29,7 +29,7 @@ def test_a_full_dump_of_both_tables_during_concurrent_writes_converges_row_for_r
     assert {t.split(".")[1] for t in status["tables"]} == set(TABLES)
     assert all(p["status"] == "done" for p in status["tables"].values())
     # The rule did real work: some chunk rows collided with in-window writes and were dropped.
-    dropped = sum(r.dropped for t in TABLES for r in rebuild(src.staged(), src.source_id, src.table(t))[1])
+    dropped = sum(r.dropped for t in TABLES for r in rebuild(src.staged(), src.source_id, src.table(t), checkpoint(src))[1])
     print(f"{src.kind}: rows dropped in windows: {dropped}")
 
 

@@ -3,7 +3,7 @@ import json
 import threading
 
 import pytest
-from conftest import wait_for
+from conftest import checkpoint, wait_for
 from dblog import state as paths
 from dblog.reconcile import rebuild
 from dblog.rules import visible_rows
@@ -46,7 +46,7 @@ def test_a_key_list_dump_reads_those_keys_and_marks_missing_ones_absent(src):
     src.dblog("dump", "--source", src.source_id, "--table", "order_lines", "--keys", "[[1, 1], [2, 1], [9999, 9]]",
               "--chunk-size", "2", check=True)
     settle(src)
-    state, results = rebuild(src.staged(), src.source_id, src.table("order_lines"))
+    state, results = rebuild(src.staged(), src.source_id, src.table("order_lines"), checkpoint(src))
     assert [r.read for r in results] == [2, 1]
     assert set(visible_rows(state)) == {(1, 1), (2, 1)}
     assert state[(9999, 9)][1] is None, "an absent key must be staged as a tombstone"

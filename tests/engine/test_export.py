@@ -1,7 +1,7 @@
 """`dblog export`: the reconciled change stream in the paper's order, replayable into the table."""
 import json
 
-from conftest import settle
+from conftest import checkpoint, settle
 
 from dblog.rules import DumpRecord, merge_latest, visible_rows
 from dblog.verify import compare, source_rows
@@ -40,7 +40,7 @@ def test_the_exported_stream_is_ordered_complete_and_replays_into_the_source_tab
     source = src.source()
     expected = source_rows(source, source.table_schema(src.table("accounts")))
     assert set(visible_rows(state)) == set(expected)
-    assert compare(source, src.staged(), src.table("accounts")).equal
+    assert compare(source, src.staged(), src.table("accounts"), checkpoint(src)).equal
 
 
 def test_export_from_a_position_starts_there_and_a_bad_table_is_refused(src):
@@ -55,3 +55,47 @@ def test_export_from_a_position_starts_there_and_a_bad_table_is_refused(src):
     assert tail == full[len(full) // 2:]
     bad = src.dblog("export", "--source", src.source_id, "--table", "nosuch")
     assert bad.returncode == 2 and "no staged log for" in bad.stderr
+
+
+def test_a_chunk_whose_hw_is_staged_before_its_window_s_events_is_not_exported_until_checkpointed(mariadb):
+    """The capture stages one table after another: killed between two (a named crash point),
+    the HW is staged while the update inside the window is not. Export must wait for the
+    checkpoint (rules.chunk_ready), or it emits the chunk's stale row after the HW."""
+    import datetime as dt
+    import uuid
+
+    from dblog.reconcile import watermark_positions
+
+    mariadb.workload(seed=61, rows=20).create()
+    table = mariadb.table("accounts")
+    first = mariadb.start_capture()
+    mariadb.sql(f"UPDATE {table} SET name = 'staged before' WHERE id = 2")
+    settle(mariadb)
+    first.terminate(); first.wait()
+    # A dump's steps, with a write inside its window: LW, the chunk read, an update of key 1, HW.
+    source, staged = mariadb.source(), mariadb.staged()
+    schema = source.table_schema(table)
+    lw, hw = str(uuid.uuid4()), str(uuid.uuid4())
+    source.write_watermark("race", lw)
+    rows = source.select_chunk(schema, None, 1000)
+    mariadb.sql(f"UPDATE {table} SET name = 'changed in the window' WHERE id = 1")
+    source.write_watermark("race", hw)
+    staged.write_chunk(mariadb.source_id, schema, "race", 0, rows, ["r"] * len(rows),
+                       {"_lw": lw, "_hw": hw, "_key_from": None, "_key_to": "[20]",
+                        "_read_ts": dt.datetime.now(dt.timezone.utc)})
+    # The capture's first flush holds all of it; it stages the watermark table first, then dies.
+    capture = mariadb.spawn("capture", "--source", mariadb.source_id, env={"DBLOG_CRASH_AT": "capture.mid_flush@1"})
+    assert capture.wait(timeout=120) == -9, capture.stderr.read()
+    assert hw in watermark_positions(staged, mariadb.source_id), "the crash came before the HW was staged"
+
+    def exported() -> list[dict]:
+        out = mariadb.dblog("export", "--source", mariadb.source_id, "--table", "accounts", check=True).stdout
+        return [json.loads(line) for line in out.splitlines()]
+
+    assert not [r for r in exported() if r["origin"] == "dump"], "a chunk was exported before its window was staged"
+    mariadb.spawn("capture", "--source", mariadb.source_id)
+    settle(mariadb)
+    records = exported()
+    last = [r for r in records if r["key"] == {"id": 1}][-1]
+    assert last["origin"] == "log" and last["row"]["name"] == "changed in the window"
+    assert len([r for r in records if r["origin"] == "dump"]) == 19, "every other chunk row survives"

@@ -138,3 +138,11 @@ def test_a_window_whose_low_watermark_is_not_before_its_high_is_refused():
     import pytest
     with pytest.raises(ValueError, match="not before"):
         Window(T, pos(5), pos(5))
+
+
+def test_a_chunk_is_ready_only_once_both_watermarks_are_staged_and_the_checkpoint_passed_the_hw():
+    from dblog.rules import chunk_ready
+    assert chunk_ready(pos(1), pos(5), pos(5)) and chunk_ready(pos(1), pos(5), pos(9))
+    assert not chunk_ready(pos(1), pos(5), pos(4)), "HW staged, checkpoint not past it: the window may be incomplete"
+    assert not chunk_ready(None, pos(5), pos(9)) and not chunk_ready(pos(1), None, pos(9))
+    assert not chunk_ready(pos(1), pos(5), None)

@@ -35,6 +35,7 @@ from pyspark.sql import functions as F
 from .. import state as paths
 from ..dump import dumping
 from ..reconcile import watermark_positions
+from ..rules import chunk_ready
 from ..sources.base import WATERMARK_TABLE
 from ..staging import StagedLog
 from ..state import StateStore
@@ -142,7 +143,7 @@ def _ready_chunks(spark: SparkSession, staged: StagedLog, source: str, pending: 
     for r in chunks.groupBy("_dump_id", "_chunk", "_lw", "_hw").count().collect():
         seen.add((r["_dump_id"], r["_chunk"]))
         lw, hw = positions.get(r["_lw"]), positions.get(r["_hw"])
-        if lw is not None and hw is not None and hw <= upto and (r["_dump_id"], r["_chunk"]) in pending:
+        if chunk_ready(lw, hw, upto) and (r["_dump_id"], r["_chunk"]) in pending:
             out.ready.setdefault(r["_dump_id"], set()).add(r["_chunk"])
             wanted.update({r["_lw"]: lw, r["_hw"]: hw})
             result.chunk_rows += r["count"]
@@ -240,7 +241,7 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
            bucket_rows: int, lease) -> None:
     source, table = result.source, result.table
     purge = not dumping(store, source, table)   # decided before chunks are listed: see module doc
-    upto = (store.get(paths.checkpoint_path(source)) or {}).get("position")
+    upto = paths.checkpoint_position(store, source)
     manifest = warehouse.manifest(source, table)
     if manifest is not None:
         result.version, result.buckets, result.rows = manifest.version, len(manifest.buckets), manifest.rows
