@@ -278,8 +278,7 @@ def ensure_checkpoint(store: StateStore, source: Source) -> dict:
 
 def reset_checkpoint(store: StateStore, source: Source) -> None:
     """Forget the checkpoint (after lost history): the next capture starts at the end of the log."""
-    if store.zk.exists(paths.checkpoint_path(source.name)):
-        store.zk.delete(paths.checkpoint_path(source.name))
+    store.delete(paths.checkpoint_path(source.name))
     source.reset_stream()
 
 

@@ -20,8 +20,6 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from kazoo.exceptions import LockTimeout
-
 from .config import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_DELAY_S
 from . import state as paths
 from .faults import crash_point
@@ -293,12 +291,12 @@ class TableDump:
         try:
             lease = self.store.try_lease(f"{self.progress_path}/lock", self.source.name) if lease_timeout == 0 \
                 else self.store.lease(f"{self.progress_path}/lock", self.source.name, lease_timeout)
-        except LockTimeout:
+        except paths.LeaseTimeout:
             lease = None
         if lease is None:
             raise DumpError(f"{self.table} of dump {self.dump_id} is being dumped by another worker "
                             "(or a crashed one whose ZooKeeper session has not expired yet; retry shortly)")
-        self.store.zk.DataWatch(self.control_path, lambda *_: self._changed.set())
+        self.store.watch(self.control_path, self._changed.set)
         try:
             return self._chunks(lease)
         finally:

@@ -25,14 +25,18 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
+from kazoo.exceptions import ConnectionLoss, LockTimeout, NodeExistsError, NoNodeError, SessionExpiredError
+from kazoo.recipe.lock import Lock
 
 T = TypeVar("T")
-from kazoo.recipe.lock import Lock
 
 
 class Fenced(RuntimeError):
     """This process no longer holds the lease it is writing under."""
+
+
+class LeaseTimeout(TimeoutError):
+    """A lease was not ours within the time asked for (another holder kept it)."""
 
 
 def _dump(value: Any) -> bytes:
@@ -156,6 +160,10 @@ class StateStore:
         """Create a sequential node `prefix`NNNNNNNNNN (a queue entry); returns its path."""
         return self.call(self.zk.create, prefix, _dump(value), sequence=True, makepath=True)
 
+    def watch(self, path: str, callback: Callable[[], None]) -> None:
+        """Call `callback` whenever the node at `path` changes (and once now)."""
+        self.zk.DataWatch(path, lambda *_: callback())
+
     def delete(self, path: str, recursive: bool = False) -> None:
         try:
             self.call(self.zk.delete, path, recursive=recursive)
@@ -164,9 +172,12 @@ class StateStore:
 
     # -- leases and fenced writes -------------------------------------------------------------
     def lease(self, path: str, identifier: str, timeout: float | None = None) -> Lease:
-        """Block until the lock at `path` is ours (or raise kazoo's LockTimeout)."""
+        """Block until the lock at `path` is ours (LeaseTimeout after `timeout` seconds)."""
         lock = self.zk.Lock(path, identifier)
-        lock.acquire(blocking=True, timeout=timeout)
+        try:
+            lock.acquire(blocking=True, timeout=timeout)
+        except LockTimeout as exc:
+            raise LeaseTimeout(f"lease {path} still held by another after {timeout:.0f} s") from exc
         return Lease(lock, self)
 
     def try_lease(self, path: str, identifier: str) -> Lease | None:

@@ -223,7 +223,7 @@ def merge_table(spark: SparkSession, store: StateStore, staged: StagedLog, wareh
     result = MergeResult(source, table)
     try:
         lease = store.lease(paths.merge_lock(source, table), f"{socket.gethostname()}:{os.getpid()}", lock_timeout)
-    except Exception as exc:  # kazoo's LockTimeout
+    except paths.LeaseTimeout as exc:
         raise MergeError(f"another merge of {source}/{table} holds its lock for more than {lock_timeout:.0f}s; "
                          "wait for it, or check `dblog status` for a stuck worker") from exc
     try:

@@ -49,7 +49,7 @@ class CaptureOperator(BaseOperator):
         self._capture = None
 
     def execute(self, context) -> dict:
-        from kazoo.exceptions import LockTimeout
+        from dblog.state import LeaseTimeout
 
         from dblog.capture import Capture
         from dblog.health import capture_health
@@ -67,7 +67,7 @@ class CaptureOperator(BaseOperator):
             try:
                 with _hang_guard(2 * seconds + HUNG_AFTER_S):  # the lease wait, then the slice
                     stats = capture.run(duration=seconds, lease_timeout=seconds)
-            except LockTimeout:
+            except LeaseTimeout:
                 self.log.info("%s: standby; another deployment's capture held the lease all slice", source.name)
                 return {"leader": False}
             after = capture_health(store, source.name)
