@@ -426,6 +426,13 @@ def row_event(source: str, schema, op: str, pos: str, before: dict | None, after
     (a session's binlog_row_image MINIMAL / NOBLOB) is never staged as if it were full: the
     columns it leaves out are listed in `unchanged`, a partial before image is not staged, and
     an image without the key stops the capture (UnreadableEvent)."""
+    if not before_absent and not after_absent:  # FULL images, the usual case (the capture's hot path)
+        key = normalize_key(schema.key_of(after if after is not None else before), schema)
+        old_key = None
+        if op == UPDATE:
+            prior = normalize_key(schema.key_of(before), schema)
+            old_key = prior if prior != key else None
+        return ChangeEvent(source, schema.name, op, pos, key, after, before=before, old_key=old_key)
     key_cols = set(schema.key)
     columns = schema.column_set
     if after is not None and not key_cols & after_absent:
