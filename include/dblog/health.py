@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import state as paths
-from .state import StateStore
+from .state import Lease, StateStore
 
 HEARTBEAT_S = 2.0          # how often a capture proves it is alive
 STALE_AFTER_S = 15.0       # no heartbeat for this long: the capture is not running
@@ -119,13 +119,13 @@ class Heartbeat:
     def __init__(self, store: StateStore, source: str, leader: str, on_beat=None):
         self.store, self.source, self.leader = store, source, leader
         self.on_beat = on_beat  # called with the lag after each write (metrics)
-        self.lease = None
+        self.lease: Lease | None = None
         self.caught_up_at: float | None = None
         self._next_beat = 0.0
         self._next_sample = 0.0
         self._history: list | None = None
 
-    def start(self, lease, checkpoint: dict) -> None:
+    def start(self, lease: Lease, checkpoint: dict) -> None:
         """Take over the previous leader's proof: what it had staged when it was last at the log's
         head is staged still, so a handover does not reset the lag (only the time passing does)."""
         self.lease = lease
@@ -135,6 +135,8 @@ class Heartbeat:
 
     def beat(self, caught_up: bool, checkpoint: dict, force: bool = False) -> None:
         now = time.time()
+        if self.lease is None:
+            raise RuntimeError("Heartbeat.beat before start(lease): only a leader beats")
         if caught_up:
             self.caught_up_at = now
         if now < self._next_beat and not force:

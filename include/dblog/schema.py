@@ -206,7 +206,8 @@ def check_key_value(value: Any, column: Column) -> None:
             raise ValueError(f"{value} is out of range for {where}, which holds {bounds[0]} to {bounds[1]}")
     t = column.arrow_type
     if isinstance(value, Decimal) and pa.types.is_decimal(t):
-        whole, places = len(value.as_tuple().digits) + value.as_tuple().exponent, -value.as_tuple().exponent
+        exponent = int(value.as_tuple().exponent)  # an int: the value is finite (checked above)
+        whole, places = len(value.as_tuple().digits) + exponent, -exponent
         if places > t.scale and value != round(value, t.scale):
             raise ValueError(f"{value} has more than {t.scale} decimal places; {where} holds {t.scale}")
         if whole > t.precision - t.scale:

@@ -80,7 +80,8 @@ class Dialect:
         keys = ", ".join(self.quote(c) for c in schema.key)
         key_expr = f"({keys})" if len(schema.key) > 1 else keys
         marks = f"({', '.join(['%s'] * len(schema.key))})" if len(schema.key) > 1 else "%s"
-        conditions, params = [], []
+        conditions: list[str] = []
+        params: list[Any] = []
         if after_key is not None:
             conditions.append(f"{key_expr} > {marks}")
             params.extend(after_key)
@@ -114,7 +115,7 @@ class Source(abc.ABC):
 
     def __init__(self, name: str):
         self.name = name
-        self._conn = None
+        self._conn: Any = None  # the driver's connection (pymysql or psycopg2)
         self._lock = threading.Lock()
         self._schemas: dict[str, TableSchema] = {}
         self._known: dict[str, frozenset[str]] = {}  # table -> its columns, excluded ones included

@@ -4,7 +4,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 import re
-from typing import Iterator
+from typing import Any, Iterator
 
 import pyarrow as pa
 import pymysql
@@ -72,7 +72,7 @@ class MySQLSource(Source):
     def __init__(self, name: str, host: str, port: int, user: str, password: str, database: str,
                  server_id: int | None = None):
         super().__init__(name)
-        self.settings = dict(host=host, port=port, user=user, passwd=password)
+        self.settings: dict[str, Any] = dict(host=host, port=port, user=user, passwd=password)
         self.database = self.namespace = database
         self.server_id = server_id or random.randint(10_000, 2**31 - 1)
 

@@ -121,7 +121,7 @@ class Decoder:
                 old_unchanged = self._unchanged
             new, _ = self._tuple(oid, payload, off + 1)
             unchanged = self._unchanged
-            if unchanged and full_old:
+            if unchanged and full_old and old is not None:
                 # REPLICA IDENTITY FULL: the old row carries the unchanged values in full, so the
                 # event proves them itself (no previous version needed, see the merge's fill).
                 for name in unchanged:

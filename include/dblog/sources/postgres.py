@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 import select
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 import psycopg2
 import psycopg2.extras
@@ -74,7 +74,7 @@ class PostgresSource(Source):
     def __init__(self, name: str, host: str, port: int, user: str, password: str, database: str,
                  schema: str = "public", slot: str | None = None, publication: str = "dblog"):
         super().__init__(name)
-        self.dsn = dict(host=host, port=port, user=user, password=password, dbname=database)
+        self.dsn: dict[str, Any] = dict(host=host, port=port, user=user, password=password, dbname=database)
         self.schema = self.namespace = schema
         self.slot = slot or f"dblog_{name}".replace("-", "_")
         self.publication = publication
@@ -106,6 +106,7 @@ class PostgresSource(Source):
 
     def clone(self) -> "PostgresSource":
         other = super().clone()
+        assert isinstance(other, PostgresSource)
         other._repl = other._repl_cursor = None  # the stream's connection stays the original's
         return other
 
@@ -343,7 +344,10 @@ class PostgresSource(Source):
         start = lsn_to_int(resume["lsn"]) if resume else 0
         conn, cur = self._start_replication(start)  # SlotInUse while another consumer holds the slot
         self._repl, self._repl_cursor = conn, cur
-        decoder, pending, needs, begin, index = Decoder(), [], [], None, 0
+        decoder, index = Decoder(), 0
+        pending: list[ChangeEvent] = []
+        needs: list[RepairNeed] = []
+        begin: Begin | None = None
         last_data = time.monotonic()
         try:
             while True:
@@ -368,16 +372,19 @@ class PostgresSource(Source):
                 item = decoder.decode(msg.payload)
                 if isinstance(item, Begin):
                     begin, index, pending, needs = item, 0, [], []
-                elif isinstance(item, RowChange):
-                    if item.relation.namespace in (self.schema, WATERMARK_SCHEMA):
-                        pending.extend(self.own_watermarks([self._event(item, begin, index)]))
-                    index += 1
-                elif isinstance(item, Truncate):
-                    # No row events: the table's rows are gone from the source but not from the
-                    # warehouse, so the table is repaired whole (see dblog.repair).
-                    position = encode_position(begin.final_lsn, index, 0)
-                    needs += [RepairNeed(r.qualified, "TRUNCATE (no row events in the log)", position)
-                              for r in item.relations if r.namespace == self.schema]
+                elif isinstance(item, (RowChange, Truncate)):
+                    if begin is None:  # pgoutput sends changes only inside BEGIN/COMMIT
+                        raise SourceError(f"{self.name}: logical replication sent a change outside a "
+                                          "transaction; it has no position, so it is not staged")
+                    if isinstance(item, RowChange):
+                        if item.relation.namespace in (self.schema, WATERMARK_SCHEMA):
+                            pending.extend(self.own_watermarks([self._event(item, begin, index)]))
+                    else:
+                        # No row events: the table's rows are gone from the source but not from the
+                        # warehouse, so the table is repaired whole (see dblog.repair).
+                        position = encode_position(begin.final_lsn, index, 0)
+                        needs += [RepairNeed(r.qualified, "TRUNCATE (no row events in the log)", position)
+                                  for r in item.relations if r.namespace == self.schema]
                     index += 1
                 elif isinstance(item, Commit):
                     if item.end_lsn > start:
@@ -436,7 +443,10 @@ class PostgresSource(Source):
         table = change.relation.qualified
         schema = self.schema_for_event(table, change.new if change.new is not None else change.old)
         after = change.new
-        key = normalize_key(schema.key_of(after if after is not None else change.old), schema)
+        image = after if after is not None else change.old
+        if image is None:  # pgoutput always sends the new row or the old key; fail closed if not
+            raise SourceError(f"{self.name}: a {change.kind} event on {table} carries no row")
+        key = normalize_key(schema.key_of(image), schema)
         old_key = None
         identity = change.old if change.old is not None else change.old_key
         if change.kind == "U" and identity is not None:
