@@ -3,9 +3,11 @@
 Under the table's ZooKeeper merge lock (merges of one table are serialized, other tables merge
 in parallel), up to the capture's checkpoint position P (every event <= P is staged):
 
-1. chunks not merged yet whose high watermark is <= P are reconciled against the staged log
-   (`rules.window_survivors`: Algorithm 1 steps 5-7);
-2. log events after the last merge (<= P) and the survivors become records (`rules.records`);
+1. chunks not merged yet that are ready (`dblog.rules.chunk_ready`: both watermarks staged, the
+   high one <= P, invariant 7) are reconciled against the staged log (`rules.window_survivors`:
+   Algorithm 1 steps 5-7);
+2. log events after the last merge (<= P) and the survivors become records (`rules.log_records`,
+   `rules.dump_records`; rows dropped in a window only fill values: `rules.fill_records`);
 3. the key-range buckets those records fall in are read back and merged with them
    (`merge.merge_records`: per key the highest position wins);
 4. the touched buckets are written anew (split when they grew too big) and a new version is
