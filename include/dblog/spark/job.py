@@ -3,9 +3,11 @@
 Under the table's ZooKeeper merge lock (merges of one table are serialized, other tables merge
 in parallel), up to the capture's checkpoint position P (every event <= P is staged):
 
-1. chunks not merged yet whose high watermark is <= P are reconciled against the staged log
-   (`rules.window_survivors`: Algorithm 1 steps 5-7);
-2. log events after the last merge (<= P) and the survivors become records (`rules.records`);
+1. chunks not merged yet that are ready (`dblog.rules.chunk_ready`: both watermarks staged, the
+   high one <= P, invariant 7) are reconciled against the staged log (`rules.window_survivors`:
+   Algorithm 1 steps 5-7);
+2. log events after the last merge (<= P) and the survivors become records (`rules.log_records`,
+   `rules.dump_records`; rows dropped in a window only fill values: `rules.fill_records`);
 3. the key-range buckets those records fall in are read back and merged with them
    (`merge.merge_records`: per key the highest position wins);
 4. the touched buckets are written anew (split when they grew too big) and a new version is
@@ -343,12 +345,10 @@ def _rewrite(spark: SparkSession, warehouse: Warehouse, base: Manifest, recs: Da
     existing = M.align(spark.read.option("mergeSchema", "true").parquet(*old_files), columns) if old_files else None
     # Sizes are estimated (an update counts twice), so a bucket may split a little early; never late.
     estimate = {b: base.buckets[b].rows + base.buckets[b].tombstone_rows + incoming.get(b, 0) for b in touched}
-    oversized = {b: n for b, n in estimate.items() if n > 2 * bucket_rows}
+    oversized = M.oversized(estimate, bucket_rows)
     keys = recs.select(*key) if existing is None else existing.select(*key).unionByName(recs.select(*key))
     splits = _split_points(keys.withColumn("_b", M.bucket_of(key, types, bounds)), key, types, oversized, bucket_rows)
-    entries: list[tuple[list[str] | None, int | None]] = []   # (lower bound, bucket it was) per bucket
-    for i, b in enumerate(base.buckets):
-        entries += [(b.lo, i)] + [(p, None) for p in splits.get(i, [])]
+    entries = M.with_splits(bounds, splits)   # (lower bound, bucket it was) per bucket
     pieces = sum(1 for _, old in entries if old is None or old in touched)
     merged = M.merge_records(existing, recs, key, names, dt.datetime.now(dt.timezone.utc), fill_unchanged,
                              M.bucket_of(key, types, [lo for lo, _ in entries]), max(1, pieces))
@@ -399,7 +399,7 @@ def _split_points(keys: DataFrame, key: list[str], types: dict[str, str], oversi
     with their current bucket `_b`)."""
     if not oversized:
         return {}
-    fractions = {b: min(1.0, 64 * -(-n // bucket_rows) / n) for b, n in oversized.items()}
+    fractions = {b: M.sample_fraction(n, bucket_rows) for b, n in oversized.items()}
     strings = M.key_strings(key, types)
     rows = (keys.where(F.col("_b").isin(*oversized)).sampleBy("_b", fractions, seed=7)
             .select("_b", *key, *strings).orderBy("_b", *key).collect())

@@ -7,7 +7,9 @@ per key the one with the highest position (`rules.latest`, the one merge rule).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -46,14 +48,51 @@ def bucket_of(key: list[str], types: dict[str, str], bounds: list[list[str] | No
     """Index of the key-range bucket a row falls in; `bounds[i]` is bucket i's inclusive lower
     bound (None for bucket 0). A balanced tree of comparisons: log2(buckets) per row."""
     value = _key_value(key)
+    return bucket_search(len(bounds), lambda i: value < _bound(bounds[i], key, types),
+                         lambda below, left, right: F.when(below, left).otherwise(right), F.lit)
 
-    def tree(lo: int, hi: int) -> Column:
+
+def bucket_search(count: int, below: Callable[[int], Any], choose: Callable[[Any, Any, Any], Any],
+                  leaf: Callable[[int], Any]) -> Any:
+    """The balanced tree of comparisons over buckets 0..count-1 that `bucket_of` builds:
+    `below(i)` is "the key lies below bucket i's lower bound" (never asked for bucket 0, which has
+    none), `choose(cond, a, b)` is a where cond holds else b, `leaf(i)` is bucket i. Each bound is
+    compared once in the tree; a key on a bound falls in that bound's bucket."""
+    if count < 1:
+        raise ValueError("a table has at least one bucket")
+
+    def tree(lo: int, hi: int) -> Any:
         if lo == hi:
-            return F.lit(lo)
+            return leaf(lo)
         mid = (lo + hi + 1) // 2
-        return F.when(value < _bound(bounds[mid], key, types), tree(lo, mid - 1)).otherwise(tree(mid, hi))
+        return choose(below(mid), tree(lo, mid - 1), tree(mid, hi))
 
-    return tree(0, len(bounds) - 1)
+    return tree(0, count - 1)
+
+
+def oversized(estimate: dict[int, int], bucket_rows: int) -> dict[int, int]:
+    """The buckets to split, with their estimated rows: those past twice `bucket_rows` (a bucket
+    splits when it doubles, so a table growing a row at a time does not split on every merge)."""
+    return {b: n for b, n in estimate.items() if n > 2 * bucket_rows}
+
+
+SAMPLES_PER_PIECE = 64
+
+
+def sample_fraction(rows: int, bucket_rows: int) -> float:
+    """The share of an oversized bucket's `rows` keys to sample for its split points: about
+    SAMPLES_PER_PIECE keys per piece of `bucket_rows`, all of them for a small bucket."""
+    return min(1.0, SAMPLES_PER_PIECE * -(-rows // bucket_rows) / rows)
+
+
+def with_splits(bounds: list[list[str] | None],
+                splits: dict[int, list[list[str]]]) -> list[tuple[list[str] | None, int | None]]:
+    """The bucket list after splits, in key order: per bucket its lower bound and the index of the
+    bucket it was (None for a piece cut off the bucket before it at a split point)."""
+    entries: list[tuple[list[str] | None, int | None]] = []
+    for i, lo in enumerate(bounds):
+        entries += [(lo, i)] + [(p, None) for p in splits.get(i, [])]
+    return entries
 
 
 def split_points(samples: list[list[str]], rows: int, bucket_rows: int) -> list[list[str]]:

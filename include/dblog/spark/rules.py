@@ -1,7 +1,8 @@
 """The paper's rules on Spark DataFrames: the same rules as `dblog.rules`, in another shape.
 
-`tests/unit/test_spark_rules.py` holds both to the same cases. Inputs are the staged log and
-chunk files as Spark reads them (`_position`, `_op`, `_old_key` struct, `_unchanged`, `_lw`, `_hw`).
+`tests/spark/test_rules_agree.py` holds both to the same cases (`tests/rule_cases.py`). Inputs are
+the staged log and chunk files as Spark reads them (`_position`, `_op`, `_old_key` struct,
+`_unchanged`, `_lw`, `_hw`).
 """
 from __future__ import annotations
 
