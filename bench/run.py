@@ -47,16 +47,17 @@ def machine() -> str:
 
 
 def part(name: str, kinds: list[str], spark_session) -> dict:
-    from dblog.config import DEFAULT_CHUNK_SIZE
+    from dblog.settings import settings
+    tuned = settings()
     rows, reps = int(env("ROWS", "10000000")), int(env("REPS", "3"))
-    chunk = int(env("CHUNK_SIZE", str(DEFAULT_CHUNK_SIZE)))
+    chunk = int(env("CHUNK_SIZE", str(tuned.dump.chunk_size)))
     rate, baseline_s = float(env("WRITE_RATE", "1000")), float(env("BASELINE_SECONDS", "60"))
     if name == "capture":
         import capture_bench
         return {k: capture_bench.run(k, int(env("CAPTURE_ROWS", "100000")), reps=reps) for k in kinds}
     if name == "freshness":
         import freshness_bench
-        return freshness_bench.run(kinds, 60 * float(os.environ.get("DBLOG_MERGE_EVERY_MINUTES", "5")),
+        return freshness_bench.run(kinds, 60 * tuned.merge.every_minutes,
                                    int(env("FRESHNESS_CYCLES", "2")), float(env("FRESHNESS_RATE", "50")))
     if name == "dump":
         import dump_bench

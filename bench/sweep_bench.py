@@ -2,7 +2,7 @@
 
 A table of ROWS rows; the capture runs; a writer makes RATE row changes/s on the same table
 throughout. First BASELINE seconds without a dump, then one unthrottled dump per chunk size
-(REPS times, medians). The recommended default (dblog.config.DEFAULT_CHUNK_SIZE) is the
+(REPS times, medians). The recommended default (`dump.chunk_size` in dblog.settings) is the
 smallest size within 10% of the best throughput on every source: beyond it a bigger chunk buys
 little speed and holds each read (and the rows a window may drop) longer.
 """

@@ -15,13 +15,15 @@ Sources: `DBLOG_SOURCES` (connection ids, comma-separated); default slice length
 """
 from __future__ import annotations
 
-import os
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 
 from dblog.config import source_ids
+from dblog.settings import settings
 from dblog_airflow.operators.capture import CaptureOperator
+
+TUNED = settings()
 
 with DAG(
     dag_id="dblog_capture",
@@ -36,10 +38,10 @@ with DAG(
     tags=["dblog", "capture"],
     default_args={"retries": 3, "retry_delay": timedelta(seconds=5)},
     # No minimum/maximum: the trigger form would clamp silently; the task checks the range.
-    params={"slice_seconds": Param(int(os.environ.get("DBLOG_CAPTURE_SLICE_SECONDS", "3600")), type="integer",
-                                   title="Seconds per capture slice",
-                                   description="How long one run captures before the next run takes over, 5 to "
-                                               "86,400 (each handover pauses the stream for a few seconds).")},
+    params={"slice_seconds": Param(TUNED.capture.slice_seconds, type="integer", title="Seconds per capture slice",
+                                   description="How long one run captures before the next run takes over, "
+                                               f"{TUNED.range_text('capture.slice_seconds')} (each handover "
+                                               "pauses the stream for a few seconds).")},
 ) as dag:
     for source in source_ids():
         CaptureOperator(task_id=f"capture_{source}", source_conn_id=source,

@@ -9,8 +9,8 @@ Trigger it from the UI (**Trigger DAG** shows the form) or the REST API with a c
 | `tables` | tables to dump, `table` or `schema.table`, one per line; empty = every table |
 | `exclude` | with every table: tables to leave out, one per line |
 | `keys` | primary keys to re-read (a repair), with exactly one table: `[1, 2]` or `[[1, "a"]]` (in the form: one per line) |
-| `chunk_size` | rows per chunk, 1 to 100,000 (one short SELECT between a low and a high watermark) |
-| `delay_seconds` | pause between chunks, 0 to 3600, to spare a busy source |
+| `chunk_size` | rows per chunk, 1 to `DBLOG_MAX_CHUNK_SIZE` (one short SELECT between a low and a high watermark) |
+| `delay_seconds` | pause between chunks, 0 to `DBLOG_MAX_DELAY_SECONDS`, to spare a busy source |
 | `dump_id` | optional name (letters, digits, `._-`); to pause/resume/cancel it use **dblog_dump_control** |
 
 The capture (**dblog_capture**) must be running: the dump's chunks are reconciled against the
@@ -30,11 +30,13 @@ from datetime import timedelta
 from airflow.sdk import DAG, Param
 
 from dblog.config import source_ids
+from dblog.settings import DUMP_ID, settings
 from dblog_airflow.groups import (chunk_size_param, delay_param, dump_source, exclude_param, source_param,
                                   tables_param)
 from dblog_airflow.operators.merge import MergeOperator
 
 SOURCES = source_ids()
+MAX_KEYS = settings().dump.max_keys
 
 with DAG(
     dag_id="dblog_dump",
@@ -49,12 +51,12 @@ with DAG(
         "source": source_param(SOURCES),
         "tables": tables_param(),
         "exclude": exclude_param(),
-        "keys": Param(None, type=["null", "array"], maxItems=100_000, title="Primary keys (repair)",
+        "keys": Param(None, type=["null", "array"], maxItems=MAX_KEYS, title="Primary keys (repair)",
                       description='With one table: one key per line (7, "abc" or [1, "a"] for a composite '
-                                  "key); empty = whole tables."),
+                                  f"key), at most {MAX_KEYS:,}; empty = whole tables."),
         "chunk_size": chunk_size_param(),
         "delay_seconds": delay_param(),
-        "dump_id": Param(None, type=["null", "string"], pattern="^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        "dump_id": Param(None, type=["null", "string"], pattern=DUMP_ID.pattern,
                          title="Dump id (optional)",
                          description="1-64 letters, digits, '.', '_' or '-'; empty = a generated id."),
     },

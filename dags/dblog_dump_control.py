@@ -16,11 +16,12 @@ from datetime import timedelta
 from airflow.sdk import DAG, Param
 
 from dblog.config import source_ids
+from dblog.settings import DUMP_ID, settings
 from dblog_airflow.groups import source_param
-from dblog.config import MAX_CHUNK_SIZE, MAX_DELAY_S
 from dblog_airflow.operators.dump import DumpControlOperator
 
 SOURCES = source_ids()
+TUNED = settings()
 
 with DAG(
     dag_id="dblog_dump_control",
@@ -32,15 +33,17 @@ with DAG(
     default_args={"retries": 1, "retry_delay": timedelta(seconds=5)},
     params={
         "source": source_param(SOURCES),
-        "dump_id": Param("", type="string", minLength=1, maxLength=64, title="Dump id",
+        "dump_id": Param("", type="string", pattern=DUMP_ID.pattern, title="Dump id",
                          description="The id a dblog_dump run's start task logged (XCom `dump`), or `dblog status`."),
         "action": Param("status", type="string", enum=list(DumpControlOperator.ACTIONS), title="Action",
                         description="pause or resume the table tasks, cancel the dump, throttle it (new chunk "
                                     "size and/or delay), or only show its progress (status)."),
         "chunk_size": Param(None, type=["null", "integer"], title="New chunk size (throttle)",
-                            description=f"Rows per chunk, 1 to {MAX_CHUNK_SIZE:,}; empty keeps the current one."),
+                            description=f"Rows per chunk, {TUNED.range_text('dump.chunk_size')}; empty keeps "
+                                        "the current one."),
         "delay_seconds": Param(None, type=["null", "number"], title="New delay between chunks (throttle)",
-                               description=f"0 to {MAX_DELAY_S} seconds; empty keeps the current one."),
+                               description=f"0 to {TUNED.dump.max_delay_seconds} seconds; empty keeps the "
+                                           "current one."),
     },
 ) as dag:
     DumpControlOperator(task_id="control", source_conn_id="{{ params.source }}", dump_id="{{ params.dump_id }}",

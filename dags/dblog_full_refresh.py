@@ -5,7 +5,7 @@ Re-reads everything in watermark chunks while the capture runs, so the warehouse
 after lost history or manual edits, without locks or a stalled change stream. Schedule:
 `DBLOG_FULL_REFRESH_SCHEDULE` (cron or preset, default `@weekly`; empty = trigger only). Scheduled
 runs take the defaults: every source, every table, chunk size `DBLOG_FULL_REFRESH_CHUNK_SIZE`
-(default: dblog's, `DEFAULT_CHUNK_SIZE`) and delay `DBLOG_FULL_REFRESH_DELAY` (seconds, default 0).
+(default: dblog's, `DBLOG_CHUNK_SIZE`) and delay `DBLOG_FULL_REFRESH_DELAY` (seconds, default 0).
 Triggered, it re-syncs what the params name: one `source` (or all), some `tables` (empty = all),
 with its own `chunk_size` and `delay_seconds`; `exclude` leaves tables out of an every-table run.
 Tables that cannot be dumped (no primary key) are skipped, each logged with the reason (WARNING;
@@ -14,23 +14,24 @@ fails the `start` tasks and nothing is written.
 """
 from __future__ import annotations
 
-import os
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG
 
-from dblog.config import DEFAULT_CHUNK_SIZE, source_ids
+from dblog.config import source_ids
+from dblog.settings import settings
 from dblog_airflow.groups import (chunk_size_param, delay_param, dump_source, exclude_param, source_param,
                                   tables_param)
 from dblog_airflow.operators.merge import MergeOperator
 
 SOURCES = source_ids()
+TUNED = settings().full_refresh
 
 with DAG(
     dag_id="dblog_full_refresh",
     doc_md=__doc__,
     description="Re-read every table (or the chosen ones) in watermark chunks, then merge: the warehouse converges",
-    schedule=os.environ.get("DBLOG_FULL_REFRESH_SCHEDULE", "@weekly") or None,  # empty: no schedule (trigger only)
+    schedule=TUNED.schedule or None,  # empty: no schedule (trigger only)
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
@@ -41,8 +42,8 @@ with DAG(
         "source": source_param(SOURCES, every=True),
         "tables": tables_param("re-reads"),
         "exclude": exclude_param(),
-        "chunk_size": chunk_size_param(int(os.environ.get("DBLOG_FULL_REFRESH_CHUNK_SIZE", DEFAULT_CHUNK_SIZE))),
-        "delay_seconds": delay_param(float(os.environ.get("DBLOG_FULL_REFRESH_DELAY", "0"))),
+        "chunk_size": chunk_size_param(TUNED.chunk_size),
+        "delay_seconds": delay_param(TUNED.delay_seconds),
     },
 ) as dag:
     groups = [dump_source(s, selected_source="{{ params.source }}", tables="{{ params.tables }}",

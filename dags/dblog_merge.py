@@ -14,18 +14,18 @@ error.
 """
 from __future__ import annotations
 
-import os
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG
 
+from dblog.settings import settings
 from dblog_airflow.operators.merge import MergeOperator
 
 with DAG(
     dag_id="dblog_merge",
     doc_md=__doc__,
     description="Merge the staged change stream and finished dump chunks into the warehouse (Spark), every few minutes",
-    schedule=timedelta(minutes=float(os.environ.get("DBLOG_MERGE_EVERY_MINUTES", "5"))),
+    schedule=timedelta(minutes=settings().merge.every_minutes),
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,

@@ -25,6 +25,7 @@ from .faults import crash_point
 from .health import Heartbeat
 from .reconcile import watermark_positions
 from .retry import reconnecting
+from .settings import settings
 from .sources.base import WATERMARK_TABLE, Source, Transaction
 from .staging import StagedLog
 from .state import Lease, StateStore
@@ -83,11 +84,14 @@ class CaptureStats:
 
 
 class Capture:
-    def __init__(self, source: Source, store: StateStore, staged: StagedLog, *, flush_rows: int = 20_000,
-                 flush_seconds: float = 1.0, idle_timeout: float = 0.5, identifier: str | None = None,
+    def __init__(self, source: Source, store: StateStore, staged: StagedLog, *, flush_rows: int | None = None,
+                 flush_seconds: float | None = None, idle_timeout: float = 0.5, identifier: str | None = None,
                  on_beat=None, repairs: bool = True, warehouse=None):
+        tuned = settings().capture
         self.source, self.store, self.staged = source, store, staged
-        self.flush_rows, self.flush_seconds, self.idle_timeout = flush_rows, flush_seconds, idle_timeout
+        self.flush_rows = tuned.flush_rows if flush_rows is None else flush_rows
+        self.flush_seconds = tuned.flush_seconds if flush_seconds is None else flush_seconds
+        self.idle_timeout = idle_timeout
         self.identifier = identifier or f"{socket.gethostname()}:{os.getpid()}"
         self.stats = CaptureStats()
         self.stop_event = threading.Event()

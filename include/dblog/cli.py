@@ -14,7 +14,6 @@ from . import state as paths
 from .capture import Capture, ensure_checkpoint, reset_checkpoint
 from .export import ExportError, export
 from .dump import (
-    MAX_KEYS,
     DumpError,
     DumpSpec,
     check_finite,
@@ -24,6 +23,7 @@ from .dump import (
     run_dump,
     set_control,
 )
+from .settings import settings
 from .sources.base import SourceError
 from .staging import StagedLog, StagingError
 from .state import Fenced, StateStore, dump_path
@@ -57,6 +57,8 @@ def _keys(text: str | None):
 
 
 def cmd_capture(args) -> int:
+    _within("--flush-rows", "capture.flush_rows", args.flush_rows)
+    _within("--flush-seconds", "capture.flush_seconds", args.flush_seconds)
     source = config.source(_source_id(args.source, "capture"))
     with _store() as store:
         if args.reset:
@@ -140,7 +142,7 @@ def cmd_dump(args) -> int:
             raise DumpError("say what to dump: --table T (repeatable), --all, or --table T --keys JSON")
         if args.exclude and not args.all:
             raise DumpError("--exclude goes with --all (with --table, name only the tables to dump)")
-        spec = DumpSpec(tables=args.table or [], keys=_keys(args.keys), chunk_size=config.DEFAULT_CHUNK_SIZE if args.chunk_size is None else args.chunk_size,
+        spec = DumpSpec(tables=args.table or [], keys=_keys(args.keys), chunk_size=args.chunk_size,
                         delay_s=0.0 if args.delay is None else args.delay, dump_id=args.dump_id,
                         exclude=_listed(args.exclude))
     staged = StagedLog(config.staging_root())
@@ -163,7 +165,7 @@ def cmd_dump(args) -> int:
             log.info("%s %s: chunk %d, %d rows (%d total, %.0f rows/s)", dump_id, p.table, p.chunks, n, p.rows,
                      p.rows_per_s)
         # A resumed run waits for a crashed worker's lease to expire with its ZooKeeper session.
-        wait = 3 * config.zookeeper().session_timeout if args.action == "run" else 0
+        wait = config.zookeeper().takeover_wait if args.action == "run" else 0
         run_dump(store, source, staged, dump_id, args.table if args.action == "run" else None, report, wait)
         print(json.dumps(dump_status(store, source.name, dump_id), default=str))
     return 0
@@ -215,11 +217,10 @@ def _qualified(source, table: str) -> str:
 
 
 def cmd_merge(args) -> int:
-    from .spark.job import MergeError, merge_source
+    from .spark.job import merge_source
     from .spark.session import session
     from .warehouse.layout import Warehouse
-    if args.bucket_rows < 1:
-        raise MergeError(f"--bucket-rows must be >= 1, got {args.bucket_rows}")
+    _within("--bucket-rows", "merge.bucket_rows", args.bucket_rows)
     sources = [config.source(s) for s in (_listed(args.source) or config.source_ids())]
     staged, warehouse = StagedLog(config.staging_root()), Warehouse(config.warehouse_root())
     spark = session("dblog-merge", args.master)
@@ -249,6 +250,7 @@ def _listed(values: list[str] | None) -> list[str]:
 def cmd_verify(args) -> int:
     from .verify import compare_warehouse
     from .warehouse.layout import Warehouse
+    _within("--page", "verify.page_rows", args.page)
     warehouse = Warehouse(config.warehouse_root())
     drift = unmerged = False
     for sid in [args.source] if args.source else config.source_ids():  # default: every configured source
@@ -272,7 +274,7 @@ def _verify_source(args, source, warehouse, compare_warehouse) -> bool | None:
             print(json.dumps({"source": source.name, "table": table, "equal": diff.equal,
                               "source_rows": diff.source_rows, "warehouse_rows": diff.staged_rows,
                               "ranges": diff.ranges, "drifted": [vars(r) for r in diff.drifted],
-                              "repair": diff.repair(MAX_KEYS)}, default=str))
+                              "repair": diff.repair()}, default=str))
             continue
         print(f"{source.name} {table}: {'equal' if diff.equal else 'DRIFT'} - source {diff.source_rows} rows, "
               f"warehouse {diff.staged_rows} rows, {len(diff.drifted)} of {diff.ranges} key ranges differ")
@@ -337,6 +339,14 @@ def cmd_sync(args) -> int:
     return 1 if failed else 0
 
 
+def _within(flag: str, setting: str, value: float) -> None:
+    """An option bounded as the setting that gives its default."""
+    tuned = settings()
+    low, high = tuned.bounds(setting)
+    if not low <= value <= high:
+        raise config.ConfigError(f"{flag} must be from {tuned.range_text(setting)}, got {value}")
+
+
 def _finite(text: str) -> float:
     """A number of seconds for argparse: NaN would compare false against every deadline (a capture
     slice that never ends), so it is refused as the dump's numbers are (`check_finite`)."""
@@ -352,6 +362,7 @@ SOURCE_HELP = "connection id (default: the configured source, when DBLOG_SOURCES
 
 
 def parser() -> argparse.ArgumentParser:
+    tuned = settings()  # every option's default
     p = argparse.ArgumentParser(prog="dblog", description="DBLog watermark change-data capture")
     p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="command", required=True)
@@ -360,8 +371,10 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--source", help=SOURCE_HELP)
     c.add_argument("--duration", type=_finite, help="stop after this many seconds (default: run until stopped)")
     c.add_argument("--until-watermark", help="stop once this watermark value is staged")
-    c.add_argument("--flush-rows", type=int, default=20_000)
-    c.add_argument("--flush-seconds", type=_finite, default=1.0)
+    c.add_argument("--flush-rows", type=int, default=tuned.capture.flush_rows,
+                   help=f"events per staged batch at most (default {tuned.cite('capture.flush_rows')})")
+    c.add_argument("--flush-seconds", type=_finite, default=tuned.capture.flush_seconds,
+                   help=f"seconds a batch waits at most (default {tuned.cite('capture.flush_seconds')})")
     c.add_argument("--init", action="store_true", help="check the source and set the checkpoint, then exit")
     c.add_argument("--reset", action="store_true", help="forget the checkpoint after lost history")
     c.add_argument("--no-repair", action="store_true",
@@ -383,8 +396,10 @@ def parser() -> argparse.ArgumentParser:
                                                       "such as one without a primary key, are skipped and listed)")
     d.add_argument("--exclude", action="append", help="with --all: a table to leave out (repeatable or comma-separated)")
     d.add_argument("--keys", help="JSON array of primary keys (or @file.json), with one --table")
-    d.add_argument("--chunk-size", type=int)
-    d.add_argument("--delay", type=float, help="seconds between chunks")
+    d.add_argument("--chunk-size", type=int, help=f"rows per chunk, {tuned.range_text('dump.chunk_size')} "
+                                                  f"(default {tuned.cite('dump.chunk_size')})")
+    d.add_argument("--delay", type=float,
+                   help=f"seconds between chunks, 0 to {tuned.dump.max_delay_seconds} (default 0)")
     d.add_argument("--create-only", action="store_true", help="register the dump, print its id, do not run it")
     d.set_defaults(func=cmd_dump)
 
@@ -403,7 +418,8 @@ def parser() -> argparse.ArgumentParser:
     m = sub.add_parser("merge", help="merge staged changes and dump chunks into the warehouse (Spark)")
     m.add_argument("--source", action="append", help="connection id (repeatable or comma-separated; default: every configured source)")
     m.add_argument("--table", action="append", help="table to merge (repeatable; default: every staged table)")
-    m.add_argument("--bucket-rows", type=int, default=250_000, help="rows per warehouse file before it splits")
+    m.add_argument("--bucket-rows", type=int, default=tuned.merge.bucket_rows,
+                   help=f"rows per warehouse bucket before it splits (default {tuned.cite('merge.bucket_rows')})")
     m.add_argument("--master", help="Spark master (default: spark-submit's, else DBLOG_SPARK_MASTER, else local[*])")
     m.add_argument("--report", help="write the per-table results to this file as JSON")
     m.set_defaults(func=cmd_merge)
@@ -411,7 +427,8 @@ def parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="compare source and warehouse per key range; exit 1 on drift")
     v.add_argument("--source", help="connection id (default: every configured source)")
     v.add_argument("--table", action="append", help="table to check (repeatable; default: every warehouse table)")
-    v.add_argument("--page", type=int, default=5000, help="rows per key range")
+    v.add_argument("--page", type=int, default=tuned.verify.page_rows,
+                   help=f"rows per key range (default {tuned.cite('verify.page_rows')})")
     v.add_argument("--json", action="store_true", help="one JSON object per table, with the keys to repair")
     v.set_defaults(func=cmd_verify)
 
@@ -424,14 +441,20 @@ def parser() -> argparse.ArgumentParser:
 
     y = sub.add_parser("sync", help="write a sync watermark and wait until the capture has passed it")
     y.add_argument("--source", help="connection id (default: every configured source)")
-    y.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (default 60); then exit 1 "
-                                                               "saying what the capture is doing")
+    y.add_argument("--timeout", type=float, default=tuned.capture.sync_timeout_seconds,
+                   help=f"seconds to wait (default {tuned.cite('capture.sync_timeout_seconds')}); then exit 1 "
+                        "saying what the capture is doing")
     y.set_defaults(func=cmd_sync)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    try:
+        cli = parser()
+    except config.ConfigError as exc:  # a bad DBLOG_* setting: the options' defaults come from them
+        print(f"dblog: error: {exc}", file=sys.stderr)
+        return 2
+    args = cli.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)

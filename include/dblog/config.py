@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from .settings import ConfigError, settings
+
 if TYPE_CHECKING:  # the engine's heavy modules load only when a source is built (DAG files import this)
     from .sources.base import Source
 
@@ -32,16 +34,7 @@ DEPLOYMENT_ENV = "DBLOG_DEPLOYMENT"
 # A deployment id prefixes a watermark row's id (VARCHAR(64)) before the slot (at most 40 characters).
 MAX_DEPLOYMENT_ID = 22
 _DEPLOYMENT = re.compile(rf"^[a-z0-9_]{{1,{MAX_DEPLOYMENT_ID}}}$")
-# Rows per dump chunk unless a user says otherwise (bench/results/sweep.json: the chunk size sweep).
-DEFAULT_CHUNK_SIZE = 20_000
-MAX_CHUNK_SIZE = 100_000     # one chunk's SELECT stays short, whatever a user types
-MAX_DELAY_S = 3600           # between chunks
 _ID = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
-
-
-class ConfigError(ValueError):
-    pass
-
 
 LOCAL_CONNECTION_IDS = ("dblog_mariadb", "dblog_postgres", ZOOKEEPER_CONN)
 
@@ -102,6 +95,11 @@ class ZooKeeperConfig:
     chroot: str
     session_timeout: float  # how long a dead leader keeps its lease before a standby takes over
 
+    @property
+    def takeover_wait(self) -> float:
+        """How long a resumed dump waits for a dead worker's table lease to go with its session."""
+        return settings().zookeeper.lease_wait_factor * self.session_timeout
+
 
 def zookeeper(uri: str | None = None) -> ZooKeeperConfig:
     """`zookeeper://host:port[,host:port]/chroot[?session_timeout=S]`; default: the dblog_zookeeper connection."""
@@ -110,7 +108,7 @@ def zookeeper(uri: str | None = None) -> ZooKeeperConfig:
     if not hosts:
         raise ConfigError(f"connection {ZOOKEEPER_CONN}: no host; use zookeeper://host:2181/dblog")
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    timeout = query.get("session_timeout") or os.environ.get("DBLOG_ZK_SESSION_TIMEOUT", "10")
+    timeout = query.get("session_timeout") or settings().zookeeper.session_timeout_seconds
     return ZooKeeperConfig(hosts, parts.path.rstrip("/") or DEFAULT_CHROOT, float(timeout))
 
 

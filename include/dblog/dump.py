@@ -13,18 +13,17 @@ import hashlib
 import json
 import logging
 import math
-import re
 import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from .config import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_DELAY_S
 from . import state as paths
 from .faults import crash_point
 from .retry import reconnecting
 from .schema import TableSchema, decode_key, encode_key, normalize_key
+from .settings import DUMP_ID, settings
 from .sources.base import WATERMARK_TABLE, Source, SourceError, SourceUnavailable
 from .staging import StagedLog, StagingError
 from .state import Lease, StateStore
@@ -33,12 +32,9 @@ log = logging.getLogger("dblog.dump")
 RUNNING, PAUSED, CANCELLED = "running", "paused", "cancelled"
 DONE, PENDING = "done", "pending"
 FAILED = "failed"  # only reported (dump_status): a table is running but no worker holds its lease
-DUMP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-MAX_KEYS = 100_000
 # Chunks behind the current rate: few enough to follow a throttle change within seconds, enough
 # that one slow read (a reconnect, a cold page) does not swing it.
 RATE_WINDOW = 5
-RECONNECT_FOR_S = 120.0  # then the dump fails; re-running it resumes after its last chunk
 
 
 class DumpError(ValueError):
@@ -49,11 +45,15 @@ class DumpError(ValueError):
 class DumpSpec:
     tables: list[str] = field(default_factory=list)   # empty: every table of the source
     keys: list | None = None                          # JSON key values, for one table (repair)
-    chunk_size: int = DEFAULT_CHUNK_SIZE
+    chunk_size: int | None = None                     # None: the setting's default
     delay_s: float = 0.0
     dump_id: str | None = None
     reason: str | None = None                         # why it runs, when the product started it (a repair)
     exclude: list[str] = field(default_factory=list)  # with every table: tables to leave out
+
+    def __post_init__(self) -> None:
+        if self.chunk_size is None:
+            self.chunk_size = settings().dump.chunk_size
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,9 @@ def record_chunk_rate(progress: TableProgress, rows: int, seconds: float, window
 def check_chunk_size(value) -> None:
     """The one rule for a chunk size (the CLI, the DAGs' start tasks, the DBLog page)."""
     check_finite(value, "chunk size")
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_CHUNK_SIZE:
-        raise DumpError(f"chunk size must be a whole number from 1 to {MAX_CHUNK_SIZE:,}, got {value!r}")
+    most = settings().dump.max_chunk_size
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+        raise DumpError(f"chunk size must be a whole number from 1 to {most:,}, got {value!r}")
 
 
 def check_finite(value, what: str) -> None:
@@ -115,8 +116,9 @@ def check_finite(value, what: str) -> None:
 def check_delay(value) -> None:
     """The one rule for the delay between chunks."""
     check_finite(value, "delay between chunks")
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= MAX_DELAY_S:
-        raise DumpError(f"delay between chunks must be 0 to {MAX_DELAY_S} seconds, got {value!r}")
+    most = settings().dump.max_delay_seconds
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= most:
+        raise DumpError(f"delay between chunks must be 0 to {most} seconds, got {value!r}")
 
 
 def validate(source: Source, spec: DumpSpec) -> DumpPlan:
@@ -174,8 +176,9 @@ def validate(source: Source, spec: DumpSpec) -> DumpPlan:
             raise DumpError("a key list needs exactly one table (--table)")
         if not isinstance(spec.keys, list) or not spec.keys:
             raise DumpError("the key list must be a non-empty JSON array, e.g. [1, 2] or [[1, \"a\"], [2, \"b\"]]")
-        if len(spec.keys) > MAX_KEYS:
-            raise DumpError(f"the key list has {len(spec.keys)} keys; at most {MAX_KEYS} per dump")
+        most = settings().dump.max_keys
+        if len(spec.keys) > most:
+            raise DumpError(f"the key list has {len(spec.keys)} keys; at most {most} per dump (DBLOG_MAX_KEYS)")
         try:
             keys = sorted({normalize_key(decode_key(k, schemas[0]), schemas[0]) for k in spec.keys})
         except (ValueError, TypeError) as exc:
@@ -341,6 +344,7 @@ class TableDump:
         progress.started_at = progress.started_at or time.time()
         self.store.fenced_put(lease, self.progress_path, asdict(progress))  # a successor sees RUNNING
         started, rows_this_run = time.monotonic(), 0
+        reconnect_for = settings().dump.reconnect_seconds  # then the dump fails; a re-run resumes
         while True:
             control = self._control()
             if control["state"] == CANCELLED:
@@ -352,7 +356,7 @@ class TableDump:
             working_since = time.monotonic()  # after _control(): time paused is not working time
             chunk, key_to, schema = reconnecting(  # a source restart pauses the dump, it does not fail it
                 self.source, lambda: self._read_chunk(schema, keys, after, upto, control["chunk_size"]),
-                f"chunk {chunk_no} of {self.table}", give_up_after=RECONNECT_FOR_S)
+                f"chunk {chunk_no} of {self.table}", give_up_after=reconnect_for)
             if chunk is None:
                 progress.status, progress.finished_at = DONE, time.time()
                 break

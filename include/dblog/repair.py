@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
 from . import state as paths
-from .config import DEFAULT_CHUNK_SIZE
 from .dump import CANCELLED, DONE, DumpError, DumpSpec, create_dump, dump_status, run_dump
 from .events import RepairNeed
 from .schema import encode_key, normalize_key
@@ -198,7 +197,7 @@ GONE_PARTS = 10          # key lists of removed rows turned into dumps per round
 class Repairer:
     """Runs one source's repairs on a thread while its capture leads, on its own connection."""
 
-    def __init__(self, store: StateStore, source: Source, staged: StagedLog, chunk_size: int = DEFAULT_CHUNK_SIZE,
+    def __init__(self, store: StateStore, source: Source, staged: StagedLog, chunk_size: int | None = None,
                  warehouse: "Warehouse | None" = None):
         self.store, self.source, self.staged, self.chunk_size = store, source, staged, chunk_size
         # A statement-logged DELETE or a TRUNCATE leaves rows in the warehouse that a full dump

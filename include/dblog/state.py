@@ -28,6 +28,8 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import ConnectionLoss, LockTimeout, NodeExistsError, NoNodeError, SessionExpiredError
 from kazoo.recipe.lock import Lock
 
+from .settings import settings
+
 T = TypeVar("T")
 
 
@@ -82,12 +84,15 @@ class StateStore:
     failover) for up to `outage` seconds, since the session, and the leases held in it, outlive
     the connection; after that it raises ConnectionError."""
 
-    def __init__(self, hosts: str, chroot: str = "/dblog", timeout: float = 10.0, outage: float = 120.0):
+    def __init__(self, hosts: str, chroot: str = "/dblog", timeout: float | None = None,
+                 outage: float | None = None):
+        tuned = settings().zookeeper
+        timeout = tuned.session_timeout_seconds if timeout is None else timeout
         self.hosts = hosts
         self.chroot = "/" + chroot.strip("/")
         self.zk = KazooClient(hosts=f"{hosts}{self.chroot}", timeout=timeout)
         self._timeout = timeout
-        self.outage = outage
+        self.outage = tuned.outage_seconds if outage is None else outage
 
     def call(self, fn: Callable[..., T], *args, **kwargs) -> T:
         deadline = time.monotonic() + self.outage

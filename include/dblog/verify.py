@@ -15,12 +15,15 @@ from typing import Iterator
 from .reconcile import rebuild
 from .rules import visible_rows
 from .schema import TableSchema, dumps_json, encode_key
+from .settings import settings
 from .sources.base import Source
 from .staging import StagedLog, rows_table
 
 
-def source_pages(source: Source, schema: TableSchema, page: int = 5000) -> Iterator[list[dict]]:
-    """The whole table in key order through bounded keyset reads, as staged Arrow types."""
+def source_pages(source: Source, schema: TableSchema, page: int | None = None) -> Iterator[list[dict]]:
+    """The whole table in key order through bounded keyset reads (`page` rows, default the
+    setting's), as staged Arrow types."""
+    page = page or settings().verify.page_rows
     after = None
     while True:
         rows = source.select_chunk(schema, after, page)
@@ -30,7 +33,7 @@ def source_pages(source: Source, schema: TableSchema, page: int = 5000) -> Itera
         after = schema.key_of_tuple(rows[-1])
 
 
-def source_rows(source: Source, schema: TableSchema, page: int = 5000) -> dict[tuple, dict]:
+def source_rows(source: Source, schema: TableSchema, page: int | None = None) -> dict[tuple, dict]:
     return {schema.key_of(r): r for rows in source_pages(source, schema, page) for r in rows}
 
 
@@ -73,12 +76,13 @@ class Diff:
         """Every key a repair dump has to cover."""
         return sorted(set(self.missing) | set(self.extra) | set(self.different), key=repr)
 
-    def repair(self, max_keys: int) -> dict | None:
-        """What a repair dump must cover: the drifted keys, or the whole table past `max_keys`."""
+    def repair(self) -> dict | None:
+        """What a repair dump must cover: the drifted keys, or the whole table past the most keys
+        one dump takes."""
         if self.equal:
             return None
         keys = self.keys()
-        if len(keys) > max_keys:
+        if len(keys) > settings().dump.max_keys:
             return {"tables": [self.table], "keys": None}
         return {"tables": [self.table], "keys": [json.loads(encode_key(k)) for k in keys]}
 
@@ -118,7 +122,7 @@ def compare_rows(schema: TableSchema, pages: Iterator[list[dict]], copy: dict[tu
     return diff
 
 
-def compare(source: Source, staged: StagedLog, table: str, upto: str | None, page: int = 5000) -> Diff:
+def compare(source: Source, staged: StagedLog, table: str, upto: str | None, page: int | None = None) -> Diff:
     """Source against the state rebuilt from the staged log up to the checkpoint position `upto`
     (the engine's reference)."""
     schema = source.table_schema(table, refresh=True)
@@ -127,7 +131,7 @@ def compare(source: Source, staged: StagedLog, table: str, upto: str | None, pag
     return compare_rows(schema, source_pages(source, schema, page), copy)
 
 
-def compare_warehouse(source: Source, warehouse, table: str, page: int = 5000) -> Diff:
+def compare_warehouse(source: Source, warehouse, table: str, page: int | None = None) -> Diff:
     """Source against its warehouse table (`dblog.warehouse.layout.Warehouse`)."""
     schema = source.table_schema(table, refresh=True)
     data = warehouse.read(source.name, schema.name, schema.column_names)

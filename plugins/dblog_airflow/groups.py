@@ -10,7 +10,7 @@ from typing import Any
 
 from airflow.sdk import Param, TaskGroup
 
-from dblog.config import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_DELAY_S
+from dblog.settings import settings
 from dblog_airflow.operators.dump import ALL_SOURCES, DumpTableOperator, StartDumpOperator
 from dblog_airflow.operators.wait import WaitForCaptureOperator
 
@@ -20,7 +20,7 @@ def dump_pool(source_id: str) -> str:
 
 
 def dump_source(source_id: str, *, selected_source: str | None = None, tables: Any = None, keys: Any = None,
-                chunk_size: Any = DEFAULT_CHUNK_SIZE, delay_seconds: Any = 0.0, dump_id: Any = None,
+                chunk_size: Any = None, delay_seconds: Any = 0.0, dump_id: Any = None,
                 exclude: Any = None) -> TaskGroup:
     """start (check the run, validate, register) -> one throttled dump task per table -> wait for the
     capture. The start task of each group checks the run's conf, so a bad conf fails every group."""
@@ -62,12 +62,14 @@ def exclude_param() -> Param:
                              "that cannot be dumped (no primary key) are skipped and listed anyway.")
 
 
-def chunk_size_param(default: int = DEFAULT_CHUNK_SIZE, title: str = "Chunk size (rows)") -> Param:
-    return Param(default, type="integer", title=title,
-                 description=f"Rows per chunk, 1 to {MAX_CHUNK_SIZE:,}: one short SELECT between a low and "
-                             "a high watermark.")
+def chunk_size_param(default: int | None = None, title: str = "Chunk size (rows)") -> Param:
+    s = settings()
+    return Param(s.dump.chunk_size if default is None else default, type="integer", title=title,
+                 description=f"Rows per chunk, {s.range_text('dump.chunk_size')}: one short SELECT between a low "
+                             "and a high watermark.")
 
 
 def delay_param(default: float = 0.0) -> Param:
     return Param(default, type="number", title="Delay between chunks (s)",
-                 description=f"Pause after each chunk, 0 to {MAX_DELAY_S} seconds, to spare a busy source.")
+                 description=f"Pause after each chunk, 0 to {settings().dump.max_delay_seconds} seconds, to spare "
+                             "a busy source.")

@@ -181,8 +181,9 @@ def test_the_merge_job_writes_the_reason_it_failed_into_its_report(tmp_path, cap
     spec.loader.exec_module(job)
     report = tmp_path / "report.json"
     assert job.run(["--bucket-rows", "0", "--report", str(report)]) == 2
-    assert json.loads(report.read_text()) == {"error": "--bucket-rows must be >= 1, got 0"}
-    assert "dblog: error: --bucket-rows must be >= 1, got 0" in capsys.readouterr().err  # still in the log
+    said = "--bucket-rows must be from 1 to 1,000,000,000, got 0"
+    assert json.loads(report.read_text()) == {"error": said}
+    assert f"dblog: error: {said}" in capsys.readouterr().err  # still in the log
 
 
 def test_a_failed_merge_logs_the_jobs_reason_as_an_error_and_fails_with_it(monkeypatch):

@@ -16,11 +16,8 @@ from ..positions import int_to_lsn, lsn_to_int, postgres_position
 from ..schema import Column, decimal_type, normalize_key
 from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
                    SourceUnavailable, Transaction)
+from ..settings import settings
 from .pgoutput import Begin, Commit, Decoder, RowChange, Truncate
-
-# How long a capture waits for a replication slot held by someone else before it fails: a
-# predecessor capture's walsender ends within moments of its process, another consumer's never.
-SLOT_BUSY_WAIT_S = 15.0
 
 
 class SlotInUse(SourceError):
@@ -399,7 +396,8 @@ class PostgresSource(Source):
         a predecessor capture's connection ends within moments of its process, so wait briefly;
         anyone else (another deployment or tool on this slot name) would take the changes this
         capture needs, so then fail, naming the holder and the fix."""
-        deadline = time.monotonic() + SLOT_BUSY_WAIT_S
+        patience = settings().capture.slot_busy_seconds
+        deadline = time.monotonic() + patience
         while True:
             conn = self.connect(connection_factory=psycopg2.extras.LogicalReplicationConnection)
             cur = conn.cursor()
@@ -410,13 +408,13 @@ class PostgresSource(Source):
             except psycopg2.errors.ObjectInUse:
                 conn.close()
                 if time.monotonic() >= deadline:
-                    raise SlotInUse(self._slot_in_use()) from None
+                    raise SlotInUse(self._slot_in_use(patience)) from None
                 time.sleep(0.5)
             except BaseException:
                 conn.close()
                 raise
 
-    def _slot_in_use(self) -> str:
+    def _slot_in_use(self, waited: float) -> str:
         rows = self._run("SELECT s.active_pid, a.application_name, a.client_addr::text, a.usename "
                          "FROM pg_replication_slots s LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid "
                          "WHERE s.slot_name = %s", [self.slot])
@@ -424,7 +422,7 @@ class PostgresSource(Source):
         holder = ", ".join(f"{k} {v}" for k, v in (("pid", pid), ("application", app and repr(app)),
                                                      ("from", addr), ("user", user)) if v)
         return (f"{self.name}: replication slot {self.slot} is in use by another consumer ({holder or 'unknown'}) "
-                f"for over {SLOT_BUSY_WAIT_S:.0f} s. A slot feeds one consumer, and what it hands the other never "
+                f"for over {waited:.0f} s. A slot feeds one consumer, and what it hands the other never "
                 f"reaches this capture. Fix: stop that consumer (if it is a stale capture: SELECT "
                 f"pg_terminate_backend({pid or 'PID'});), or give this source its own slot (?slot=NAME in its "
                 "connection URI; `dblog setup` creates it).")

@@ -38,6 +38,7 @@ from .. import state as paths
 from ..dump import dumping
 from ..reconcile import watermark_positions
 from ..rules import chunk_ready
+from ..settings import settings
 from ..sources.base import WATERMARK_TABLE
 from ..staging import StagedLog
 from ..state import StateStore
@@ -48,7 +49,6 @@ from ..events import RepairNeed
 from .rules import WINDOW, dump_records, fill_records, log_records, window_dropped, window_survivors
 
 log = logging.getLogger("dblog.merge")
-BUCKET_ROWS = 250_000
 
 
 class MergeError(RuntimeError):
@@ -217,8 +217,12 @@ def _inputs(spark: SparkSession, staged: StagedLog, source: str, table: str, man
 
 
 def merge_table(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse: Warehouse, source: str,
-                table: str, *, bucket_rows: int = BUCKET_ROWS, lock_timeout: float = 600.0) -> MergeResult:
-    """Merge what the capture and the dumps staged for `table`, up to the capture's checkpoint."""
+                table: str, *, bucket_rows: int | None = None, lock_timeout: float | None = None) -> MergeResult:
+    """Merge what the capture and the dumps staged for `table`, up to the capture's checkpoint
+    (`bucket_rows`, `lock_timeout`: default the settings')."""
+    tuned = settings().merge
+    bucket_rows = tuned.bucket_rows if bucket_rows is None else bucket_rows
+    lock_timeout = tuned.lock_timeout_seconds if lock_timeout is None else lock_timeout
     if bucket_rows < 1:
         raise MergeError(f"bucket rows must be >= 1, got {bucket_rows}")
     started = time.monotonic()

@@ -1,9 +1,9 @@
 """The Spark session every dblog job uses, with the settings the warehouse relies on."""
 from __future__ import annotations
 
-import os
-
 from pyspark.sql import SparkSession
+
+from ..settings import settings
 
 SETTINGS = {
     "spark.sql.session.timeZone": "UTC",                           # bucket bounds round-trip as text
@@ -17,14 +17,17 @@ SETTINGS = {
 
 def session(app: str = "dblog", master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
     """`master` None: whatever spark-submit set, else `DBLOG_SPARK_MASTER`, else local[*]."""
+    tuned = settings().spark
     builder = SparkSession.builder.appName(app)
-    master = master or os.environ.get("DBLOG_SPARK_MASTER")
+    master = master or tuned.master
     if master:
         builder = builder.master(master)
-    settings = {**SETTINGS, "spark.sql.shuffle.partitions": os.environ.get("DBLOG_SPARK_PARTITIONS", "8"),
-                "spark.driver.memory": os.environ.get("DBLOG_SPARK_DRIVER_MEMORY", "4g"), **(conf or {})}
-    for k, v in settings.items():
+    # Under spark-submit the driver is already running: its memory is spark-submit's (the merge task
+    # passes the same setting as --driver-memory).
+    options = {**SETTINGS, "spark.sql.shuffle.partitions": str(tuned.shuffle_partitions),
+               "spark.driver.memory": tuned.driver_memory, **(conf or {})}
+    for k, v in options.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("DBLOG_SPARK_LOG_LEVEL", "WARN"))
+    spark.sparkContext.setLogLevel(tuned.log_level)
     return spark

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..settings import settings
 from ..staging import table_dir_name, table_from_dir
 
 MANIFEST = "_manifest.json"
@@ -117,12 +118,12 @@ def _fsync(path: str) -> None:
 
 
 class Warehouse:
-    def __init__(self, root: str, keep_s: float = 3600.0):
+    def __init__(self, root: str, keep_s: float | None = None):
         if "://" in root and not root.startswith("file://"):
             raise ValueError(f"warehouse root {root!r}: the warehouse needs a POSIX filesystem path "
                              "(local disk or a shared mount such as NFS), for links and atomic renames")
         self.root = os.path.abspath(root.removeprefix("file://"))
-        self.keep_s = keep_s
+        self.keep_s = settings().merge.keep_versions_seconds if keep_s is None else keep_s
 
     def table_dir(self, source: str, table: str) -> str:
         return os.path.join(self.root, source, table_dir_name(table))

@@ -14,11 +14,11 @@ from typing import Any, Iterator, Sequence
 
 from airflow.sdk import BaseOperator
 
+from dblog.settings import settings
 from dblog_airflow import metrics
 from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook
 
 LOG_EVERY_S = 60.0  # a progress line per minute keeps a long slice's log readable
-HUNG_AFTER_S = 600.0  # past its slice (and its wait for the lease) by this much, a capture is hung
 
 
 @contextmanager
@@ -40,11 +40,11 @@ def _hang_guard(seconds: float) -> Iterator[None]:
 class CaptureOperator(BaseOperator):
     template_fields: Sequence[str] = ("source_conn_id", "slice_seconds")
 
-    def __init__(self, *, source_conn_id: str, slice_seconds: float | str = 3600,
+    def __init__(self, *, source_conn_id: str, slice_seconds: float | str | None = None,
                  zookeeper_conn_id: str = ZOOKEEPER_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source_conn_id = source_conn_id
-        self.slice_seconds = slice_seconds
+        self.slice_seconds = settings().capture.slice_seconds if slice_seconds is None else slice_seconds
         self.zookeeper_conn_id = zookeeper_conn_id
         self._capture = None
 
@@ -65,7 +65,8 @@ class CaptureOperator(BaseOperator):
             self._capture = capture = Capture(source, store, hook.staged(), on_beat=self._reporter(source.name),
                                               warehouse=hook.warehouse())
             try:
-                with _hang_guard(2 * seconds + HUNG_AFTER_S):  # the lease wait, then the slice
+                # The lease wait, then the slice; past both by this much, a capture is hung.
+                with _hang_guard(2 * seconds + settings().capture.hung_after_seconds):
                     stats = capture.run(duration=seconds, lease_timeout=seconds)
             except LeaseTimeout:
                 self.log.info("%s: standby; another deployment's capture held the lease all slice", source.name)

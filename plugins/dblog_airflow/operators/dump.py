@@ -19,7 +19,7 @@ from typing import Any, Callable, NoReturn, Sequence
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from dblog.config import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MAX_DELAY_S
+from dblog.settings import settings
 from dblog_airflow import metrics
 from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook
 
@@ -50,33 +50,39 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-# param name -> (accepted?, what to set instead). None values are left to the params' types.
-VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "chunk_size": (lambda v: _passes("check_chunk_size", v),
-                   f"a chunk reads 1 to {MAX_CHUNK_SIZE:,} rows; set a whole number in that range "
-                   f"(default {DEFAULT_CHUNK_SIZE})"),
-    "delay_seconds": (lambda v: _passes("check_delay", v),
-                      f"set 0 (no pause) to {MAX_DELAY_S} seconds between chunks"),
-    "slice_seconds": (lambda v: _number(v) and 5 <= v <= 86400,
-                      "a capture slice lasts 5 to 86,400 seconds; each handover pauses the stream a few seconds"),
-    "tables": (lambda v: isinstance(v, list) and all(isinstance(t, str) and t.strip() for t in v),
-               "list table names (`table` or `schema.table`), one per line; leave it empty for every table"),
-    "exclude": (lambda v: isinstance(v, list) and all(isinstance(t, str) and t.strip() for t in v),
-                "list the table names to leave out of a dump of every table, one per line"),
-}
+def value_rules() -> dict[str, tuple[Callable[[Any], bool], str]]:
+    """param name -> (accepted?, what to set instead), with the ranges of the settings in force.
+    None values are left to the params' types."""
+    s = settings()
+    low, high = s.bounds("capture.slice_seconds")
+    return {
+        "chunk_size": (lambda v: _passes("check_chunk_size", v),
+                       f"a chunk reads {s.range_text('dump.chunk_size')} rows; set a whole number in that range "
+                       f"(default {s.dump.chunk_size})"),
+        "delay_seconds": (lambda v: _passes("check_delay", v),
+                          f"set 0 (no pause) to {s.dump.max_delay_seconds} seconds between chunks"),
+        "slice_seconds": (lambda v: _number(v) and low <= v <= high,
+                          f"a capture slice lasts {s.range_text('capture.slice_seconds')} seconds; each handover "
+                          "pauses the stream a few seconds"),
+        "tables": (lambda v: isinstance(v, list) and all(isinstance(t, str) and t.strip() for t in v),
+                   "list table names (`table` or `schema.table`), one per line; leave it empty for every table"),
+        "exclude": (lambda v: isinstance(v, list) and all(isinstance(t, str) and t.strip() for t in v),
+                    "list the table names to leave out of a dump of every table, one per line"),
+    }
 
 
 def conf_problems(declared: Sequence[str], conf: dict | None, values: dict[str, Any]) -> list[str]:
     """What is wrong with a run: conf keys the DAG does not declare, and `values` (param name ->
-    value the task would use) that break `VALUE_RULES`. Each problem names its fix."""
+    value the task would use) that break `value_rules()`. Each problem names its fix."""
     names = sorted(declared)
+    rules = value_rules()
     problems = []
     for key in sorted(set(conf or {}) - set(names)):
         close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
         problems.append(f"unknown param {key!r} " + (f"(did you mean {close[0]!r}?)" if close else
                                                      f"(the params are {', '.join(names)})"))
     for name, value in values.items():
-        ok, fix = VALUE_RULES[name]
+        ok, fix = rules[name]
         if value is not None and not ok(value):
             problems.append(f"{name} = {value!r}: {fix}")
     return problems
@@ -126,7 +132,7 @@ class StartDumpOperator(BaseOperator):
     template_fields: Sequence[str] = ("source_conn_id", "selected_source", "tables", "keys", "chunk_size",
                                       "delay_seconds", "dump_id", "exclude")
 
-    def __init__(self, *, source_conn_id: str, tables: Any = None, keys: Any = None, chunk_size: Any = DEFAULT_CHUNK_SIZE,
+    def __init__(self, *, source_conn_id: str, tables: Any = None, keys: Any = None, chunk_size: Any = None,
                  delay_seconds: Any = 0.0, dump_id: str | None = None, selected_source: str | None = None,
                  exclude: Any = None, zookeeper_conn_id: str = ZOOKEEPER_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -198,7 +204,7 @@ class DumpTableOperator(BaseOperator):
                 metrics.gauge("dump.progress_percent", round(100 * fraction, 1), subject, **tags)
 
         # A retry after a crash waits for the dead worker's lease to go with its ZooKeeper session.
-        wait = 3 * zookeeper(hook.zookeeper_uri()).session_timeout
+        wait = zookeeper(hook.zookeeper_uri()).takeover_wait
         with hook.store() as store:
             result = TableDump(store, source, hook.staged(), self.dump_id, self.table, progress).run(wait)
         self.log.info("%s: %s after %d chunks, %d rows, %.0f rows/s", result.table, result.status, result.chunks,

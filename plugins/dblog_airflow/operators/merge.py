@@ -23,6 +23,7 @@ from airflow.sdk.exceptions import AirflowException
 from dblog_airflow import metrics
 from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook, zookeeper_uri
 from dblog.config import source_ids
+from dblog.settings import settings
 from dblog_airflow.operators.dump import ALL_SOURCES, StartDumpOperator, check_run
 
 WAREHOUSE_ALIAS = "dblog_warehouse"
@@ -62,7 +63,7 @@ class MergeOperator(SparkSubmitOperator):
                  zookeeper_conn_id: str = ZOOKEEPER_CONN_ID, **kwargs: Any) -> None:
         kwargs.setdefault("application", os.environ.get("DBLOG_MERGE_JOB", MERGE_JOB))
         kwargs.setdefault("name", "dblog-merge")
-        kwargs.setdefault("driver_memory", os.environ.get("DBLOG_SPARK_DRIVER_MEMORY", "2g"))
+        kwargs.setdefault("driver_memory", settings().spark.driver_memory)  # fixed once spark-submit starts the JVM
         kwargs.setdefault("outlets", [AssetAlias(WAREHOUSE_ALIAS)])
         kwargs["conf"] = {**SPARK_CONF, **(kwargs.get("conf") or {})}
         super().__init__(**kwargs)

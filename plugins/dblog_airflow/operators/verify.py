@@ -45,14 +45,17 @@ class VerifyOperator(BaseOperator):
     template_fields: Sequence[str] = ("source_conn_ids", "selected_source", "tables", "page", "chunk_size")
 
     def __init__(self, *, source_conn_ids: Any, selected_source: str | None = None, tables: Any = None,
-                 page: int = 5000, chunk_size: Any = 1000, **kwargs: Any) -> None:
+                 page: Any = None, chunk_size: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source_conn_ids, self.selected_source, self.tables = source_conn_ids, selected_source, tables
         self.page, self.chunk_size = page, chunk_size
 
     def execute(self, context) -> list[dict]:
-        from dblog.dump import MAX_KEYS
+        from dblog.settings import settings
         from dblog.verify import compare_warehouse
+        tuned = settings().verify
+        page = tuned.page_rows if self.page is None else int(self.page)
+        chunk_size = tuned.chunk_size if self.chunk_size is None else self.chunk_size
         repairs = []
         for conn_id in _selected(self.source_conn_ids, self.selected_source):
             hook = DBLogHook(conn_id)
@@ -66,16 +69,16 @@ class VerifyOperator(BaseOperator):
                                f"{', '.join(available) or 'none yet'}): dump it first (dblog_dump), or pick the "
                                "source that has it")
             for table in wanted:
-                diff = compare_warehouse(source, warehouse, table, int(self.page))
+                diff = compare_warehouse(source, warehouse, table, page)
                 self.log.info("%s %s: %s - source %d rows, warehouse %d rows, %d of %d key ranges differ",
                               conn_id, table, "equal" if diff.equal else "DRIFT", diff.source_rows,
                               diff.staged_rows, len(diff.drifted), diff.ranges)
                 for r in diff.drifted:
                     self.log.warning("  keys %s .. %s: source %d rows, warehouse %d rows", r.first, r.last,
                                      r.source_rows, r.copy_rows)
-                plan = diff.repair(MAX_KEYS)
+                plan = diff.repair()
                 if plan:
-                    repairs.append({"source": conn_id, "chunk_size": self.chunk_size, **plan})
+                    repairs.append({"source": conn_id, "chunk_size": chunk_size, **plan})
             source.close()
         self.log.info("%d table(s) to repair", len(repairs))
         return repairs

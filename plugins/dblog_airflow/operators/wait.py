@@ -2,19 +2,14 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from dblog.settings import settings
 from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook
 from dblog_airflow.triggers.capture import CaptureReachedTrigger
-
-
-def default_timeout() -> float:
-    """`DBLOG_CAPTURE_WAIT_TIMEOUT` seconds (default 30 minutes): then the wait fails with the reason."""
-    return float(os.environ.get("DBLOG_CAPTURE_WAIT_TIMEOUT", "1800"))
 
 
 class WaitForCaptureOperator(BaseOperator):
@@ -31,7 +26,8 @@ class WaitForCaptureOperator(BaseOperator):
                  log_every: float = 30.0, zookeeper_conn_id: str = ZOOKEEPER_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source_conn_id, self.poll_interval = source_conn_id, poll_interval
-        self.timeout_seconds = default_timeout() if timeout_seconds is None else timeout_seconds
+        self.timeout_seconds = (settings().capture.wait_timeout_seconds if timeout_seconds is None
+                                else timeout_seconds)
         self.log_every, self.zookeeper_conn_id = log_every, zookeeper_conn_id
 
     def execute(self, context) -> str:

@@ -14,14 +14,17 @@ from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from dblog.settings import settings
+
 
 class CaptureReachedTrigger(BaseTrigger):
     def __init__(self, source: str, mark: str, zookeeper_uri: str, staging: str, poll_interval: float = 1.0,
-                 timeout: float = 1800.0, log_every: float = 30.0, started_at: float | None = None):
+                 timeout: float | None = None, log_every: float = 30.0, started_at: float | None = None):
         super().__init__()
         self.source, self.mark = source, mark
         self.zookeeper_uri, self.staging = zookeeper_uri, staging
-        self.poll_interval, self.timeout, self.log_every = poll_interval, timeout, log_every
+        self.poll_interval, self.log_every = poll_interval, log_every
+        self.timeout = settings().capture.wait_timeout_seconds if timeout is None else timeout
         self.started_at = time.time() if started_at is None else started_at  # survives a triggerer restart
 
     def serialize(self) -> tuple[str, dict[str, Any]]:

@@ -127,7 +127,8 @@ def status() -> dict:
 @app.post("/api/dumps/{source}/{dump_id}/{action}", dependencies=[ACT])
 async def control(source: str, dump_id: str, action: str, request: Request, user: GetUserDep) -> dict:
     from dblog.config import source_ids
-    from dblog.dump import ACTIONS, DUMP_ID
+    from dblog.dump import ACTIONS
+    from dblog.settings import DUMP_ID
     if action not in ACTIONS:
         raise HTTPException(404, f"no action {action!r}; use one of {', '.join(ACTIONS)}")
     if not DUMP_ID.match(dump_id):

@@ -1,0 +1,289 @@
+"""Every tunable in one place: its default, the variable that overrides it, what it accepts.
+
+Modelled on dlt's typed configuration: frozen dataclasses, one per part of the product, whose
+fields are the settings. A field's metadata names its environment variable, its range (a number,
+or another setting: a chunk size is bounded by the maximum chunk size) and what it means.
+`settings()` reads the environment and checks every value, so a mistyped variable fails where it
+is first read, naming the variable, the value and what it accepts, not somewhere deep in a run.
+The README's table of tunables is `markdown_table()`; a unit test holds the two equal.
+
+Import-light on purpose: DAG files import it while the scheduler parses them.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any, Iterator, Mapping
+
+
+class ConfigError(ValueError):
+    """A setting or connection that cannot work; the message names it and the fix."""
+
+
+# A dump id names ZooKeeper nodes and staged paths: a contract every entry point shares, not a tunable.
+DUMP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+CRON = "a cron expression or preset"
+Bound = int | float | str | None  # a number, or "group.field": the setting that bounds this one
+
+
+@dataclass(frozen=True)
+class Spec:
+    env: str
+    help: str
+    minimum: Bound = None
+    maximum: Bound = None
+    choices: tuple[str, ...] = ()
+    pattern: str | None = None
+    accepts: str = ""  # what a free-text setting takes, for the README
+    same_as: str | None = None  # "group.field" whose value this one takes unless its variable is set
+
+
+def setting(default: Any, env: str, help: str, **spec: Any) -> Any:
+    return field(default=default, metadata={"spec": Spec(env, help, **spec)})
+
+
+@dataclass(frozen=True)
+class Dump:
+    chunk_size: int = setting(
+        20_000, "DBLOG_CHUNK_SIZE", "rows per dump chunk when a dump names none (CLI, `dblog_dump` form, "
+        "repairs), chosen by the chunk size sweep (Performance)", minimum=1, maximum="dump.max_chunk_size")
+    max_chunk_size: int = setting(
+        100_000, "DBLOG_MAX_CHUNK_SIZE", "largest chunk a user may ask for: one chunk's SELECT stays short",
+        minimum=1, maximum=10_000_000)
+    max_delay_seconds: int = setting(
+        3600, "DBLOG_MAX_DELAY_SECONDS", "longest pause between chunks a user may ask for", minimum=0,
+        maximum=86_400)
+    max_keys: int = setting(
+        100_000, "DBLOG_MAX_KEYS", "most primary keys one key-list dump takes (a verify finding more re-dumps "
+        "the whole table)", minimum=1, maximum=10_000_000)
+    reconnect_seconds: float = setting(
+        120.0, "DBLOG_DUMP_RECONNECT_SECONDS", "how long a chunk read retries while the source is unreachable; "
+        "then the dump fails, and re-running it resumes after its last chunk", minimum=0, maximum=86_400)
+
+
+@dataclass(frozen=True)
+class Capture:
+    slice_seconds: int = setting(
+        3600, "DBLOG_CAPTURE_SLICE_SECONDS", "length of one `dblog_capture` run; each handover to the next "
+        "pauses the stream a few seconds", minimum=5, maximum=86_400)
+    flush_rows: int = setting(
+        20_000, "DBLOG_CAPTURE_FLUSH_ROWS", "events a capture batches before staging them (cut at a "
+        "transaction end)", minimum=1, maximum=10_000_000)
+    flush_seconds: float = setting(
+        1.0, "DBLOG_CAPTURE_FLUSH_SECONDS", "longest a capture holds a batch before staging it (the capture "
+        "lag's floor)", minimum=0.01, maximum=3600)
+    hung_after_seconds: float = setting(
+        600.0, "DBLOG_CAPTURE_HUNG_AFTER_SECONDS", "a capture task still running this long past twice its slice "
+        "is hung: it fails, and its retry captures afresh", minimum=60, maximum=86_400)
+    wait_timeout_seconds: float = setting(
+        1800.0, "DBLOG_CAPTURE_WAIT_TIMEOUT", "how long a DAG's `wait_for_capture` waits for the capture to "
+        "pass its sync watermark before failing with the reason", minimum=1, maximum=604_800)
+    sync_timeout_seconds: float = setting(
+        60.0, "DBLOG_SYNC_TIMEOUT", "how long `dblog sync` waits for the capture (its `--timeout`)", minimum=0,
+        maximum=86_400)
+    slot_busy_seconds: float = setting(
+        15.0, "DBLOG_PG_SLOT_BUSY_SECONDS", "how long a PostgreSQL capture waits for its replication slot held "
+        "by another consumer before failing with the fix", minimum=0, maximum=3600)
+
+
+@dataclass(frozen=True)
+class Merge:
+    every_minutes: float = setting(
+        5.0, "DBLOG_MERGE_EVERY_MINUTES", "schedule of the `dblog_merge` DAG", minimum=0.1, maximum=10_080)
+    bucket_rows: int = setting(
+        250_000, "DBLOG_BUCKET_ROWS", "rows per warehouse key-range bucket (it splits when it doubles); "
+        "`--bucket-rows`", minimum=1, maximum=1_000_000_000)
+    lock_timeout_seconds: float = setting(
+        600.0, "DBLOG_MERGE_LOCK_TIMEOUT", "how long a merge waits for another merge of the same table",
+        minimum=1, maximum=86_400)
+    keep_versions_seconds: float = setting(
+        3600.0, "DBLOG_WAREHOUSE_KEEP_SECONDS", "how long a replaced warehouse version stays for readers still "
+        "using it", minimum=0, maximum=31_536_000)
+
+
+@dataclass(frozen=True)
+class Spark:
+    master: str = setting(
+        "", "DBLOG_SPARK_MASTER", "Spark master of `dblog merge` (empty: spark-submit's, else `local[*]`)",
+        accepts="a Spark master URL")
+    driver_memory: str = setting(
+        "4g", "DBLOG_SPARK_DRIVER_MEMORY", "driver memory of the merge (in process and spark-submit)",
+        pattern=r"[0-9]+[kmgtp]?", accepts="a JVM size such as `512m` or `4g`")
+    shuffle_partitions: int = setting(
+        8, "DBLOG_SPARK_PARTITIONS", "shuffle partitions of the merge session", minimum=1, maximum=100_000)
+    log_level: str = setting(
+        "WARN", "DBLOG_SPARK_LOG_LEVEL", "Spark's log level in dblog's jobs",
+        choices=("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"))
+
+
+@dataclass(frozen=True)
+class ZooKeeper:
+    session_timeout_seconds: float = setting(
+        10.0, "DBLOG_ZK_SESSION_TIMEOUT", "seconds before a dead leader's lease expires and a standby takes over "
+        "(a connection's `session_timeout` wins)", minimum=1, maximum=600)
+    lease_wait_factor: float = setting(
+        3.0, "DBLOG_ZK_LEASE_WAIT_FACTOR", "a resumed dump waits this many session timeouts for a dead worker's "
+        "table lease", minimum=1, maximum=100)
+    outage_seconds: float = setting(
+        120.0, "DBLOG_ZK_OUTAGE_SECONDS", "how long a ZooKeeper call rides out a lost connection (the session "
+        "and its leases outlive it) before failing", minimum=0, maximum=86_400)
+
+
+@dataclass(frozen=True)
+class Verify:
+    schedule: str = setting(
+        "@daily", "DBLOG_VERIFY_SCHEDULE", "schedule of `dblog_verify` (empty: trigger only)", accepts=CRON)
+    page_rows: int = setting(
+        5000, "DBLOG_VERIFY_PAGE_ROWS", "rows per compared key range (`dblog verify --page`)", minimum=1,
+        maximum=1_000_000)
+    chunk_size: int = setting(
+        1000, "DBLOG_VERIFY_CHUNK_SIZE", "chunk size of the repair dumps a verify triggers (few keys each)",
+        minimum=1, maximum="dump.max_chunk_size")
+
+
+@dataclass(frozen=True)
+class FullRefresh:
+    schedule: str = setting(
+        "@weekly", "DBLOG_FULL_REFRESH_SCHEDULE", "schedule of `dblog_full_refresh` (empty: trigger only)",
+        accepts=CRON)
+    chunk_size: int = setting(
+        Dump.chunk_size, "DBLOG_FULL_REFRESH_CHUNK_SIZE", "chunk size of its scheduled runs (unset: "
+        "`DBLOG_CHUNK_SIZE`)", minimum=1, maximum="dump.max_chunk_size", same_as="dump.chunk_size")
+    delay_seconds: float = setting(
+        0.0, "DBLOG_FULL_REFRESH_DELAY", "pause between chunks of its scheduled runs", minimum=0,
+        maximum="dump.max_delay_seconds")
+
+
+@dataclass(frozen=True)
+class Settings:
+    dump: Dump = field(default_factory=Dump)
+    capture: Capture = field(default_factory=Capture)
+    merge: Merge = field(default_factory=Merge)
+    spark: Spark = field(default_factory=Spark)
+    zookeeper: ZooKeeper = field(default_factory=ZooKeeper)
+    verify: Verify = field(default_factory=Verify)
+    full_refresh: FullRefresh = field(default_factory=FullRefresh)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Defaults, overridden by the variables set in `env` (default: the process's); ConfigError
+        names the first variable whose value is not accepted."""
+        env = os.environ if env is None else env
+        raw = {name: env[spec.env] for name, spec, default in specs()
+               if spec.env in env and (isinstance(default, str) or env[spec.env].strip())}
+        values = {name: _parse(spec, raw[name], default) if name in raw else default
+                  for name, spec, default in specs()}
+        for name, spec, _ in specs():  # a setting that follows another follows its resolved value
+            if spec.same_as and name not in raw:
+                values[name] = values[spec.same_as]
+        out = cls(**{group: kind(**{f.name: values[f"{group}.{f.name}"] for f in fields(kind)})
+                     for group, kind in _groups()})
+        for name, spec, _ in specs():
+            shown = f"{spec.env}={raw[name]!r}" if name in raw else f"{spec.env} unset, so {values[name]!r},"
+            out._check(name, spec, values[name], shown)
+        return out
+
+    def get(self, name: str) -> Any:
+        group, attr = name.split(".")
+        return getattr(getattr(self, group), attr)
+
+    def bounds(self, name: str) -> tuple[Any, Any]:
+        """The setting's accepted range, with bounds that are other settings resolved."""
+        spec = _SPECS[name][0]
+        return tuple(self.get(b) if isinstance(b, str) else b for b in (spec.minimum, spec.maximum))
+
+    def cite(self, name: str) -> str:
+        """The value and the variable that sets it, for help texts: `20,000, DBLOG_CHUNK_SIZE`."""
+        return f"{_number(self.get(name))}, {_SPECS[name][0].env}"
+
+    def range_text(self, name: str) -> str:
+        low, high = self.bounds(name)
+        return f"{_number(low)} to {_number(high)}"
+
+    def _check(self, name: str, spec: Spec, value: Any, shown: str) -> None:
+        if spec.choices and value not in spec.choices:
+            raise _refused(spec, shown, f"set one of {', '.join(spec.choices)}")
+        if spec.pattern and not re.fullmatch(spec.pattern, value, re.I):
+            raise _refused(spec, shown, f"set a value matching {spec.pattern}, such as {_SPECS[name][1]}")
+        low, high = self.bounds(name)
+        if low is not None and not low <= value <= high:
+            limits = [_SPECS[b][0].env for b in (spec.minimum, spec.maximum) if isinstance(b, str)]
+            raise _refused(spec, shown, f"set {_kind(value)} from {self.range_text(name)}"
+                           + (f" ({' and '.join(limits)} bounds it)" if limits else ""))
+
+
+def settings(env: Mapping[str, str] | None = None) -> Settings:
+    """The settings in force: read on each call, so a changed environment (a test, a DAG re-parse)
+    takes effect; the hot loops read them once, when they start."""
+    return Settings.from_env(env)
+
+
+def _groups() -> list[tuple[str, type]]:
+    return [(g.name, g.default_factory) for g in fields(Settings)]  # type: ignore[misc]
+
+
+def specs() -> Iterator[tuple[str, Spec, Any]]:
+    """("group.field", spec, default) of every setting, in declaration order."""
+    for group, kind in _groups():
+        for f in fields(kind):
+            yield f"{group}.{f.name}", f.metadata["spec"], f.default
+
+
+def _parse(spec: Spec, raw: str, default: Any) -> Any:
+    kind = type(default)
+    if kind is str:
+        return raw.strip()
+    try:
+        value = kind(raw.strip())
+    except ValueError:
+        raise _refused(spec, f"{spec.env}={raw!r}", f"set {_kind(default)}") from None
+    if isinstance(value, float) and not math.isfinite(value):  # NaN passes no range check
+        raise _refused(spec, f"{spec.env}={raw!r}", "set a finite number")
+    return value
+
+
+def _refused(spec: Spec, shown: str, fix: str) -> ConfigError:
+    return ConfigError(f"{shown} is not accepted: {fix} (it sets: {spec.help})")
+
+
+def _kind(value: Any) -> str:
+    return "a whole number" if isinstance(value, int) else "a number"
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+
+
+def markdown_table() -> str:
+    """The README's table of tunables: variable, meaning, default, what it accepts."""
+    rows = ["| variable | meaning | default | accepts |", "|---|---|---|---|"]
+    rows += [f"| `{spec.env}` | {spec.help} | {_default_text(spec, default)} | {_accepts_text(spec)} |"
+             for _, spec, default in specs()]
+    return "\n".join(rows)
+
+
+def _default_text(spec: Spec, default: Any) -> str:
+    if spec.same_as:
+        return f"`{_SPECS[spec.same_as][0].env}`"
+    if isinstance(default, str):
+        return f"`{default}`" if default else "empty"
+    return _number(default)
+
+
+def _accepts_text(spec: Spec) -> str:
+    if spec.accepts or spec.choices:
+        return spec.accepts or ", ".join(spec.choices)
+    low, high = (f"`{_SPECS[b][0].env}`" if isinstance(b, str) else _number(b) for b in (spec.minimum, spec.maximum))
+    return f"{low} to {high}"
+
+
+_SPECS = {name: (spec, default) for name, spec, default in specs()}
+
+
+if __name__ == "__main__":  # the README's table: python -m dblog.settings
+    print(markdown_table())
