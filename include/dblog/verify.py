@@ -16,7 +16,8 @@ from .reconcile import rebuild
 from .rules import visible_rows
 from .schema import TableSchema, dumps_json, encode_key
 from .sources.base import Source
-from .staging import StagedLog, rows_table
+from .staged import rows_table
+from .staging import StagedLog
 
 
 def source_pages(source: Source, schema: TableSchema, page: int = 5000) -> Iterator[list[dict]]:
