@@ -23,7 +23,8 @@ from dblog.positions import encode
 from dblog.schema import Column, TableSchema
 from dblog.sources.base import WATERMARK_TABLE
 from dblog.spark.job import merge_table
-from dblog.staging import CHUNK_FIELDS, StagedLog, log_fields
+from dblog.staged import CHUNK_FIELDS, OP, POSITION, ChunkFile, ChunkMeta, Op, SegmentFile, arrow_schema
+from dblog.staging import StagedLog
 from dblog.state import StateStore
 from dblog.warehouse.layout import Warehouse
 
@@ -32,7 +33,6 @@ SCHEMA = TableSchema(TABLE, (
     Column("id", "bigint", pa.int64()), Column("name", "varchar(32)", pa.string()),
     Column("amount", "decimal(12,2)", pa.decimal128(12, 2)), Column("ts", "timestamp(6)", pa.timestamp("us")),
     Column("note", "text", pa.string())), ("id",))
-META = {b"dblog.table": TABLE.encode(), b"dblog.key": b"id"}
 
 
 def _rows(ids: np.ndarray, salt: int) -> dict:
@@ -54,37 +54,26 @@ def stage_dump(staged: StagedLog, rows: int, first_pos: int) -> int:
         pos += 2
         cols = _rows(ids, 0)
         n = len(ids)
-        meta = {"_dump_id": pa.array([dump_id] * n), "_chunk": pa.array(np.full(n, number), pa.int64()),
-                "_op": pa.array(["r"] * n), "_lw": pa.array([lw] * n), "_hw": pa.array([hw] * n),
-                "_key_from": pa.nulls(n, pa.string()), "_key_to": pa.nulls(n, pa.string()),
-                "_read_ts": pa.nulls(n, pa.timestamp("us", tz="UTC"))}
-        schema = pa.schema(SCHEMA.arrow_fields() + CHUNK_FIELDS, metadata=META)
-        table = pa.Table.from_arrays([cols[c] for c in SCHEMA.column_names] + [meta[f.name] for f in CHUNK_FIELDS],
-                                     schema=schema)
-        path = f"{staged.chunk_dir(SOURCE, TABLE, dump_id)}/{number:08d}.parquet"
+        # Column by column (what `staged.chunk_table` writes, without a Python tuple per row).
+        meta = {**ChunkMeta(dump_id, number, lw, hw).columns(), OP: Op.READ}
+        table = pa.Table.from_arrays([cols[c] for c in SCHEMA.column_names] +
+                                     [pa.array([meta.get(f.name)] * n, f.type) for f in CHUNK_FIELDS],
+                                     schema=arrow_schema(SCHEMA, CHUNK_FIELDS))
+        path = f"{staged.chunk_dir(SOURCE, TABLE, dump_id)}/{ChunkFile(dump_id, number).name}"
         os.makedirs(os.path.dirname(path), exist_ok=True)
         pq.write_table(table, path, compression="zstd")
-    wm = pa.table({"value": [v for v, _ in marks], "_position": [p for _, p in marks], "_op": ["u"] * len(marks)})
+    wm = pa.table({"value": [v for v, _ in marks], POSITION: [p for _, p in marks], OP: [Op.UPDATE] * len(marks)})
     directory = staged.log_dir(SOURCE, WATERMARK_TABLE)
     os.makedirs(directory, exist_ok=True)
-    pq.write_table(wm, f"{directory}/{marks[0][1]}_{marks[-1][1]}.parquet")
+    pq.write_table(wm, f"{directory}/{SegmentFile(marks[0][1], marks[-1][1]).name}")
     return pos
 
 
 def stage_updates(staged: StagedLog, ids: np.ndarray, first_pos: int) -> int:
-    cols = _rows(ids, 1)
-    n = len(ids)
-    positions = [encode(first_pos + i, 0, 0) for i in range(n)]
-    fields = log_fields(SCHEMA)
-    extra = {"_position": pa.array(positions), "_op": pa.array(["u"] * n), "_txid": pa.nulls(n, pa.string()),
-             "_commit_ts": pa.nulls(n, pa.timestamp("us", tz="UTC")), "_unchanged": pa.nulls(n, pa.list_(pa.string())),
-             "_old_key": pa.nulls(n, fields[-2].type), "_before": pa.nulls(n, fields[-1].type)}
-    table = pa.Table.from_arrays([cols[c] for c in SCHEMA.column_names] + [extra[f.name] for f in fields],
-                                 schema=pa.schema(SCHEMA.arrow_fields() + fields, metadata=META))
-    directory = staged.log_dir(SOURCE, TABLE)
-    os.makedirs(directory, exist_ok=True)
-    pq.write_table(table, f"{directory}/{positions[0]}_{positions[-1]}.parquet")
-    return first_pos + n
+    rows = pa.table(_rows(ids, 1)).to_pylist()
+    staged.write_segment(SOURCE, SCHEMA, [{**r, POSITION: encode(first_pos + i, 0, 0), OP: Op.UPDATE}
+                                          for i, r in enumerate(rows)])
+    return first_pos + len(rows)
 
 
 def _merge(spark, store, staged, warehouse, upto: int) -> float:

@@ -2,11 +2,13 @@
 
 Table T has key `id` and one column `v`. Positions are small integers; watermark events carry
 their UUID-like value. Each case: log events (watermarks included), chunks (LW value, HW value,
-rows), and the rows a user must see afterwards.
+rows: a key read, or `gone(key)`, a key-list dump's key the source does not have), and the rows
+a user must see afterwards.
 """
 from dblog.events import ChangeEvent
 from dblog.positions import Position
-from dblog.rules import Chunk, Window, merge_latest, ordered_output, visible_rows
+from dblog.rules import Chunk, Window, chunk_ready, merge_latest, ordered_output, visible_rows
+from dblog.staged import ChunkRow, Op
 
 T, WM = "app.t", "dblog.watermarks"
 
@@ -15,19 +17,24 @@ def pos(n: int) -> str:
     return Position(1, n, 0).encode()
 
 
-def ev(n, key, op="u", v=None, old=None, unchanged=()):
-    after = None if op == "d" else {"id": key, "v": v if v is not None else f"log@{n}"}
-    e = ChangeEvent("s", T, op, pos(n), (key,), after, old_key=None if old is None else (old,))
+def ev(n, key, op=Op.UPDATE, v=None, old=None, unchanged=()):
+    after = None if op == Op.DELETE else {"id": key, "v": v if v is not None else f"log@{n}"}
+    e = ChangeEvent("s", T, op, pos(n), (key,), after, before={"id": key, "v": None} if op == Op.DELETE else None,
+                    old_key=None if old is None else (old,))
     e.unchanged = list(unchanged)
     return e
 
 
 def wm(n, value):
-    return ChangeEvent("s", WM, "u", pos(n), (value,), {"id": "slot", "value": value})
+    return ChangeEvent("s", WM, Op.UPDATE, pos(n), ("slot",), {"id": "slot", "value": value})
 
 
-def chunk(lw, hw, *keys):
-    return (lw, hw, [{"id": k, "v": f"chunk:{k}"} for k in keys])
+def gone(key) -> ChunkRow:
+    return ChunkRow((key,), None)
+
+
+def chunk(lw, hw, *rows):
+    return (lw, hw, [r if isinstance(r, ChunkRow) else ChunkRow((r,), {"id": r, "v": f"chunk:{r}"}) for r in rows])
 
 
 CASES = {
@@ -40,7 +47,7 @@ CASES = {
         [chunk("lw", "hw", 41, 42, 43)],
         {41: "chunk:41", 42: "log@11", 43: "chunk:43"}),
     "delete_and_reinsert_in_window": (
-        [wm(1, "lw"), ev(2, 7, op="d"), ev(3, 7, op="c", v="new"), wm(4, "hw")],
+        [wm(1, "lw"), ev(2, 7, op=Op.DELETE), ev(3, 7, op=Op.INSERT, v="new"), wm(4, "hw")],
         [chunk("lw", "hw", 6, 7)],
         {6: "chunk:6", 7: "new"}),
     "key_update_in_window_touches_both_keys": (
@@ -48,11 +55,11 @@ CASES = {
         [chunk("lw", "hw", 3, 5, 9)],
         {5: "chunk:5", 9: "moved"}),
     "a_later_delete_keeps_the_chunk_row_dead": (
-        [wm(1, "lw"), wm(2, "hw"), ev(3, 1, op="d")],
+        [wm(1, "lw"), wm(2, "hw"), ev(3, 1, op=Op.DELETE)],
         [chunk("lw", "hw", 1, 2)],
         {2: "chunk:2"}),
     "a_chunk_whose_hw_is_not_staged_waits": (
-        [wm(1, "lw"), ev(2, 5, op="c", v="ins")],
+        [wm(1, "lw"), ev(2, 5, op=Op.INSERT, v="ins")],
         [chunk("lw", "hw-not-yet", 1, 2)],
         {5: "ins"}),
     "an_older_chunk_cannot_overwrite_a_newer_change": (
@@ -60,21 +67,34 @@ CASES = {
         [chunk("lw2", "hw2", 2), chunk("lw1", "hw1", 1, 2)],
         {1: "newer", 2: "chunk:2"}),
     "unchanged_toast_value_keeps_the_previous_one": (
-        [ev(1, 1, op="c", v="big"), ev(2, 1, v=None, unchanged=["v"])],
+        [ev(1, 1, op=Op.INSERT, v="big"), ev(2, 1, v=None, unchanged=["v"])],
         [],
         {1: "big"}),
     "events_of_another_table_drop_nothing": (
-        [wm(1, "lw"), ChangeEvent("s", "app.other", "u", pos(2), (1,), {"id": 1, "v": "x"}), wm(3, "hw")],
+        [wm(1, "lw"), ChangeEvent("s", "app.other", Op.UPDATE, pos(2), (1,), {"id": 1, "v": "x"}), wm(3, "hw")],
         [chunk("lw", "hw", 1)],
         {1: "chunk:1"}),
+    # A statement-logged DELETE removed keys 4 and 6 without row events; the repair's key-list
+    # dump finds them absent. Key 6 comes back inside the window: its insert wins.
+    "a_key_list_dump_deletes_a_requested_key_the_source_does_not_have": (
+        [ev(1, 4, op=Op.INSERT, v="stale"), ev(2, 5, op=Op.INSERT, v="old"), ev(3, 6, op=Op.INSERT, v="stale"),
+         wm(4, "lw"), ev(5, 6, op=Op.INSERT, v="back"), wm(6, "hw")],
+        [chunk("lw", "hw", gone(4), 5, gone(6))],
+        {5: "chunk:5", 6: "back"}),
 }
 
 
+def checkpoint(log) -> str:
+    """The capture's checkpoint once the whole log is staged: its last position."""
+    return max(e.position for e in log)
+
+
 def python_visible(log, chunks) -> dict:
-    """What a user sees after the Python rules: the paper's output order, merged."""
+    """What a user sees after the Python rules: the paper's output order, merged, with the chunks
+    ready once the whole log is staged."""
+    upto = checkpoint(log)
     positions = {e.after["value"]: e.position for e in log if e.table == WM}
-    ready = [Chunk(Window(T, positions[lw], positions[hw]), tuple(rows), ("id",))
-             for lw, hw, rows in chunks if lw in positions and hw in positions]
-    state = merge_latest({}, ordered_output([e for e in log if e.table in (T, WM)], ready,
-                                            lambda e: e.table == WM))
+    windows = [(positions.get(lw), positions.get(hw), rows) for lw, hw, rows in chunks]
+    ready = [Chunk(Window(T, low, high), tuple(rows)) for low, high, rows in windows if chunk_ready(low, high, upto)]
+    state = merge_latest({}, ordered_output([e for e in log if e.table in (T, WM)], ready, lambda e: e.table == WM))
     return {k[0]: row["v"] for k, row in visible_rows(state).items()}

@@ -20,28 +20,18 @@ from dataclasses import dataclass, field
 
 from . import repair
 from . import state as paths
-from .events import ChangeEvent, RepairNeed
+from .events import RepairNeed
 from .faults import crash_point
 from .health import Heartbeat
 from .reconcile import watermark_positions
 from .retry import reconnecting
 from .settings import settings
 from .sources.base import WATERMARK_TABLE, Source, Transaction
+from .staged import encode_event
 from .staging import StagedLog
 from .state import Lease, StateStore
 
 log = logging.getLogger("dblog.capture")
-
-
-def event_row(e: ChangeEvent) -> dict:
-    """The staged form of an event: data columns (after image, or before for deletes) + metadata."""
-    row = dict(e.after if e.after is not None else (e.before or {}))
-    row.update(_position=e.position, _op=e.op, _txid=e.txid, _commit_ts=e.commit_ts,
-               _old_key=e.old_key,
-               # A delete's data columns already are its before image; only updates need it apart.
-               _before=e.before if e.after is not None else None,
-               _unchanged=e.unchanged or None)
-    return row
 
 
 @dataclass
@@ -60,7 +50,7 @@ class Batch:
         if self.txns == 0:
             self.opened = time.monotonic()
         for e in txn.events:
-            self.rows[e.table].append(event_row(e))
+            self.rows[e.table].append(encode_event(e))
         self.repairs.extend(txn.repairs)
         if txn.events:
             self.last_position = txn.events[-1].position

@@ -16,7 +16,7 @@ import math
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Callable
 
 from . import state as paths
@@ -25,6 +25,7 @@ from .retry import reconnecting
 from .schema import TableSchema, decode_key, encode_key, normalize_key
 from .settings import DUMP_ID, settings
 from .sources.base import WATERMARK_TABLE, Source, SourceError, SourceUnavailable
+from .staged import ChunkMeta, Op, absent_row
 from .staging import StagedLog, StagingError
 from .state import Lease, StateStore
 
@@ -75,8 +76,10 @@ class DumpPlan:
 class TableProgress:
     table: str
     status: str = PENDING
-    last_key: str | None = None     # JSON of the last completed key (or key-list offset)
-    upto_key: str | None = None     # JSON of the table's highest key when the dump started
+    # Where the next chunk starts; a dump has one of the two cursors, by its kind.
+    after_key: str | None = None    # range dump: JSON of the last key staged (None: from the first key)
+    list_offset: int = 0            # key-list dump: how many keys of its sorted list are staged
+    upto_key: str | None = None     # range dump: JSON of the table's highest key when the dump started
     chunks: int = 0                 # chunks staged and recorded
     next_chunk: int | None = None   # number of the next chunk file (None: `chunks`); see _chunks
     rows: int = 0
@@ -87,6 +90,29 @@ class TableProgress:
     estimated_rows: int | None = None         # set at create_dump: key count, or the source's estimate
     recent_rows_per_s: float | None = None    # rows / working seconds of the last RATE_WINDOW chunks
     recent_chunks: list = field(default_factory=list)  # [[rows, working seconds], ...] behind it
+
+    @classmethod
+    def load(cls, record: dict, path: str) -> "TableProgress":
+        """A stored progress record. One this version cannot read (written by another, with a
+        field it does not know, such as an older cursor) is refused: resuming from a misread
+        cursor would skip or repeat rows without a word."""
+        unknown = sorted(set(record) - {f.name for f in fields(cls)})
+        try:
+            if unknown:
+                raise TypeError(f"unknown field(s) {', '.join(unknown)}")
+            return cls(**record)
+        except TypeError as exc:
+            dump = path.rsplit("/tables/", 1)[0]
+            raise DumpError(f"cannot read the dump progress at {path} ({exc}): another dblog version wrote it "
+                            f"and this one cannot tell where it stopped. Delete the dump's node {dump} in "
+                            "ZooKeeper and start a new dump of the table") from None
+
+
+def read_progress(store: StateStore, source: str, dump_id: str, table: str) -> TableProgress | None:
+    """A table's progress in a dump; None when the dump does not cover it (or is gone)."""
+    path = paths.table_progress_path(source, dump_id, table)
+    record = store.get(path)
+    return None if record is None else TableProgress.load(record, path)
 
 
 def record_chunk_rate(progress: TableProgress, rows: int, seconds: float, window: int = RATE_WINDOW) -> None:
@@ -270,6 +296,17 @@ def set_control(store: StateStore, source: str, dump_id: str, **changes) -> dict
     return current
 
 
+@dataclass(frozen=True)
+class ChunkRead:
+    """A chunk as read, to be staged (rows as tuples in schema column order, an op per row), and
+    the progress cursors once it is: where the next chunk starts."""
+    rows: list[tuple]
+    ops: list[Op]
+    meta: ChunkMeta
+    after_key: str | None
+    list_offset: int
+
+
 class TableDump:
     """Dumps one table of one dump, chunk by chunk, under that table's lease."""
 
@@ -319,7 +356,7 @@ class TableDump:
 
     def _chunks(self, lease: Lease) -> TableProgress:
         schema = self.source.table_schema(self.table)
-        progress = TableProgress(**self.store.get(self.progress_path))
+        progress = TableProgress.load(self.store.get(self.progress_path), self.progress_path)
         if progress.status == DONE:
             return progress
         keys = None
@@ -351,20 +388,18 @@ class TableDump:
                 progress.status = CANCELLED
                 break
             chunk_no = progress.chunks if progress.next_chunk is None else progress.next_chunk
-            after = None if progress.last_key is None else json.loads(progress.last_key)
-            upto = None if progress.upto_key is None else decode_key(json.loads(progress.upto_key), schema)
             working_since = time.monotonic()  # after _control(): time paused is not working time
-            chunk, key_to, schema = reconnecting(  # a source restart pauses the dump, it does not fail it
-                self.source, lambda: self._read_chunk(schema, keys, after, upto, control["chunk_size"]),
+            chunk, schema = reconnecting(  # a source restart pauses the dump, it does not fail it
+                self.source, lambda: self._read_chunk(schema, keys, progress, chunk_no, control["chunk_size"]),
                 f"chunk {chunk_no} of {self.table}", give_up_after=reconnect_for)
             if chunk is None:
                 progress.status, progress.finished_at = DONE, time.time()
                 break
-            rows = chunk[0]
+            rows = chunk.rows
             crash_point("dump.after_high_watermark")
             lease.check()  # a worker that lost its lease stops before it stages (see the takeover rule)
             try:
-                self.staged.write_chunk(self.source.name, schema, self.dump_id, chunk_no, *chunk)
+                self.staged.write_chunk(self.source.name, schema, chunk.meta, chunk.rows, chunk.ops)
             except StagingError as exc:
                 # Progress stays at the last staged chunk and the lease goes with this worker, so
                 # `dump_status` reports the table failed and a re-run continues from there.
@@ -375,7 +410,7 @@ class TableDump:
             record_chunk_rate(progress, len(rows), time.monotonic() - working_since)
             progress.chunks, progress.rows = progress.chunks + 1, progress.rows + len(rows)
             progress.next_chunk = chunk_no + 1
-            progress.last_key = key_to
+            progress.after_key, progress.list_offset = chunk.after_key, chunk.list_offset
             rows_this_run += len(rows)
             progress.rows_per_s = rows_this_run / max(time.monotonic() - started, 1e-9)
             self.store.fenced_put(lease, self.progress_path, asdict(progress))
@@ -386,44 +421,41 @@ class TableDump:
         self.store.fenced_put(lease, self.progress_path, asdict(progress))
         return progress
 
-    def _read_chunk(self, schema: TableSchema, keys: list[tuple] | None, after, upto: tuple | None,
-                    limit: int):
-        """LW, one bounded SELECT, HW. Returns ((rows, ops, metadata), last key, schema read), or
-        (None, None, schema) at the end."""
+    def _read_chunk(self, schema: TableSchema, keys: list[tuple] | None, progress: TableProgress, number: int,
+                    limit: int) -> tuple[ChunkRead | None, TableSchema]:
+        """LW, one bounded SELECT from the progress cursor, HW. Returns the chunk (None at the end)
+        and the schema it was read with."""
         if keys is not None:
-            offset = after or 0
-            batch = keys[offset:offset + limit]
+            batch = keys[progress.list_offset:progress.list_offset + limit]
             if not batch:
-                return None, None, schema
+                return None, schema
         else:
-            after_key = None if after is None else normalize_key(decode_key(after, schema), schema)
+            after = None if progress.after_key is None else \
+                normalize_key(decode_key(json.loads(progress.after_key), schema), schema)
+            upto = None if progress.upto_key is None else decode_key(json.loads(progress.upto_key), schema)
         lw, hw = str(uuid.uuid4()), str(uuid.uuid4())
         self.source.write_watermark(self.slot, lw)
         # Columns added before LW are read; a write of one inside the window drops the row anyway.
         schema = self.source.table_schema(schema.name, refresh=True)
         found = self.source.select_keys(schema, batch) if keys is not None else \
-            self.source.select_chunk(schema, after_key, limit, upto)
+            self.source.select_chunk(schema, after, limit, upto)
         self.source.write_watermark(self.slot, hw)
+        read_ts = dt.datetime.now(dt.timezone.utc)
         if keys is None and not found:
-            return None, None, schema
-        rows, ops = list(found), ["r"] * len(found)
+            return None, schema
+        rows, ops = list(found), [Op.READ] * len(found)
         if keys is not None:
             # A requested key the source no longer has is staged as absent: the repair deletes it.
             present = {normalize_key(schema.key_of_tuple(r), schema) for r in found}
-            for k in batch:
-                if k not in present:
-                    row = [None] * len(schema.columns)
-                    for i, v in zip(schema.key_indexes, k):
-                        row[i] = v
-                    rows.append(tuple(row))
-                    ops.append("x")
-            key_from, key_to = json.dumps(offset), json.dumps(offset + len(batch))
-        else:
-            key_from = None if after is None else json.dumps(after)
-            key_to = encode_key(normalize_key(schema.key_of_tuple(found[-1]), schema))
-        meta = {"_lw": lw, "_hw": hw, "_key_from": key_from, "_key_to": key_to,
-                "_read_ts": dt.datetime.now(dt.timezone.utc)}
-        return (rows, ops, meta), key_to, schema
+            absent = [k for k in batch if k not in present]
+            rows += [absent_row(schema, k) for k in absent]
+            ops += [Op.ABSENT] * len(absent)
+            offset = progress.list_offset + len(batch)
+            meta = ChunkMeta(self.dump_id, number, lw, hw, read_ts, list_from=progress.list_offset, list_to=offset)
+            return ChunkRead(rows, ops, meta, None, offset), schema
+        last = encode_key(normalize_key(schema.key_of_tuple(found[-1]), schema))
+        meta = ChunkMeta(self.dump_id, number, lw, hw, read_ts, key_from=progress.after_key, key_to=last)
+        return ChunkRead(rows, ops, meta, last, 0), schema
 
 
 def run_dump(store: StateStore, source: Source, staged: StagedLog, dump_id: str,
@@ -442,13 +474,12 @@ def dumping(store: StateStore, source: str, table: str) -> list[str]:
     holds the table's lease. While one exists, the warehouse keeps the table's tombstones."""
     out = []
     for dump_id in store.children(paths.dumps_path(source)):
-        progress_path = paths.table_progress_path(source, dump_id, table)
-        progress = store.get(progress_path)
+        progress = read_progress(store, source, dump_id, table)
         if progress is None:
             continue
-        if store.lock_holders(f"{progress_path}/lock"):
+        if store.lock_holders(f"{paths.table_progress_path(source, dump_id, table)}/lock"):
             out.append(dump_id)
-        elif progress["status"] not in (DONE, CANCELLED):
+        elif progress.status not in (DONE, CANCELLED):
             control = store.get(paths.control_path(source, dump_id)) or {}
             if control.get("state") != CANCELLED:
                 out.append(dump_id)
@@ -462,7 +493,9 @@ def dump_status(store: StateStore, source: str, dump_id: str) -> dict:
     reports FAILED, unless it is done or cancelled."""
     scope = store.get(paths.dump_path(source, dump_id)) or {}
     control = store.get(paths.control_path(source, dump_id)) or {}
-    tables = {t: store.get(paths.table_progress_path(source, dump_id, t)) for t in scope.get("tables", [])}
+    # Loaded (and so checked) as typed records, reported as their JSON form.
+    progress = {t: read_progress(store, source, dump_id, t) for t in scope.get("tables", [])}
+    tables = {t: None if p is None else asdict(p) for t, p in progress.items()}
     statuses = {p["status"] for p in tables.values() if p}
     # Only a RUNNING record is checked: PENDING has no worker yet, DONE / CANCELLED no longer need one.
     failed = [t for t, p in tables.items() if p and p["status"] == RUNNING

@@ -5,15 +5,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-INSERT, UPDATE, DELETE = "c", "u", "d"
-OPERATIONS = (INSERT, UPDATE, DELETE)
-
-
 @dataclass(slots=True)
 class ChangeEvent:
     source: str
     table: str                    # "schema.table"
-    op: str                       # c / u / d
+    op: str                       # staged.Op: INSERT, UPDATE or DELETE
     position: str                 # encoded Position
     key: tuple                    # primary key values of the row after the change (before, for d)
     after: dict[str, Any] | None  # full row image after the change; None for deletes

@@ -10,10 +10,11 @@ import json
 from typing import IO
 
 from .events import ChangeEvent
-from .reconcile import data_columns, key_columns, events_of, watermark_positions
+from .reconcile import watermark_positions
 from .rules import Chunk, DumpRecord, Window, chunk_ready, ordered_output
 from .schema import to_json_value
 from .sources.base import WATERMARK_TABLE
+from .staged import ChunkMeta, Op, SegmentFile, chunk_rows, decode_events, key_columns
 from .staging import StagedLog
 
 
@@ -35,7 +36,7 @@ def export(staged: StagedLog, source: str, table: str, out: IO[str], upto: str |
                           f"{', '.join(t for t in staged.tables(source) if t != WATERMARK_TABLE) or 'none'}")
     segments = staged.segments(source, table)
     if from_position is not None and segments:
-        oldest = segments[0].rsplit("/", 1)[1].split("_")[0]
+        oldest = SegmentFile.parse(segments[0]).first
         if from_position < oldest:
             raise ExportError(f"position {from_position} is no longer in the staged log (oldest {oldest}); "
                               "export from a later position, or run a dump of the table to start afresh")
@@ -43,33 +44,31 @@ def export(staged: StagedLog, source: str, table: str, out: IO[str], upto: str |
     chunks, key_cols = [], []
     for path in staged.chunk_files(source, table):
         data = staged.read_chunk(path)
-        if data.num_rows == 0:
+        meta = ChunkMeta.of(data)
+        if meta is None:
             continue
-        lw, hw = watermarks.get(data["_lw"][0].as_py()), watermarks.get(data["_hw"][0].as_py())
+        lw, hw = watermarks.get(meta.lw), watermarks.get(meta.hw)
         if chunk_ready(lw, hw, upto) and (from_position is None or hw >= from_position):
-            key_cols = key_columns(data)
-            rows = [{**{c: r[c] for c in data_columns(data)}, "_op": r["_op"], "_dump_id": r["_dump_id"]}
-                    for r in data.to_pylist()]
-            chunks.append(Chunk(Window(table, lw, hw), tuple(rows), tuple(key_cols)))
+            key_cols = key_columns(data.schema)
+            chunks.append(Chunk(Window(table, lw, hw), tuple(chunk_rows(data)), meta.dump_id))
     # Events from the earliest window on, so chunks that straddle `from_position` are reconciled right.
     low = None if from_position is None else min([c.window.low for c in chunks] + [from_position])
     if upto is None:
         return 0  # nothing is checkpointed yet: nothing is known to be complete
     log = staged.read_log(source, table, low, upto)
-    events = events_of(table, source, log)
-    keys = key_columns(log) if log.num_rows else key_cols
+    events = decode_events(log, source, table)
+    keys = key_columns(log.schema) if log.num_rows else key_cols
     highs = {c.window.high: c for c in chunks}
-    markers = [ChangeEvent(source, WATERMARK_TABLE, "u", hw, (), {}) for hw in highs]
+    markers = [ChangeEvent(source, WATERMARK_TABLE, Op.UPDATE, hw, (), {}) for hw in highs]
     lines = 0
     for item in ordered_output(events + markers, chunks, lambda e: e.table == WATERMARK_TABLE):
         if from_position is not None and item.position < from_position:
             continue
         if isinstance(item, DumpRecord):
-            absent = item.row.get("_op") == "x"
-            row = {k: v for k, v in item.row.items() if not k.startswith("_")}
-            record = {"position": item.position, "op": "d" if absent else "r", "origin": "dump",
-                      "dump_id": item.row["_dump_id"], "key": dict(zip(key_cols, map(to_json_value, item.key))),
-                      "row": None if absent else _json(row)}
+            # A key the source does not have (a key-list dump's absent key) is a delete for a consumer.
+            record = {"position": item.position, "op": Op.READ if item.row is not None else Op.DELETE,
+                      "origin": "dump", "dump_id": item.dump_id,
+                      "key": dict(zip(key_cols, map(to_json_value, item.key))), "row": _json(item.row)}
         else:
             record = {"position": item.position, "op": item.op, "origin": "log", "txid": item.txid,
                       "commit_ts": to_json_value(item.commit_ts), "key": dict(zip(keys, map(to_json_value, item.key))),

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from .events import DELETE, ChangeEvent
+from .events import ChangeEvent
+from .staged import ChunkRow, Op
 
 
 @dataclass(frozen=True)
@@ -53,21 +54,20 @@ def window_survivors(rows: Sequence[Any], key_of: Callable[[Any], tuple], window
 
 @dataclass(frozen=True)
 class DumpRecord:
-    """A surviving chunk row, emitted at its chunk's high watermark position."""
+    """A surviving chunk row, emitted at its chunk's high watermark position (row None: the source
+    does not have the key, a tombstone)."""
     table: str
     position: str
     key: tuple
-    row: dict
+    row: dict | None
+    dump_id: str | None = None
 
 
 @dataclass(frozen=True)
 class Chunk:
     window: Window
-    rows: tuple[dict, ...]
-    key_columns: tuple[str, ...]
-
-    def key_of(self, row: dict) -> tuple:
-        return tuple(row[c] for c in self.key_columns)
+    rows: tuple[ChunkRow, ...]
+    dump_id: str | None = None
 
 
 def ordered_output(events: Iterable[ChangeEvent], chunks: Iterable[Chunk],
@@ -82,8 +82,8 @@ def ordered_output(events: Iterable[ChangeEvent], chunks: Iterable[Chunk],
         if is_watermark(event):
             chunk = by_high.get(event.position)
             if chunk is not None:
-                for row in window_survivors(chunk.rows, chunk.key_of, chunk.window, log):
-                    yield DumpRecord(chunk.window.table, chunk.window.high, chunk.key_of(row), row)
+                for row in window_survivors(chunk.rows, lambda r: r.key, chunk.window, log):
+                    yield DumpRecord(chunk.window.table, chunk.window.high, row.key, row.row, chunk.dump_id)
             continue
         yield event
 
@@ -107,7 +107,7 @@ def merge_latest(state: dict[tuple, tuple[str, dict | None]],
             continue
         if rec.old_key is not None and rec.old_key != rec.key:
             put(rec.old_key, rec.position, None)
-        row = None if rec.op == DELETE else rec.after
+        row = None if rec.op == Op.DELETE else rec.after
         if row is not None and rec.unchanged:
             # PostgreSQL leaves unchanged TOASTed values out of the new tuple: keep the old ones.
             previous = (state.get(rec.old_key or rec.key) or (None, None))[1] or {}

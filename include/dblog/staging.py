@@ -1,10 +1,11 @@
 """The staged change log: Parquet files per source and table, each written atomically.
 
-    {root}/{source}/log/{table}/{first position}_{last position}.parquet
-    {root}/{source}/chunks/{table}/{dump id}/{chunk number}.parquet
+    {root}/{source}/log/{table}/...      segments of the change log
+    {root}/{source}/chunks/{table}/...   dump chunks
 
-A file appears complete or not at all (written to a `.tmp-` name, flushed, then renamed), so
-whatever a reader lists is durable. The root may be any filesystem pyarrow writes (a local path
+What the files are named and hold is the staged row format (`staged`); this module writes and
+lists them. A file appears complete or not at all (written to a temporary name, flushed, then
+renamed), so whatever a reader lists is durable. The root may be any filesystem pyarrow writes (a local path
 or a `file://`, `s3://`, `gs://`, `hdfs://` URI). Re-staging after a crash can repeat events;
 readers drop repeated positions, so duplicates are harmless.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import uuid
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -21,36 +21,9 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from .schema import TableSchema, coerce
-
-LOG_FIELDS = [
-    pa.field("_position", pa.string(), nullable=False),
-    pa.field("_op", pa.string(), nullable=False),
-    pa.field("_txid", pa.string()),
-    pa.field("_commit_ts", pa.timestamp("us", tz="UTC")),
-    pa.field("_unchanged", pa.list_(pa.string())),
-]
-
-
-def log_fields(schema: TableSchema) -> list[pa.Field]:
-    """LOG_FIELDS plus two typed structs: `_old_key`, set when an update changed the primary key,
-    and `_before`, an update's row before the change."""
-    key_fields = [f for f in schema.arrow_fields() if f.name in schema.key]
-    key_fields.sort(key=lambda f: schema.key.index(f.name))
-    return LOG_FIELDS + [pa.field("_old_key", pa.struct(key_fields)),
-                         pa.field("_before", pa.struct(schema.arrow_fields()))]
-
-
-CHUNK_FIELDS = [
-    pa.field("_dump_id", pa.string(), nullable=False),
-    pa.field("_chunk", pa.int64(), nullable=False),
-    pa.field("_op", pa.string(), nullable=False),  # r: row read; x: requested key absent
-    pa.field("_lw", pa.string(), nullable=False),  # watermark ids (UUIDs) bracketing the read
-    pa.field("_hw", pa.string(), nullable=False),
-    pa.field("_key_from", pa.string()),            # JSON: exclusive lower key bound of the chunk
-    pa.field("_key_to", pa.string()),              # JSON: last key read
-    pa.field("_read_ts", pa.timestamp("us", tz="UTC")),
-]
+from .schema import TableSchema
+from .staged import (LOG_FIELDS, POSITION, ChunkFile, ChunkMeta, Op, SegmentFile, chunk_table, is_staged,
+                     log_table, temporary_name)
 
 
 def table_dir_name(table: str) -> str:
@@ -90,30 +63,24 @@ class StagedLog:
 
     # -- writing -------------------------------------------------------------------------------
     def write_segment(self, source: str, schema: TableSchema, rows: list[dict]) -> str:
-        """Stage log rows (data columns + `log_fields`) of one table; returns the file path.
-
-        `_old_key` may be given as a tuple in key order."""
-        for r in rows:
-            if isinstance(r.get("_old_key"), tuple):
-                r["_old_key"] = dict(zip(schema.key, r["_old_key"]))
-        table = build_table(schema, log_fields(schema), rows)
-        positions = table.column("_position")
-        first, last = pc.min(positions).as_py(), pc.max(positions).as_py()
-        path = f"{self.log_dir(source, schema.name)}/{first}_{last}.parquet"
+        """Stage encoded events of one table (`staged.encode_event`); returns the file path."""
+        table = log_table(schema, rows)
+        positions = table.column(POSITION)
+        name = SegmentFile(pc.min(positions).as_py(), pc.max(positions).as_py()).name
+        path = f"{self.log_dir(source, schema.name)}/{name}"
         self._atomic_write(path, table)
         return path
 
-    def write_chunk(self, source: str, schema: TableSchema, dump_id: str, chunk_no: int,
-                    rows: list[tuple], ops: list[str], meta: dict) -> str:
-        """Stage a chunk: rows as tuples in schema column order, an op per row, constant metadata."""
-        table = rows_table(schema, CHUNK_FIELDS, rows, {"_op": ops}, {**meta, "_dump_id": dump_id, "_chunk": chunk_no})
-        path = f"{self.chunk_dir(source, schema.name, dump_id)}/{chunk_no:08d}.parquet"
-        self._atomic_write(path, table)
+    def write_chunk(self, source: str, schema: TableSchema, meta: ChunkMeta, rows: list[tuple],
+                    ops: list[Op]) -> str:
+        """Stage a chunk: rows as tuples in schema column order, an op per row."""
+        path = f"{self.chunk_dir(source, schema.name, meta.dump_id)}/{ChunkFile(meta.dump_id, meta.chunk).name}"
+        self._atomic_write(path, chunk_table(schema, meta, rows, ops))
         return path
 
     def _atomic_write(self, path: str, table: pa.Table) -> None:
         directory = path.rsplit("/", 1)[0]
-        tmp = f"{directory}/.tmp-{uuid.uuid4().hex}.parquet"
+        tmp = f"{directory}/{temporary_name()}"
         try:
             self.fs.create_dir(directory, recursive=True)
             if self.local:
@@ -132,7 +99,7 @@ class StagedLog:
                     pq.write_table(table, out, compression="zstd")
                 self.fs.move(tmp, path)
         except OSError as exc:  # read-only, disk full, quota, a store that refuses: say so, not a traceback
-            try:  # a half-written temporary file would only take space (readers skip `.tmp-` files)
+            try:  # a half-written temporary file would only take space (readers never list it)
                 self.fs.delete_file(tmp)
             except OSError:
                 pass
@@ -146,8 +113,7 @@ class StagedLog:
     # -- reading -------------------------------------------------------------------------------
     def _files(self, directory: str, recursive: bool = False) -> list[str]:
         infos = self.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True, recursive=recursive))
-        return sorted(i.path for i in infos if i.type == pafs.FileType.File
-                      and i.base_name.endswith(".parquet") and not i.base_name.startswith(".tmp-"))
+        return sorted(i.path for i in infos if i.type == pafs.FileType.File and is_staged(i.base_name))
 
     def tables(self, source: str) -> list[str]:
         infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{source}/log", allow_not_found=True))
@@ -159,8 +125,9 @@ class StagedLog:
         their names)."""
         out = []
         for path in self._files(self.log_dir(source, table)):
-            first, last = path.rsplit("/", 1)[1][: -len(".parquet")].split("_")
-            if (low is None or last >= low) and (after is None or last > after) and (high is None or first <= high):
+            name = SegmentFile.parse(path)
+            if (low is None or name.last >= low) and (after is None or name.last > after) and \
+                    (high is None or name.first <= high):
                 out.append(path)
         return out
 
@@ -171,10 +138,10 @@ class StagedLog:
             return pa.schema(LOG_FIELDS).empty_table()
         events = pa.concat_tables(parts, promote_options="permissive")  # columns added over time
         if low is not None:
-            events = events.filter(pc.greater_equal(events["_position"], low))
+            events = events.filter(pc.greater_equal(events[POSITION], low))
         if high is not None:
-            events = events.filter(pc.less_equal(events["_position"], high))
-        return dedupe_sorted(events, "_position")
+            events = events.filter(pc.less_equal(events[POSITION], high))
+        return dedupe_sorted(events, POSITION)
 
     def chunk_files(self, source: str, table: str, dump_id: str | None = None) -> list[str]:
         if dump_id is not None:
@@ -187,45 +154,6 @@ class StagedLog:
     def chunk_tables(self, source: str) -> list[str]:
         infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{source}/chunks", allow_not_found=True))
         return sorted(table_from_dir(i.base_name) for i in infos if i.type == pafs.FileType.Directory)
-
-
-def _array(values: list, field: pa.Field) -> pa.Array:
-    try:  # drivers mostly hand over values Arrow converts as they are (in C)
-        return pa.array(values, type=field.type)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-        if pa.types.is_struct(field.type):
-            return pa.array([None if v is None else {f.name: coerce(v.get(f.name), f.type) for f in field.type}
-                             for v in values], type=field.type)
-        if field.name.startswith("_"):
-            raise
-        return pa.array([coerce(v, field.type) for v in values], type=field.type)
-
-
-def _arrow_schema(schema: TableSchema, meta_fields: list[pa.Field]) -> pa.Schema:
-    meta = {b"dblog.table": schema.name.encode(), b"dblog.key": ",".join(schema.key).encode()}
-    return pa.schema(schema.arrow_fields() + meta_fields, metadata=meta)
-
-
-def build_table(schema: TableSchema, meta_fields: list[pa.Field], rows: list[dict]) -> pa.Table:
-    """Rows as dicts (data columns and metadata by name; missing ones are null)."""
-    target = _arrow_schema(schema, meta_fields)
-    try:  # one pass in C over all rows: ~10x faster than a list per column
-        return pa.Table.from_arrays(pa.array(rows, type=pa.struct(list(target))).flatten(), schema=target)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-        return pa.Table.from_arrays([_array([r.get(f.name) for r in rows], f) for f in target], schema=target)
-
-
-def rows_table(schema: TableSchema, meta_fields: list[pa.Field], rows: list[tuple],
-               columns: dict[str, list] | None = None, constants: dict | None = None) -> pa.Table:
-    """Rows as tuples in schema column order (as drivers return them), plus metadata columns given
-    per row (`columns`) or once for all rows (`constants`)."""
-    target, n = _arrow_schema(schema, meta_fields), len(rows)
-    data = list(zip(*rows)) if rows else [()] * len(schema.columns)
-    arrays = [_array(list(values), f) for values, f in zip(data, target)]
-    columns, constants = columns or {}, constants or {}
-    for f in meta_fields:
-        arrays.append(_array(columns[f.name], f) if f.name in columns else _array([constants.get(f.name)] * n, f))
-    return pa.Table.from_arrays(arrays, schema=target)
 
 
 def dedupe_sorted(table: pa.Table, column: str) -> pa.Table:

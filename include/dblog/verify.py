@@ -17,7 +17,8 @@ from .rules import visible_rows
 from .schema import TableSchema, dumps_json, encode_key
 from .settings import settings
 from .sources.base import Source
-from .staging import StagedLog, rows_table
+from .staged import rows_table
+from .staging import StagedLog
 
 
 def source_pages(source: Source, schema: TableSchema, page: int | None = None) -> Iterator[list[dict]]:

@@ -6,6 +6,7 @@ import signal
 from conftest import TABLES, checkpoint, settle, wait_for
 from dblog import state as paths
 from dblog.reconcile import rebuild
+from dblog.staged import ChunkFile
 from dblog.verify import compare
 
 def assert_converged(src, tables=TABLES):
@@ -57,7 +58,7 @@ def test_kill_9_of_the_dump_and_the_capture_midway_resumes_after_the_last_chunk_
     final = json.loads(resumed.stdout)["tables"][src.table("accounts")]
     assert final["status"] == "done" and final["chunks"] > done_before
     assert os.stat(first_chunk).st_mtime_ns == first_mtime, "the resumed dump re-read chunk 0"
-    numbers = [int(os.path.basename(p).split(".")[0]) for p in staged.chunk_files(src.source_id, src.table("accounts"), dump_id)]
+    numbers = [ChunkFile.parse(p).number for p in staged.chunk_files(src.source_id, src.table("accounts"), dump_id)]
     # The killed worker may have staged one chunk it never recorded; the resumed one numbers on
     # from one past it, so neither file can replace the other.
     assert numbers[:done_before] == list(range(done_before)) and numbers == sorted(set(numbers))

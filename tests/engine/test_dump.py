@@ -5,8 +5,10 @@ import threading
 import pytest
 from conftest import checkpoint, wait_for
 from dblog import state as paths
+from dblog.dump import read_progress
 from dblog.reconcile import rebuild
 from dblog.rules import visible_rows
+from dblog.staged import ChunkMeta
 from conftest import settle
 from test_convergence import assert_converged
 
@@ -17,6 +19,20 @@ def dumps_registered(env):
         return store.children(paths.dumps_path(env.source_id))
     finally:
         store.stop()
+
+
+def only_dump_progress(env, table):
+    (dump_id,) = dumps_registered(env)
+    store = env.store()
+    try:
+        return read_progress(store, env.source_id, dump_id, table)
+    finally:
+        store.stop()
+
+
+def chunk_metas(env, table) -> list[ChunkMeta]:
+    staged = env.staged()
+    return [ChunkMeta.of(staged.read_chunk(p)) for p in staged.chunk_files(env.source_id, table)]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -50,6 +66,11 @@ def test_a_key_list_dump_reads_those_keys_and_marks_missing_ones_absent(src):
     assert [r.read for r in results] == [2, 1]
     assert set(visible_rows(state)) == {(1, 1), (2, 1)}
     assert state[(9999, 9)][1] is None, "an absent key must be staged as a tombstone"
+    # Each chunk says which slice of the sorted key list it read; the progress, how far the list got.
+    assert [(m.list_from, m.list_to, m.key_from, m.key_to) for m in chunk_metas(src, src.table("order_lines"))] \
+        == [(0, 2, None, None), (2, 3, None, None)]
+    progress = only_dump_progress(src, src.table("order_lines"))
+    assert (progress.list_offset, progress.after_key) == (3, None)
 
 
 def test_a_composite_key_table_is_dumped_in_key_order_with_row_value_pagination(src):
@@ -64,6 +85,12 @@ def test_a_composite_key_table_is_dumped_in_key_order_with_row_value_pagination(
         assert chunk.num_rows <= 7
         keys += list(zip(chunk["order_id"].to_pylist(), chunk["line_no"].to_pylist()))
     assert keys == sorted(keys) and len(keys) == len(set(keys))
+    # Each chunk reads on from the last key of the one before; the progress holds the last one read.
+    metas = chunk_metas(src, src.table("order_lines"))
+    assert metas[0].key_from is None and all(b.key_from == a.key_to for a, b in zip(metas, metas[1:]))
+    assert json.loads(metas[-1].key_to) == list(keys[-1]) and metas[-1].list_from is None
+    progress = only_dump_progress(src, src.table("order_lines"))
+    assert (progress.after_key, progress.list_offset) == (metas[-1].key_to, 0)
     assert_converged(src, ["order_lines"])
 
 

@@ -65,6 +65,7 @@ def test_a_chunk_whose_hw_is_staged_before_its_window_s_events_is_not_exported_u
     import uuid
 
     from dblog.reconcile import watermark_positions
+    from dblog.staged import ChunkMeta, Op
 
     mariadb.workload(seed=61, rows=20).create()
     table = mariadb.table("accounts")
@@ -80,9 +81,8 @@ def test_a_chunk_whose_hw_is_staged_before_its_window_s_events_is_not_exported_u
     rows = source.select_chunk(schema, None, 1000)
     mariadb.sql(f"UPDATE {table} SET name = 'changed in the window' WHERE id = 1")
     source.write_watermark("race", hw)
-    staged.write_chunk(mariadb.source_id, schema, "race", 0, rows, ["r"] * len(rows),
-                       {"_lw": lw, "_hw": hw, "_key_from": None, "_key_to": "[20]",
-                        "_read_ts": dt.datetime.now(dt.timezone.utc)})
+    staged.write_chunk(mariadb.source_id, schema, ChunkMeta("race", 0, lw, hw, dt.datetime.now(dt.timezone.utc),
+                                                            key_to="[20]"), rows, [Op.READ] * len(rows))
     # The capture's first flush holds all of it; it stages the watermark table first, then dies.
     capture = mariadb.spawn("capture", "--source", mariadb.source_id, env={"DBLOG_CRASH_AT": "capture.mid_flush@1"})
     assert capture.wait(timeout=120) == -9, capture.stderr.read()

@@ -11,6 +11,7 @@ from conftest import ROOT, settle, wait_for
 from kazoo.client import KazooClient, KazooState
 from dblog import state as paths
 from dblog.dump import DumpSpec, TableDump, create_dump
+from dblog.staged import ChunkFile, SegmentFile
 from dblog.state import Fenced
 from test_convergence import assert_converged
 
@@ -31,7 +32,7 @@ def expire_session(store) -> None:
 
 
 def chunk_numbers(src, table, dump_id) -> list[int]:
-    return [int(os.path.basename(p).split(".")[0]) for p in src.staged().chunk_files(src.source_id, table, dump_id)]
+    return [ChunkFile.parse(p).number for p in src.staged().chunk_files(src.source_id, table, dump_id)]
 
 
 def test_a_dump_whose_zookeeper_session_expires_stops_before_staging_and_its_successor_converges(mariadb):
@@ -167,9 +168,8 @@ def test_of_two_captures_started_together_exactly_one_stages_and_checkpoints(mar
     assert leaders - {None} == {leader}
     # Had both staged, their segments would cover the same positions twice.
     for table in ("accounts", "order_lines"):
-        ranges = [os.path.basename(p)[:-len(".parquet")].split("_")
-                  for p in mariadb.staged().segments(mariadb.source_id, mariadb.table(table))]
-        assert ranges and all(b[0] > a[1] for a, b in zip(ranges, ranges[1:])), f"overlapping segments: {ranges}"
+        ranges = [SegmentFile.parse(p) for p in mariadb.staged().segments(mariadb.source_id, mariadb.table(table))]
+        assert ranges and all(b.first > a.last for a, b in zip(ranges, ranges[1:])), f"overlapping segments: {ranges}"
     for p in (first, second):
         os.kill(p.pid, signal.SIGKILL); p.wait()
     store.stop()

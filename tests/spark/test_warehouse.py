@@ -10,6 +10,7 @@ import pytest
 from conftest import ROOT, parquet_column_names, settle, wait_for
 from dblog import state as paths
 from dblog.spark.job import MergeError, merge_table
+from dblog.staged import POSITION, SegmentFile
 from dblog.verify import compare_warehouse
 from test_merge_converges import assert_warehouse_equals_source, merge
 
@@ -93,8 +94,8 @@ def test_re_running_a_merge_changes_nothing_and_repeated_staged_events_are_harml
     for t in ("accounts", "order_lines"):  # re-stage every event once more, as a crashed capture would
         log = staged.read_log(mariadb.source_id, mariadb.table(t))
         half = log.slice(log.num_rows // 3)
-        pq.write_table(half, f"{staged.log_dir(mariadb.source_id, mariadb.table(t))}/"
-                             f"{half['_position'][0].as_py()}_{half['_position'][-1].as_py()}.parquet")
+        name = SegmentFile(half[POSITION][0].as_py(), half[POSITION][-1].as_py()).name
+        pq.write_table(half, f"{staged.log_dir(mariadb.source_id, mariadb.table(t))}/{name}")
     merge(spark, mariadb, warehouse)
     assert_warehouse_equals_source(mariadb, warehouse)
     # The capture's last batch is one accounts event: the checkpoint ends exactly on its segment.

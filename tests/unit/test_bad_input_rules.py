@@ -7,6 +7,7 @@ import pytest
 from dblog.dump import DumpError, DumpSpec, check_chunk_size, check_delay, control_changes, validate
 from dblog.schema import Column, TableSchema, decode_key
 from dblog.sources.base import NoPrimaryKey, SourceError, SourceUnavailable
+from dblog.staged import ChunkMeta, Op
 from dblog.staging import StagedLog, StagingError
 
 
@@ -138,8 +139,7 @@ def test_a_staged_log_it_cannot_write_raises_a_named_error_with_the_fix_and_leav
     blocker.write_text("")  # a file where a directory must go: refused even to root
     staged = StagedLog(str(blocker / "staging"))
     with pytest.raises(StagingError, match="cannot write the staged log at .*: Not a directory. Fix: make"):
-        staged.write_chunk("s", keyed("app.a"), "d1", 0, [(1,)], ["r"],
-                           {"_lw": "l", "_hw": "h", "_key_from": None, "_key_to": "[1]", "_read_ts": None})
+        staged.write_chunk("s", keyed("app.a"), ChunkMeta("d1", 0, "l", "h", key_to="[1]"), [(1,)], [Op.READ])
     assert list(tmp_path.rglob(".tmp-*")) == []
 
 

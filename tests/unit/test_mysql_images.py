@@ -3,10 +3,10 @@ captured tables a statement-logged write names (pure logic; the real binlog: tes
 import pyarrow as pa
 import pytest
 
-from dblog.events import DELETE, INSERT, UPDATE
 from dblog.schema import Column, TableSchema
 from dblog.sources.base import UnreadableEvent
 from dblog.sources.mysql import row_event, statement_writes, strip_sql_comments
+from dblog.staged import Op
 
 SCHEMA = TableSchema("shop.items", (Column("id", "bigint", pa.int64()), Column("qty", "int", pa.int64()),
                                     Column("body", "text", pa.string())), ("id",))
@@ -14,7 +14,7 @@ ALL = {"id", "qty", "body"}
 
 
 def test_a_minimal_update_takes_its_key_from_the_before_image_and_lists_what_it_left_out():
-    e = row_event("s", SCHEMA, UPDATE, "p", {"id": 1, "qty": None, "body": None}, {"id": None, "qty": 99, "body": None},
+    e = row_event("s", SCHEMA, Op.UPDATE, "p", {"id": 1, "qty": None, "body": None}, {"id": None, "qty": 99, "body": None},
                   {"qty", "body"}, {"id", "body"})
     assert e.key == (1,) and e.after["id"] == 1 and e.after["qty"] == 99
     assert e.unchanged == ["body"] and e.old_key is None
@@ -22,24 +22,24 @@ def test_a_minimal_update_takes_its_key_from_the_before_image_and_lists_what_it_
 
 
 def test_a_full_update_is_staged_whole_with_its_before_image_and_key_change():
-    e = row_event("s", SCHEMA, UPDATE, "p", {"id": 1, "qty": 1, "body": "b"}, {"id": 2, "qty": 1, "body": "b"},
+    e = row_event("s", SCHEMA, Op.UPDATE, "p", {"id": 1, "qty": 1, "body": "b"}, {"id": 2, "qty": 1, "body": "b"},
                   set(), set())
     assert e.key == (2,) and e.old_key == (1,) and e.unchanged == [] and e.before["body"] == "b"
 
 
 def test_a_minimal_insert_lists_the_defaulted_columns_it_left_out():
-    e = row_event("s", SCHEMA, INSERT, "p", None, {"id": 5, "qty": 1, "body": None}, set(), {"body"})
+    e = row_event("s", SCHEMA, Op.INSERT, "p", None, {"id": 5, "qty": 1, "body": None}, set(), {"body"})
     assert e.key == (5,) and e.unchanged == ["body"]
 
 
 def test_a_minimal_delete_needs_only_its_key():
-    e = row_event("s", SCHEMA, DELETE, "p", {"id": 5, "qty": None, "body": None}, None, {"qty", "body"}, set())
-    assert e.key == (5,) and e.op == DELETE
+    e = row_event("s", SCHEMA, Op.DELETE, "p", {"id": 5, "qty": None, "body": None}, None, {"qty", "body"}, set())
+    assert e.key == (5,) and e.op == Op.DELETE
 
 
 def test_an_image_without_the_key_stops_the_capture_with_the_fix():
     with pytest.raises(UnreadableEvent, match="binlog_row_image=FULL"):
-        row_event("s", SCHEMA, UPDATE, "p", {"id": None, "qty": 1, "body": None},
+        row_event("s", SCHEMA, Op.UPDATE, "p", {"id": None, "qty": 1, "body": None},
                   {"id": None, "qty": 2, "body": None}, {"id", "body"}, {"id", "body"})
 
 
@@ -66,6 +66,6 @@ def test_a_statement_in_the_log_names_the_captured_tables_it_may_have_written(qu
 def test_a_minimal_update_of_one_column_of_a_composite_key_moves_the_row():
     schema = TableSchema("shop.pairs", (Column("a", "int", pa.int64()), Column("b", "int", pa.int64()),
                                         Column("v", "text", pa.string())), ("a", "b"))
-    e = row_event("s", schema, UPDATE, "p", {"a": 1, "b": 2, "v": None}, {"a": 5, "b": None, "v": None},
+    e = row_event("s", schema, Op.UPDATE, "p", {"a": 1, "b": 2, "v": None}, {"a": 5, "b": None, "v": None},
                   {"v"}, {"b", "v"})
     assert e.key == (5, 2) and e.old_key == (1, 2) and e.unchanged == ["v"]

@@ -11,6 +11,7 @@ from dblog.rules import (
     visible_rows,
     window_survivors,
 )
+from dblog.staged import ChunkRow
 
 T, WM = "app.items", "dblog.watermarks"
 
@@ -37,6 +38,10 @@ def key_of(row):
     return (row["id"],)
 
 
+def chunk_rows(*keys):
+    return tuple(ChunkRow(key_of(r), r) for r in rows(*keys))
+
+
 def ids(rs):
     return [r["id"] for r in rs]
 
@@ -51,7 +56,7 @@ def test_paper_example_drops_k1_and_k3_changed_between_the_watermarks():
 
 def test_paper_output_order_is_log_up_to_hw_then_chunk_survivors_then_later_log():
     log = [ev(1, "k2"), wm(2, "lw"), ev(3, "k1"), ev(4, "k3"), wm(5, "hw"), ev(6, "k4")]
-    chunk = Chunk(Window(T, pos(2), pos(5)), tuple(rows("k1", "k2", "k3", "k4", "k5", "k6")), ("id",))
+    chunk = Chunk(Window(T, pos(2), pos(5)), chunk_rows("k1", "k2", "k3", "k4", "k5", "k6"))
     out = list(ordered_output(reversed(log), [chunk], lambda e: e.table == WM))
     shown = [("dump", o.key[0]) if isinstance(o, DumpRecord) else ("log", o.key[0]) for o in out]
     assert shown == [("log", "k2"), ("log", "k1"), ("log", "k3"),
@@ -92,7 +97,7 @@ def test_composite_keys_collide_only_on_the_whole_key():
 
 def test_delete_and_reinsert_in_the_window_drops_the_row_and_the_log_wins():
     log = [wm(1, "lw"), ev(2, 7, op="d"), ev(3, 7, op="c", after={"id": 7, "v": "new"}), wm(4, "hw")]
-    chunk = Chunk(Window(T, pos(1), pos(4)), tuple(rows(6, 7)), ("id",))
+    chunk = Chunk(Window(T, pos(1), pos(4)), chunk_rows(6, 7))
     state = merge_latest({}, ordered_output(log, [chunk], lambda e: e.table == WM))
     assert visible_rows(state) == {(6,): {"id": 6, "v": "chunk:6"}, (7,): {"id": 7, "v": "new"}}
 

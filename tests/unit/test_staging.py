@@ -2,15 +2,21 @@
 import os
 
 import pyarrow as pa
+from dblog.events import ChangeEvent
 from dblog.positions import Position
 from dblog.schema import Column, TableSchema
+from dblog.staged import Op, encode_event
 from dblog.staging import StagedLog
 
 T = TableSchema("app.t", (Column("id", "int", pa.int64()), Column("v", "text", pa.string())), ("id",))
 
 
+def event(n, op=Op.INSERT, **changes) -> dict:
+    return encode_event(ChangeEvent("s", T.name, op, Position(1, n).encode(), (n,), {"id": n, "v": f"v{n}"}, **changes))
+
+
 def rows(*ns):
-    return [{"id": n, "v": f"v{n}", "_position": Position(1, n).encode(), "_op": "c"} for n in ns]
+    return [event(n) for n in ns]
 
 
 def test_segments_are_renamed_into_place_and_leave_no_temporary_files(tmp_path):
@@ -54,13 +60,13 @@ def test_a_new_column_in_a_later_segment_reads_as_null_for_older_events(tmp_path
 
 def test_an_update_keeps_its_before_image_typed_like_the_row(tmp_path):
     log = StagedLog(str(tmp_path))
-    log.write_segment("s", T, [{**rows(1)[0], "_op": "u", "_before": {"id": 1, "v": "old"}}, rows(2)[0]])
+    log.write_segment("s", T, [event(1, Op.UPDATE, before={"id": 1, "v": "old"}), event(2)])
     assert log.read_log("s", "app.t")["_before"].to_pylist() == [{"id": 1, "v": "old"}, None]
 
 
 def test_a_key_update_stages_its_old_key_typed_like_the_key(tmp_path):
     log = StagedLog(str(tmp_path))
-    log.write_segment("s", T, [{**rows(2)[0], "_op": "u", "_old_key": (1,)}])
+    log.write_segment("s", T, [event(2, Op.UPDATE, old_key=(1,))])
     assert log.read_log("s", "app.t")["_old_key"].to_pylist() == [{"id": 1}]
 
 

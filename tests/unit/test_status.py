@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+import pytest
+
 from dblog import state as paths
-from dblog.dump import DONE, FAILED, PAUSED, PENDING, RUNNING, TableProgress, dump_status, record_chunk_rate
+from dblog.dump import (DONE, FAILED, PAUSED, PENDING, RUNNING, DumpError, TableProgress, dump_status,
+                        record_chunk_rate)
 from dblog.sources.postgres import estimate_from_stats
 from dblog.status import data_age, dump_view, eta_seconds, lag_at, page_snapshot, progress_fraction
 
@@ -55,8 +58,18 @@ def test_a_pause_or_a_delay_between_chunks_does_not_dilute_the_rate():
 def test_progress_records_written_before_the_new_fields_still_load():
     old = {k: v for k, v in asdict(TableProgress("s.t")).items()
            if k not in ("estimated_rows", "recent_rows_per_s", "recent_chunks")}
-    p = TableProgress(**old)
+    p = TableProgress.load(old, "/s/dumps/d1/tables/s.t")
     assert p.estimated_rows is None and p.recent_rows_per_s is None and p.recent_chunks == []
+
+
+def test_a_progress_record_with_the_old_overloaded_cursor_is_refused_naming_the_node_and_the_fix():
+    # `last_key` held a key or a key-list offset: resuming from it could read either way.
+    old = {**{k: v for k, v in asdict(TableProgress("s.t", status=RUNNING, chunks=3)).items()
+              if k not in ("after_key", "list_offset")}, "last_key": "3"}
+    store = MemoryStore(dump_nodes("s", "d1", {"s.t": old}))
+    with pytest.raises(DumpError, match=r"cannot read the dump progress at /s/dumps/d1/tables/s.t \(unknown "
+                                        r"field\(s\) last_key\).*Delete the dump's node /s/dumps/d1 in ZooKeeper"):
+        dump_status(store, "s", "d1")
 
 
 # -- progress and ETA ----------------------------------------------------------------------------

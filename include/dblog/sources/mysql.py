@@ -25,10 +25,11 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from ..events import DELETE, INSERT, UPDATE, ChangeEvent, RepairNeed
+from ..events import ChangeEvent, RepairNeed
 from ..positions import binlog_file_index, mysql_position
 from ..positions import encode as encode_position
 from ..schema import Column, decimal_type, normalize_key
+from ..staged import Op
 from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
                    SourceUnavailable, Transaction, UnreadableEvent)
 
@@ -333,14 +334,14 @@ class MySQLSource(Source):
         for i, row in enumerate(ev.rows):
             pos = encode_position(file_index, log_pos, i)
             if isinstance(ev, WriteRowsEvent):
-                event = row_event(self.name, schema, INSERT, pos, None, row["values"], set(), first)
+                event = row_event(self.name, schema, Op.INSERT, pos, None, row["values"], set(), first)
             elif isinstance(ev, UpdateRowsEvent):
-                event = row_event(self.name, schema, UPDATE, pos, row["before_values"], row["after_values"],
+                event = row_event(self.name, schema, Op.UPDATE, pos, row["before_values"], row["after_values"],
                                   first, second)
             else:
-                event = row_event(self.name, schema, DELETE, pos, row["values"], None, first, set())
+                event = row_event(self.name, schema, Op.DELETE, pos, row["values"], None, first, set())
             out.append(event)
-            if event.unchanged and event.op != DELETE:
+            if event.unchanged and event.op != Op.DELETE:
                 partial.append(event)
         needs = []
         if partial:
@@ -429,7 +430,7 @@ def row_event(source: str, schema, op: str, pos: str, before: dict | None, after
     if not before_absent and not after_absent:  # FULL images, the usual case (the capture's hot path)
         key = normalize_key(schema.key_of(after if after is not None else before), schema)
         old_key = None
-        if op == UPDATE:
+        if op == Op.UPDATE:
             prior = normalize_key(schema.key_of(before), schema)
             old_key = prior if prior != key else None
         return ChangeEvent(source, schema.name, op, pos, key, after, before=before, old_key=old_key)
@@ -446,16 +447,16 @@ def row_event(source: str, schema, op: str, pos: str, before: dict | None, after
         key = normalize_key(schema.key_of(after if after is not None else before), schema)
     else:
         raise UnreadableEvent(
-            f"{source}: a {'insert' if op == INSERT else 'update' if op == UPDATE else 'delete'} of {schema.name} "
+            f"{source}: a {Op(op).name.lower()} of {schema.name} "
             f"at position {pos} does not carry the primary key ({', '.join(schema.key)}): a session wrote with a "
             "partial binlog_row_image and dblog cannot tell which row changed, so it stopped before staging it. "
             "Fix: keep binlog_row_image=FULL for every client (it is a session variable: revoke SUPER / BINLOG "
             "ADMIN from applications), then `dblog capture --reset` and a full dump of the table.")
     old_key = None
-    if op == UPDATE and not key_cols & before_absent:
+    if op == Op.UPDATE and not key_cols & before_absent:
         prior = normalize_key(schema.key_of(before), schema)
         old_key = prior if prior != key else None
-    if op == DELETE:
+    if op == Op.DELETE:
         missing = sorted((before_absent & columns) - key_cols)
         return ChangeEvent(source, schema.name, op, pos, key, None, before=before, unchanged=missing)
     missing = sorted((after_absent & columns) - key_cols)

@@ -10,10 +10,11 @@ import psycopg2
 import psycopg2.extras
 import pyarrow as pa
 
-from ..events import DELETE, INSERT, UPDATE, ChangeEvent, RepairNeed
+from ..events import ChangeEvent, RepairNeed
 from ..positions import encode as encode_position
 from ..positions import int_to_lsn, lsn_to_int, postgres_position
 from ..schema import Column, decimal_type, normalize_key
+from ..staged import Op
 from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
                    SourceUnavailable, Transaction)
 from ..settings import settings
@@ -24,7 +25,7 @@ class SlotInUse(SourceError):
     """Another consumer streams from this source's replication slot."""
 
 
-_OPS = {"I": INSERT, "U": UPDATE, "D": DELETE}
+_OPS = {"I": Op.INSERT, "U": Op.UPDATE, "D": Op.DELETE}
 
 
 def arrow_type(type_name: str, precision, scale) -> pa.DataType:

@@ -4,10 +4,10 @@ Under the table's ZooKeeper merge lock (merges of one table are serialized, othe
 in parallel), up to the capture's checkpoint position P (every event <= P is staged):
 
 1. chunks not merged yet that are ready (`dblog.rules.chunk_ready`: both watermarks staged, the
-   high one <= P, invariant 7) are reconciled against the staged log (`rules.window_survivors`:
-   Algorithm 1 steps 5-7);
-2. log events after the last merge (<= P) and the survivors become records (`rules.log_records`,
-   `rules.dump_records`; rows dropped in a window only fill values: `rules.fill_records`);
+   high one <= P, invariant 7) are reconciled against the staged log
+   (`spark.rules.window_survivors`: Algorithm 1 steps 5-7);
+2. log events after the last merge (<= P) and the survivors become records (`records.merge_input`;
+   rows dropped in a window only fill values: `records.fill_records`);
 3. the key-range buckets those records fall in are read back and merged with them
    (`merge.merge_records`: per key the highest position wins);
 4. the touched buckets are written anew (split when they grew too big) and a new version is
@@ -27,7 +27,6 @@ import socket
 import time
 import re
 import uuid
-from functools import reduce
 from dataclasses import dataclass, field
 
 import pyarrow.parquet as pq
@@ -37,16 +36,17 @@ from pyspark.sql import functions as F
 from .. import state as paths
 from ..dump import dumping
 from ..reconcile import watermark_positions
-from ..rules import chunk_ready
 from ..settings import settings
 from ..sources.base import WATERMARK_TABLE
+from ..staged import DUMP_ID, POSITION, ChunkFile, data_columns, key_columns
 from ..staging import StagedLog
 from ..state import StateStore
 from ..warehouse.layout import TOMBSTONES, Bucket, Manifest, Warehouse, missing_keys, missing_rows
 from . import merge as M
 from .. import repair
 from ..events import RepairNeed
-from .rules import WINDOW, dump_records, fill_records, log_records, window_dropped, window_survivors
+from .records import chunk_windows, merge_input, with_windows
+from .rules import WINDOW
 
 log = logging.getLogger("dblog.merge")
 
@@ -84,7 +84,7 @@ class MergeResult:
 
 
 @dataclass
-class _Inputs:
+class MergeInputs:
     records: DataFrame | None = None
     columns: list[tuple[str, str]] = field(default_factory=list)
     key: list[str] = field(default_factory=list)
@@ -98,7 +98,8 @@ def _read(spark: SparkSession, staged: StagedLog, files: list[str]) -> DataFrame
 
 
 def _data_columns(df: DataFrame) -> list[tuple[str, str]]:
-    return [(f.name, f.dataType.simpleString()) for f in df.schema.fields if not f.name.startswith("_")]
+    names = set(data_columns(df.columns))
+    return [(f.name, f.dataType.simpleString()) for f in df.schema.fields if f.name in names]
 
 
 def _widens(old: str, new: str) -> bool:
@@ -126,58 +127,52 @@ def _columns(manifest: Manifest | None, found: list[tuple[str, str]], table: str
     return columns
 
 
-def _pending_chunks(staged: StagedLog, source: str, table: str, manifest: Manifest | None) -> dict[tuple[str, int], str]:
+def _pending_chunks(staged: StagedLog, source: str, table: str, manifest: Manifest | None) -> dict[ChunkFile, str]:
     pending = {}
     for path in staged.chunk_files(source, table):
-        dump_id, name = path.rsplit("/", 2)[-2:]
-        number = int(name.split(".")[0])
-        if manifest is None or not manifest.chunk_merged(dump_id, number):
-            pending[(dump_id, number)] = path
+        name = ChunkFile.parse(path)
+        if manifest is None or not manifest.chunk_merged(name.dump_id, name.number):
+            pending[name] = path
     return pending
 
 
-def _ready_chunks(spark: SparkSession, staged: StagedLog, source: str, pending: dict[tuple[str, int], str],
-                  upto: str, out: _Inputs, result: MergeResult) -> tuple[DataFrame | None, DataFrame | None, str | None]:
-    """Pending chunks whose HW is staged and <= `upto`: (their rows, watermark positions, lowest LW)."""
+def _ready_chunks(spark: SparkSession, staged: StagedLog, source: str, pending: dict[ChunkFile, str],
+                  upto: str, out: MergeInputs, result: MergeResult) -> tuple[DataFrame | None, str | None]:
+    """The rows of pending chunks that are ready by `upto`, with their windows, and the lowest LW."""
     chunks = _read(spark, staged, list(pending.values()))
-    positions = watermark_positions(staged, source)
-    seen, wanted, low = set(), {}, None
-    for r in chunks.groupBy("_dump_id", "_chunk", "_lw", "_hw").count().collect():
-        seen.add((r["_dump_id"], r["_chunk"]))
-        lw, hw = positions.get(r["_lw"]), positions.get(r["_hw"])
-        if chunk_ready(lw, hw, upto) and (r["_dump_id"], r["_chunk"]) in pending:
-            out.ready.setdefault(r["_dump_id"], set()).add(r["_chunk"])
-            wanted.update({r["_lw"]: lw, r["_hw"]: hw})
-            result.chunk_rows += r["count"]
-            _dump_totals(result, r["_dump_id"])["rows"] += r["count"]
-            low = lw if low is None else min(low, lw)
-    for (dump_id, number), path in pending.items():  # a chunk without rows has nothing to wait for
-        if (dump_id, number) not in seen and pq.read_metadata(path, filesystem=staged.fs).num_rows == 0:
-            out.ready.setdefault(dump_id, set()).add(number)
+    windows = chunk_windows(chunks, watermark_positions(staged, source))
+    ready = [w for w in windows if w.ready(upto) and ChunkFile(w.dump_id, w.chunk) in pending]
+    for w in ready:
+        out.ready.setdefault(w.dump_id, set()).add(w.chunk)
+        result.chunk_rows += w.rows
+        _dump_totals(result, w.dump_id)["rows"] += w.rows
+    seen = {ChunkFile(w.dump_id, w.chunk) for w in windows}
+    for name, path in pending.items():  # a chunk without rows has nothing to wait for
+        if name not in seen and pq.read_metadata(path, filesystem=staged.fs).num_rows == 0:
+            out.ready.setdefault(name.dump_id, set()).add(name.number)
     result.chunks = sum(len(v) for v in out.ready.values())
     for dump_id, numbers in out.ready.items():
         _dump_totals(result, dump_id)["chunks"] = len(numbers)
-    if not wanted:
-        return None, None, None
-    ready = spark.createDataFrame([(d, n) for d, ns in out.ready.items() for n in ns], "_dump_id string, _chunk bigint")
-    watermarks = spark.createDataFrame(list(wanted.items()), "_wm string, _wm_position string")
-    return chunks.join(F.broadcast(ready), ["_dump_id", "_chunk"]), watermarks, low
+    lows = [w.low for w in ready if w.low is not None]  # every ready window has both positions
+    if not lows:
+        return None, None
+    return with_windows(chunks, ready), min(lows)
 
 
 def _dump_totals(result: MergeResult, dump_id: str) -> dict[str, int]:
     return result.dumps.setdefault(dump_id, {"chunks": 0, "rows": 0, "dropped": 0})
 
 
-def _inputs(spark: SparkSession, staged: StagedLog, source: str, table: str, manifest: Manifest | None,
-            upto: str, result: MergeResult) -> _Inputs:
+def merge_inputs(spark: SparkSession, staged: StagedLog, source: str, table: str, manifest: Manifest | None,
+                 upto: str, result: MergeResult) -> MergeInputs:
     """The records to merge: log events after the last merge and reconciled chunk rows, <= upto."""
-    out = _Inputs()
+    out = MergeInputs()
     done_upto = manifest.log_upto if manifest else None
     pending = _pending_chunks(staged, source, table, manifest)
-    chunks = watermarks = None
+    chunks = None
     low = done_upto  # None: nothing merged yet, every staged event is new
     if pending:
-        chunks, watermarks, chunk_low = _ready_chunks(spark, staged, source, pending, upto, out, result)
+        chunks, chunk_low = _ready_chunks(spark, staged, source, pending, upto, out, result)
         if chunk_low is not None and low is not None:
             low = min(low, chunk_low)  # the windows may reach back before the last merge
     # Without chunk windows to cover, only segments with events after the last merge matter.
@@ -185,34 +180,22 @@ def _inputs(spark: SparkSession, staged: StagedLog, source: str, table: str, man
         staged.segments(source, table, high=upto, after=done_upto)
     events = None
     if segments:
-        events = _read(spark, staged, segments).where(F.col("_position") <= upto)
+        events = _read(spark, staged, segments).where(F.col(POSITION) <= upto)
         if low is not None:
-            events = events.where(F.col("_position") >= low)
-        events = events.dropDuplicates(["_position"])  # re-staged after a crash
+            events = events.where(F.col(POSITION) >= low)
+        events = events.dropDuplicates([POSITION])  # re-staged after a crash
     if events is None and chunks is None:
         return out
     sample = segments[0] if segments else next(iter(pending.values()))
-    out.key = pq.read_schema(sample, filesystem=staged.fs).metadata[b"dblog.key"].decode().split(",")
+    out.key = key_columns(pq.read_schema(sample, filesystem=staged.fs))
     out.columns = _columns(manifest, (_data_columns(events) if events is not None else []) +
                            (_data_columns(chunks) if chunks is not None else []), table)
-    names = [c for c, _ in out.columns]
-    parts = []
-    if events is not None:
-        events = M.align(events, out.columns)
-        new = events if done_upto is None else events.where(F.col("_position") > done_upto)
-        # A delete's left-out columns need no fill: a tombstone has no values.
-        seen = new.agg(F.max(F.when(F.col("_op") != "d", F.size("_unchanged"))).alias("unchanged"),
-                       F.max(F.unix_micros("_commit_ts")).alias("newest")).first()
-        out.fill_unchanged = (seen["unchanged"] or 0) > 0
-        if seen["newest"] is not None:
-            result.newest_commit_ts = seen["newest"] / 1e6
-        parts.append(log_records(new, out.key, names))
-    if chunks is not None:
-        chunks = M.align(chunks, out.columns)
-        parts.append(dump_records(window_survivors(chunks, events, watermarks, out.key), names))
-        if out.fill_unchanged and events is not None:
-            parts.append(fill_records(window_dropped(chunks, events, watermarks, out.key), names))
-    out.records = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+    composed = merge_input(None if events is None else M.align(events, out.columns),
+                           None if chunks is None else M.align(chunks, out.columns),
+                           out.key, [c for c, _ in out.columns], after=done_upto)
+    out.records, out.fill_unchanged = composed.records, composed.fill_unchanged
+    if composed.newest_commit_ts is not None:
+        result.newest_commit_ts = composed.newest_commit_ts
     return out
 
 
@@ -258,7 +241,7 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
         result.note = "nothing staged yet: start the capture first"
         return
     result.upto = upto
-    inputs = _inputs(spark, staged, source, table, manifest, upto, result)
+    inputs = merge_inputs(spark, staged, source, table, manifest, upto, result)
     if inputs.records is None and not inputs.ready:
         result.note = "up to date"
         return
@@ -331,11 +314,11 @@ def _rewrite(spark: SparkSession, warehouse: Warehouse, base: Manifest, recs: Da
     bounds = [b.lo for b in base.buckets]
     incoming: dict[int, int] = {}
     survivors: dict[str, int] = {}
-    for r in recs.groupBy(M.bucket_of(key, types, bounds).alias("_b"), "_origin", "_dump_id").count().collect():
+    for r in recs.groupBy(M.bucket_of(key, types, bounds).alias("_b"), "_origin", DUMP_ID).count().collect():
         incoming[r["_b"]] = incoming.get(r["_b"], 0) + r["count"]
         if r["_origin"] == "dump":
             result.survivors += r["count"]
-            survivors[r["_dump_id"]] = survivors.get(r["_dump_id"], 0) + r["count"]
+            survivors[r[DUMP_ID]] = survivors.get(r[DUMP_ID], 0) + r["count"]
         elif r["_origin"] != WINDOW:
             result.log_events += r["count"]
     for dump_id, totals in result.dumps.items():

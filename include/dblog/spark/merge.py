@@ -15,10 +15,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..warehouse.layout import MISSING
-from .rules import TOMBSTONES, latest
+from ..staged import DUMP_ID, OP, POSITION, TOMBSTONES, UNCHANGED
+from .rules import latest
 
 META = ("_dblog_position", "_dblog_op", "_dblog_origin", "_dblog_dump_id", "_dblog_merged_at", MISSING)
-_RECORD = ("_position", "_op", "_origin", "_dump_id", "_merged_at", "_missing")
+_RECORD = (POSITION, OP, "_origin", DUMP_ID, "_merged_at", "_missing")
 
 
 def is_tombstone() -> Column:
@@ -122,7 +123,7 @@ def as_records(rows: DataFrame) -> DataFrame:
     data = [c for c in rows.columns if not c.startswith("_")]
     # Values a row lacks stay listed (rules.latest keeps them unknown until a newer record replaces the row).
     missing = F.col(MISSING) if MISSING in rows.columns else F.lit(None)
-    return rows.select(*data, *renamed, missing.cast("array<string>").alias("_unchanged"), F.lit(0).alias("_prio"))
+    return rows.select(*data, *renamed, missing.cast("array<string>").alias(UNCHANGED), F.lit(0).alias("_prio"))
 
 
 def merge_records(existing: DataFrame | None, records: DataFrame, key: list[str], columns: list[str],

@@ -1,95 +1,48 @@
 """The paper's rules on Spark DataFrames: the same rules as `dblog.rules`, in another shape.
 
-`tests/spark/test_rules_agree.py` holds both to the same cases (`tests/rule_cases.py`). Inputs are
-the staged log and chunk files as Spark reads them (`_position`, `_op`, `_old_key` struct,
-`_unchanged`, `_lw`, `_hw`).
+Inputs are the staged log and chunk files as Spark reads them (`staged`: `_position`, `_op`,
+`_old_key` struct, `_unchanged`), chunk rows with their window's positions (`_lw_position`,
+`_hw_position`: `records.with_windows`). `tests/spark/test_rules_agree.py` holds the merge's
+composition of them (`records.merge_input`, then `merge.merge_records`) to the Python rules.
 """
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-TOMBSTONES = ("d", "x")  # a deleted row; a key a repair dump found absent
+from ..staged import DUMP_ID, OLD_KEY, OP, POSITION, TOMBSTONES, UNCHANGED
+
 WINDOW = "window"  # `_origin` of a chunk row dropped in its window, kept only to fill values (see `latest`)
-
-
-def watermark_positions(watermark_log: DataFrame) -> DataFrame:
-    """Watermark value (UUID) -> position of its staged event."""
-    return (watermark_log.select(F.col("value").alias("_wm"), F.col("_position").alias("_wm_position"))
-            .dropDuplicates(["_wm"]))
-
-
-def with_windows(chunks: DataFrame, watermarks: DataFrame) -> DataFrame:
-    """Chunk rows with their window (`_lw_position`, `_hw_position`). Rows whose high watermark
-    is not staged yet drop out here: they are reconciled by a later run."""
-    lw = watermarks.select(F.col("_wm").alias("_lw"), F.col("_wm_position").alias("_lw_position"))
-    hw = watermarks.select(F.col("_wm").alias("_hw"), F.col("_wm_position").alias("_hw_position"))
-    return chunks.join(F.broadcast(lw), "_lw").join(F.broadcast(hw), "_hw")
 
 
 def touched(log: DataFrame, key: list[str]) -> DataFrame:
     """(key..., `_touched_at`) for every event; a primary-key update touches the old key too."""
-    new = log.select(*key, F.col("_position").alias("_touched_at"))
-    old = (log.where(F.col("_old_key").isNotNull())
-           .select(*[F.col(f"_old_key.{k}").alias(k) for k in key], F.col("_position").alias("_touched_at")))
+    new = log.select(*key, F.col(POSITION).alias("_touched_at"))
+    old = (log.where(F.col(OLD_KEY).isNotNull())
+           .select(*[F.col(f"{OLD_KEY}.{k}").alias(k) for k in key], F.col(POSITION).alias("_touched_at")))
     return new.unionByName(old)
 
 
-def window_survivors(chunks: DataFrame, log: DataFrame | None, watermarks: DataFrame, key: list[str]) -> DataFrame:
+def _touched_in_window(key: list[str]) -> list[Column]:
+    """The join of chunk rows `c` with touches `t`: same key, strictly between LW and HW."""
+    return [F.col(f"c.{k}") == F.col(f"t.{k}") for k in key] + [
+        F.col("t._touched_at") > F.col("c._lw_position"), F.col("t._touched_at") < F.col("c._hw_position")]
+
+
+def window_survivors(chunks: DataFrame, log: DataFrame | None, key: list[str]) -> DataFrame:
     """Chunk rows not touched by a same-table event strictly between LW and HW, stamped with
     HW's position (Algorithm 1, steps 6-7). `log` None: no event of the table was staged."""
-    c = with_windows(chunks, watermarks)
     if log is not None:
-        t = touched(log, key).alias("t")
-        c = c.alias("c")
-        hit = [F.col(f"c.{k}") == F.col(f"t.{k}") for k in key] + [
-            F.col("t._touched_at") > F.col("c._lw_position"), F.col("t._touched_at") < F.col("c._hw_position")]
-        c = c.join(t, hit, "left_anti")
-    return c.withColumn("_position", F.col("_hw_position"))
+        chunks = chunks.alias("c").join(touched(log, key).alias("t"), _touched_in_window(key), "left_anti")
+    return chunks.withColumn(POSITION, F.col("_hw_position"))
 
 
-def window_dropped(chunks: DataFrame, log: DataFrame, watermarks: DataFrame, key: list[str]) -> DataFrame:
+def window_dropped(chunks: DataFrame, log: DataFrame, key: list[str]) -> DataFrame:
     """The chunk rows `window_survivors` drops, stamped with LW's position. A row read inside the
     window holds every value the window's events leave out (an unchanged TOAST value, a partial
     row image) unless one of them carries it, so it can fill them; it never becomes the row."""
-    c = with_windows(chunks, watermarks).alias("c")
-    t = touched(log, key).alias("t")
-    hit = [F.col(f"c.{k}") == F.col(f"t.{k}") for k in key] + [
-        F.col("t._touched_at") > F.col("c._lw_position"), F.col("t._touched_at") < F.col("c._hw_position")]
-    return c.join(t, hit, "left_semi").withColumn("_position", F.col("_lw_position"))
-
-
-def fill_records(dropped: DataFrame, columns: list[str]) -> DataFrame:
-    return dropped.select(*columns, "_position", "_op", _no_unchanged(), F.lit(WINDOW).alias("_origin"), _no_dump())
-
-
-def _no_unchanged():
-    return F.lit(None).cast("array<string>").alias("_unchanged")
-
-
-def _no_dump():
-    return F.lit(None).cast("string").alias("_dump_id")
-
-
-def log_records(log: DataFrame, key: list[str], columns: list[str]) -> DataFrame:
-    """Log events as records (`_origin` log); a key update also leaves a tombstone at its old key."""
-    events = log.select(*columns, "_position", "_op", "_unchanged", F.lit("log").alias("_origin"), _no_dump())
-    moved = (log.where(F.col("_old_key").isNotNull())
-             .select(*[F.col(f"_old_key.{k}").alias(k) if k in key else F.lit(None).alias(k) for k in columns],
-                     "_position", F.lit("d").alias("_op"), _no_unchanged(), F.lit("log").alias("_origin"), _no_dump()))
-    return events.unionByName(moved, allowMissingColumns=True)
-
-
-def dump_records(survivors: DataFrame, columns: list[str]) -> DataFrame:
-    """Surviving chunk rows as records (`_origin` dump, `_dump_id`)."""
-    dump_id = F.col("_dump_id") if "_dump_id" in survivors.columns else _no_dump()
-    return survivors.select(*columns, "_position", "_op", _no_unchanged(), F.lit("dump").alias("_origin"),
-                            dump_id.alias("_dump_id"))
-
-
-def records(log: DataFrame, survivors: DataFrame, key: list[str], columns: list[str]) -> DataFrame:
-    """Log events and surviving chunk rows as one record stream."""
-    return log_records(log, key, columns).unionByName(dump_records(survivors, columns), allowMissingColumns=True)
+    return (chunks.alias("c").join(touched(log, key).alias("t"), _touched_in_window(key), "left_semi")
+            .withColumn(POSITION, F.col("_lw_position")))
 
 
 def latest(recs: DataFrame, key: list[str], columns: list[str], carry: tuple[str, ...] = (),
@@ -105,13 +58,13 @@ def latest(recs: DataFrame, key: list[str], columns: list[str], carry: tuple[str
     replaces the row. Window-fill records (`WINDOW`) only fill, they never win.
     `within`: columns that depend on the key only (a bucket): the windows reuse their partitioning.
     """
-    meta = ["_position", "_op", "_origin", "_dump_id", *carry]
+    meta = [POSITION, OP, "_origin", DUMP_ID, *carry]
     prio = ["_prio"] if "_prio" in recs.columns else []
     values = [c for c in columns if c not in key]
-    tomb = F.col("_op").isin(*TOMBSTONES)
+    tomb = F.col(OP).isin(*TOMBSTONES)
     if fill_unchanged:
-        history = Window.partitionBy(*within, *key).orderBy("_position").rowsBetween(Window.unboundedPreceding, 0)
-        unchanged = F.coalesce(F.col("_unchanged"), F.array().cast("array<string>"))
+        history = Window.partitionBy(*within, *key).orderBy(POSITION).rowsBetween(Window.unboundedPreceding, 0)
+        unchanged = F.coalesce(F.col(UNCHANGED), F.array().cast("array<string>"))
         # A stored row's unknown value stays unknown, for it and for the records after it: the
         # deletes before it are no longer in its history, so an older record (a late chunk) could
         # hold a value from before one of them. It blocks like a tombstone, for that column.
@@ -130,9 +83,9 @@ def latest(recs: DataFrame, key: list[str], columns: list[str], carry: tuple[str
         missing = F.when(~tomb & (F.size(unknown) > 0), unknown)
     else:
         value_cols = values
-        missing = F.when(~tomb, F.col("_unchanged")) if "_unchanged" in recs.columns else F.lit(None)
+        missing = F.when(~tomb, F.col(UNCHANGED)) if UNCHANGED in recs.columns else F.lit(None)
     filler = F.col("_origin") == F.lit(WINDOW)
-    order = [filler.asc(), F.col("_position").desc()] + [F.col(p) for p in prio]
+    order = [filler.asc(), F.col(POSITION).desc()] + [F.col(p) for p in prio]
     newest = Window.partitionBy(*within, *key).orderBy(*order)
     return (recs.select(*within, *key, *value_cols, *meta, *prio, missing.cast("array<string>").alias("_missing"))
             .withColumn("_rank", F.row_number().over(newest)).where((F.col("_rank") == 1) & ~filler)
@@ -141,4 +94,4 @@ def latest(recs: DataFrame, key: list[str], columns: list[str], carry: tuple[str
 
 def visible(state: DataFrame) -> DataFrame:
     """What users query: tombstones hidden."""
-    return state.where(~F.col("_op").isin(*TOMBSTONES))
+    return state.where(~F.col(OP).isin(*TOMBSTONES))

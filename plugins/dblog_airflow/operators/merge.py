@@ -162,14 +162,16 @@ class MergeOperator(SparkSubmitOperator):
     def _log_dumps(self, results: list[dict], dumps: list[dict]) -> set[tuple[str, str]]:
         """One line per table of each dump: the dump's own totals (all merges so far). Returns the
         (source, table) pairs reported."""
-        from dblog.state import dump_merged_path, table_progress_path
+        from dblog.dump import read_progress
+        from dblog.state import dump_merged_path
         versions = {(r["source"], r["table"]): r for r in results}
         reported = set()
         with DBLogHook(dumps[0]["source"], self.zookeeper_conn_id).store() as store:
             for d in dumps:
                 for table in d["tables"]:
                     merged = store.get(dump_merged_path(d["source"], d["dump_id"], table)) or {}
-                    staged = (store.get(table_progress_path(d["source"], d["dump_id"], table)) or {}).get("chunks")
+                    progress = read_progress(store, d["source"], d["dump_id"], table)
+                    staged = None if progress is None else progress.chunks
                     r = versions.get((d["source"], table), {})
                     self.log.info("%s %s: dump %s merged %d of %s chunks, %d rows, %d dropped in windows; "
                                   "warehouse version %s, %s rows", d["source"], table, d["dump_id"],

@@ -1,0 +1,61 @@
+"""The staged row format: what a writer encodes, a reader decodes the same; names parse back."""
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+
+from dblog.events import ChangeEvent
+from dblog.positions import Position
+from dblog.schema import Column, TableSchema
+from dblog.staged import (ChunkFile, ChunkMeta, ChunkRow, Op, SegmentFile, absent_row, chunk_rows, chunk_table,
+                          decode_events, encode_event, is_staged, log_table, temporary_name)
+
+T = TableSchema("app.t", (Column("id", "int", pa.int64()), Column("v", "text", pa.string())), ("id",))
+TS = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
+
+
+def pos(n: int) -> str:
+    return Position(1, n).encode()
+
+
+def test_events_decode_to_what_the_capture_encoded():
+    events = [
+        ChangeEvent("s", T.name, Op.INSERT, pos(1), (1,), {"id": 1, "v": "a"}, txid="t1", commit_ts=TS),
+        ChangeEvent("s", T.name, Op.UPDATE, pos(2), (2,), {"id": 2, "v": None}, before={"id": 1, "v": "a"},
+                    old_key=(1,), txid="t2", commit_ts=TS, unchanged=["v"]),
+        ChangeEvent("s", T.name, Op.DELETE, pos(3), (2,), None, before={"id": 2, "v": "b"}, txid="t3", commit_ts=TS),
+    ]
+    assert decode_events(log_table(T, [encode_event(e) for e in events]), "s", T.name) == events
+
+
+def test_a_chunk_decodes_to_its_metadata_and_rows_an_absent_key_without_values():
+    meta = ChunkMeta("d1", 4, "lw-id", "hw-id", TS, list_from=10, list_to=12)
+    table = chunk_table(T, meta, [(5, "five"), absent_row(T, (6,))], [Op.READ, Op.ABSENT])
+    assert ChunkMeta.of(table) == meta
+    assert chunk_rows(table) == [ChunkRow((5,), {"id": 5, "v": "five"}), ChunkRow((6,), None)]
+
+
+def test_a_chunk_without_rows_has_no_metadata_to_read():
+    assert ChunkMeta.of(chunk_table(T, ChunkMeta("d1", 0, "l", "h"), [], [])) is None
+
+
+def test_a_chunk_staged_before_the_key_list_columns_reads_them_as_unset():
+    table = chunk_table(T, ChunkMeta("d1", 0, "l", "h", key_to="[1]"), [(1, "a")], [Op.READ])
+    older = table.drop_columns(["_list_from", "_list_to"])
+    assert ChunkMeta.of(older) == ChunkMeta("d1", 0, "l", "h", key_to="[1]")
+
+
+def test_file_names_parse_back_to_what_named_them():
+    segment = SegmentFile(pos(1), pos(9))
+    assert SegmentFile.parse(f"/root/s/log/app.t/{segment.name}") == segment
+    chunk = ChunkFile("dump-1_a", 12)
+    assert chunk.name == "00000012.parquet"
+    assert ChunkFile.parse(f"/root/s/chunks/app.t/dump-1_a/{chunk.name}") == chunk
+    assert not is_staged(temporary_name()) and is_staged(segment.name)
+
+
+@pytest.mark.parametrize("parse, path", [(SegmentFile.parse, "/root/s/log/app.t/stray.parquet"),
+                                         (ChunkFile.parse, "/root/s/chunks/app.t/d1/first.parquet")])
+def test_a_file_named_otherwise_is_refused_naming_it(parse, path):
+    with pytest.raises(ValueError, match=f"{path} is not a staged"):
+        parse(path)
