@@ -32,6 +32,7 @@ from .state import Lease, StateStore
 log = logging.getLogger("dblog.dump")
 RUNNING, PAUSED, CANCELLED = "running", "paused", "cancelled"
 DONE, PENDING = "done", "pending"
+UNREADABLE = "unreadable"  # only reported: a progress record this version cannot read (see TableProgress.load)
 FAILED = "failed"  # only reported (dump_status): a table is running but no worker holds its lease
 # Chunks behind the current rate: few enough to follow a throttle change within seconds, enough
 # that one slow read (a reconnect, a cold page) does not swing it.
@@ -103,9 +104,10 @@ class TableProgress:
             return cls(**record)
         except TypeError as exc:
             dump = path.rsplit("/tables/", 1)[0]
+            dump_id = dump.rsplit("/", 1)[-1]
             raise DumpError(f"cannot read the dump progress at {path} ({exc}): another dblog version wrote it "
-                            f"and this one cannot tell where it stopped. Delete the dump's node {dump} in "
-                            "ZooKeeper and start a new dump of the table") from None
+                            f"and this one cannot tell where it stopped. Cancel the dump (`dblog dump cancel "
+                            f"{dump_id}`) and start a new dump of the table") from None
 
 
 def read_progress(store: StateStore, source: str, dump_id: str, table: str) -> TableProgress | None:
@@ -474,6 +476,9 @@ def dumping(store: StateStore, source: str, table: str) -> list[str]:
     holds the table's lease. While one exists, the warehouse keeps the table's tombstones."""
     out = []
     for dump_id in store.children(paths.dumps_path(source)):
+        if (store.get(paths.control_path(source, dump_id)) or {}).get("state") == CANCELLED \
+                and not store.lock_holders(f"{paths.table_progress_path(source, dump_id, table)}/lock"):
+            continue  # also the way out of a progress record this version cannot read
         progress = read_progress(store, source, dump_id, table)
         if progress is None:
             continue
@@ -494,7 +499,12 @@ def dump_status(store: StateStore, source: str, dump_id: str) -> dict:
     scope = store.get(paths.dump_path(source, dump_id)) or {}
     control = store.get(paths.control_path(source, dump_id)) or {}
     # Loaded (and so checked) as typed records, reported as their JSON form.
-    progress = {t: read_progress(store, source, dump_id, t) for t in scope.get("tables", [])}
+    try:
+        progress = {t: read_progress(store, source, dump_id, t) for t in scope.get("tables", [])}
+    except DumpError as exc:  # shown where users look (status, page), not a crash of either
+        return {"id": dump_id, "source": source, "state": UNREADABLE, "error": str(exc), "control": control,
+                "tables": {}, "failed": [], "merged": {}, "created_at": scope.get("created_at"),
+                "skipped": scope.get("skipped", []), "key_list": scope.get("keys") is not None}
     tables = {t: None if p is None else asdict(p) for t, p in progress.items()}
     statuses = {p["status"] for p in tables.values() if p}
     # Only a RUNNING record is checked: PENDING has no worker yet, DONE / CANCELLED no longer need one.

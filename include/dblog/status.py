@@ -100,6 +100,7 @@ def dump_view(status: dict) -> dict:
     return {"id": status["id"], "source": status["source"], "state": state, "created_at": status["created_at"],
             "key_list": status["key_list"], "chunk_size": control.get("chunk_size"),
             "delay_s": control.get("delay_s"), "tables": tables, "failed_tables": status["failed"],
+            "error": status.get("error"),  # why the dump cannot be shown (an unreadable progress record)
             "rows": rows, "estimated_rows": estimated,
             "fraction": progress_fraction(rows, estimated, DONE if state == DONE else RUNNING),
             "rows_per_s": round(sum(rates), 1) if rates else None,  # tables of a dump read in parallel

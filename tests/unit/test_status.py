@@ -2,13 +2,14 @@
 and the snapshot over an in-memory state store. No services."""
 from __future__ import annotations
 
+import re
 from dataclasses import asdict
 
 import pytest
 
 from dblog import state as paths
-from dblog.dump import (DONE, FAILED, PAUSED, PENDING, RUNNING, DumpError, TableProgress, dump_status,
-                        record_chunk_rate)
+from dblog.dump import (CANCELLED, DONE, FAILED, PAUSED, PENDING, RUNNING, UNREADABLE, DumpError, TableProgress,
+                        dump_status, dumping, read_progress, record_chunk_rate)
 from dblog.sources.postgres import estimate_from_stats
 from dblog.status import data_age, dump_view, eta_seconds, lag_at, page_snapshot, progress_fraction
 
@@ -67,9 +68,22 @@ def test_a_progress_record_with_the_old_overloaded_cursor_is_refused_naming_the_
     old = {**{k: v for k, v in asdict(TableProgress("s.t", status=RUNNING, chunks=3)).items()
               if k not in ("after_key", "list_offset")}, "last_key": "3"}
     store = MemoryStore(dump_nodes("s", "d1", {"s.t": old}))
-    with pytest.raises(DumpError, match=r"cannot read the dump progress at /s/dumps/d1/tables/s.t \(unknown "
-                                        r"field\(s\) last_key\).*Delete the dump's node /s/dumps/d1 in ZooKeeper"):
-        dump_status(store, "s", "d1")
+    refusal = (r"cannot read the dump progress at /s/dumps/d1/tables/s.t \(unknown field\(s\) last_key\)"
+               r".*`dblog dump cancel d1`")
+    with pytest.raises(DumpError, match=refusal):
+        read_progress(store, "s", "d1", "s.t")
+    with pytest.raises(DumpError, match=refusal):  # the merge must not guess whether it still stages
+        dumping(store, "s", "s.t")
+    status = dump_status(store, "s", "d1")  # status and the DBLog page show it instead of failing
+    assert status["state"] == UNREADABLE and re.search(refusal, status["error"])
+
+
+def test_a_cancelled_dump_with_an_unreadable_record_no_longer_holds_the_merge_back():
+    old = {**{k: v for k, v in asdict(TableProgress("s.t", status=RUNNING, chunks=3)).items()
+              if k not in ("after_key", "list_offset")}, "last_key": "3"}
+    store = MemoryStore(dump_nodes("s", "d1", {"s.t": old}))
+    store.nodes[paths.control_path("s", "d1")] = {"state": CANCELLED}
+    assert dumping(store, "s", "s.t") == []
 
 
 # -- progress and ETA ----------------------------------------------------------------------------
