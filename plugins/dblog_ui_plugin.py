@@ -21,8 +21,8 @@ class DBLogUIPlugin(AirflowPlugin):
         "icon": f"{PREFIX}/icon.svg",
     }]
 
-    @property
-    def fastapi_apps(self) -> list[dict]:
+    @property  # a lazy property where AirflowPlugin declares a list: read only by the api-server
+    def fastapi_apps(self) -> list[dict]:  # type: ignore[override]
         # Every Airflow process imports the plugins (task processes for their macros); only the
         # api-server reads this, so only it imports FastAPI, Airflow's API security and the app.
         from dblog_airflow.ui.app import app

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from . import repair
 from . import state as paths
@@ -41,8 +42,8 @@ class Batch:
     txns: int = 0
     resume: dict | None = None
     last_position: str | None = None
-    commit_ts: object = None
-    first_commit_ts: object = None
+    commit_ts: datetime | None = None
+    first_commit_ts: datetime | None = None
     opened: float = 0.0
     repairs: list[RepairNeed] = field(default_factory=list)
 
@@ -174,7 +175,10 @@ class Capture:
 
     def _flush(self, batch: Batch) -> None:
         """Stage every table's segment, then (only then) move the fenced checkpoint."""
-        self.lease.check()  # a deposed capture must not stage (duplicates would be harmless, but noisy)
+        lease = self.lease
+        if lease is None:
+            raise RuntimeError("Capture._flush without the capture lease: only the leader stages")
+        lease.check()  # a deposed capture must not stage (duplicates would be harmless, but noisy)
         for table, rows in batch.rows.items():
             self.staged.write_segment(self.source.name, self.source.table_schema(table), rows)
             self.stats.segments += 1
@@ -195,7 +199,7 @@ class Capture:
         checkpoint = {"resume": batch.resume, "position": position,
                       "commit_ts": batch.commit_ts.timestamp() if batch.commit_ts else previous.get("commit_ts"),
                       "staged_at": time.time(), "leader": self.identifier}
-        self.store.fenced_put(self.lease, paths.checkpoint_path(self.source.name), checkpoint)
+        self.store.fenced_put(lease, paths.checkpoint_path(self.source.name), checkpoint)
         self._checkpoint = checkpoint
         self.stats.events += batch.count
         self.stats.transactions += batch.txns
@@ -215,7 +219,8 @@ class _Writer:
     """
 
     def __init__(self, flush, name: str):
-        self._flush, self._queue = flush, queue.Queue(maxsize=1)
+        self._flush = flush
+        self._queue: queue.Queue[Batch | None] = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
         self.durable: dict | None = None
         self.submitted = self.staged = 0

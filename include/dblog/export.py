@@ -7,11 +7,11 @@ a stream rather than a table: replaying it with the merge rule rebuilds the tabl
 from __future__ import annotations
 
 import json
-from typing import IO
+from typing import IO, Any
 
 from .events import ChangeEvent
 from .reconcile import watermark_positions
-from .rules import Chunk, DumpRecord, Window, chunk_ready, ordered_output
+from .rules import Chunk, DumpRecord, ordered_output, ready_window
 from .schema import to_json_value
 from .sources.base import WATERMARK_TABLE
 from .staged import ChunkMeta, Op, SegmentFile, chunk_rows, decode_events, key_columns
@@ -47,10 +47,10 @@ def export(staged: StagedLog, source: str, table: str, out: IO[str], upto: str |
         meta = ChunkMeta.of(data)
         if meta is None:
             continue
-        lw, hw = watermarks.get(meta.lw), watermarks.get(meta.hw)
-        if chunk_ready(lw, hw, upto) and (from_position is None or hw >= from_position):
+        window = ready_window(table, watermarks.get(meta.lw), watermarks.get(meta.hw), upto)
+        if window is not None and (from_position is None or window.high >= from_position):
             key_cols = key_columns(data.schema)
-            chunks.append(Chunk(Window(table, lw, hw), tuple(chunk_rows(data)), meta.dump_id))
+            chunks.append(Chunk(window, tuple(chunk_rows(data)), meta.dump_id))
     # Events from the earliest window on, so chunks that straddle `from_position` are reconciled right.
     low = None if from_position is None else min([c.window.low for c in chunks] + [from_position])
     if upto is None:
@@ -66,7 +66,7 @@ def export(staged: StagedLog, source: str, table: str, out: IO[str], upto: str |
             continue
         if isinstance(item, DumpRecord):
             # A key the source does not have (a key-list dump's absent key) is a delete for a consumer.
-            record = {"position": item.position, "op": Op.READ if item.row is not None else Op.DELETE,
+            record: dict[str, Any] = {"position": item.position, "op": Op.READ if item.row is not None else Op.DELETE,
                       "origin": "dump", "dump_id": item.dump_id,
                       "key": dict(zip(key_cols, map(to_json_value, item.key))), "row": _json(item.row)}
         else:

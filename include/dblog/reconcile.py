@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .rules import DumpRecord, Window, chunk_ready, merge_latest, window_survivors
+from .rules import DumpRecord, Window, merge_latest, ready_window, window_survivors
 from .sources.base import WATERMARK_TABLE
 from .staged import POSITION, ChunkMeta, chunk_rows, decode_events
 from .staging import StagedLog
@@ -43,10 +43,9 @@ def reconcile_chunk(staged: StagedLog, source: str, table: str, path: str,
     meta = ChunkMeta.of(chunk)
     if meta is None:
         return ChunkResult(path, None, 0, [])
-    lw, hw = watermarks.get(meta.lw), watermarks.get(meta.hw)
-    if not chunk_ready(lw, hw, upto):
+    window = ready_window(table, watermarks.get(meta.lw), watermarks.get(meta.hw), upto)
+    if window is None:
         return ChunkResult(path, None, chunk.num_rows, [])
-    window = Window(table, lw, hw)
     events = decode_events(staged.read_log(source, table, window.low, window.high), source, table)
     survivors = window_survivors(chunk_rows(chunk), lambda r: r.key, window, events)
     records = [DumpRecord(table, window.high, r.key, r.row, meta.dump_id) for r in survivors]

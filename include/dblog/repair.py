@@ -74,7 +74,7 @@ def coalesce(needs: Iterable[RepairNeed]) -> list[RepairNeed]:
                 whole[n.table] = n
         else:
             prior = keyed.get(n.table)
-            keys = n.keys if prior is None else tuple(dict.fromkeys(prior.keys + n.keys))
+            keys = n.keys if prior is None else tuple(dict.fromkeys((prior.keys or ()) + (n.keys or ())))
             keyed[n.table] = RepairNeed(n.table, (prior or n).reason, (prior or n).position, keys)
     return [*keyed.values(), *whole.values()]
 
@@ -161,7 +161,7 @@ def key_id(key: tuple) -> str:
 
 def covered(store: StateStore, source: str, table: str) -> tuple[bool, set[str]]:
     """What repairs not landed yet will re-read of `table`: (the whole table?, key ids)."""
-    whole, keys = False, set()
+    whole, keys = False, set[str]()
     lists = [r.keys for r in pending(store, source) if r.table == table]
     for dump_id in repair_dumps(store, source):
         scope = store.get(paths.dump_path(source, dump_id)) or {}
@@ -297,7 +297,7 @@ class Repairer:
         so a repeat finds its dump instead of making another)."""
         reasons = "; ".join(dict.fromkeys(r.reason for r in requests))
         key_requests = [r for r in requests if r.kind == "keys"]
-        keys = list({json.dumps(k): k for r in key_requests for k in r.keys}.values())
+        keys = list({json.dumps(k): k for r in key_requests for k in r.keys or ()}.values())
         tables = [r for r in requests if r.kind == "table"]
         gone = [r for r in requests if r.kind == "gone"]
         whole = bool(tables) or len(keys) > TABLE_ABOVE
@@ -322,7 +322,7 @@ class Repairer:
         dump_ids = []
         for name, part, why in todo:
             dump_id = self._create(table, name, part, why)
-            if dump_id is False:  # the table is gone, or can never be repaired (said in the log)
+            if dump_id is None:  # the table is gone, or can never be repaired (said in the log)
                 return self._drop(requests)
             dump_ids.append(dump_id)
         if tables:  # then find what it deleted, once the merge has passed it
@@ -369,8 +369,8 @@ class Repairer:
                 if key_id(k) not in present and key_id(k) not in covered_keys]
         return [json.loads(encode_key(k)) for k in gone]
 
-    def _create(self, table: str, name: str, keys: list | None, reasons: str) -> str | None | bool:
-        """Register repair dump `repair-{name}` (or find it, registered by an earlier try); False
+    def _create(self, table: str, name: str, keys: list | None, reasons: str) -> str | None:
+        """Register repair dump `repair-{name}` (or find it, registered by an earlier try); None
         when it can never be created (a dropped table, no primary key any more: said loudly).
         A transient error raises: the requests stay queued."""
         dump_id = f"{PREFIX}{name}"
@@ -381,13 +381,13 @@ class Repairer:
             create_dump(self.store, self.source, spec)
         except UnknownTable:
             log.warning("%s: %s no longer exists; its repair is dropped (%s)", self.source.name, table, reasons)
-            return False
+            return None
         except SourceUnavailable:
             raise
         except (DumpError, SourceError) as exc:
             log.error("%s: %s cannot be repaired (%s): %s. Its rows may differ from the source: fix the table, "
                       "then run a full dump of it", self.source.name, table, reasons, exc)
-            return False
+            return None
         what = "every row" if keys is None else f"{len(keys)} key(s)"
         log.warning("%s: repair dump %s re-reads %s of %s: %s", self.source.name, dump_id, what, table, reasons)
         return dump_id

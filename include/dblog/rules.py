@@ -40,6 +40,13 @@ def chunk_ready(low: str | None, high: str | None, upto: str | None) -> bool:
     return low is not None and high is not None and upto is not None and high <= upto
 
 
+def ready_window(table: str, low: str | None, high: str | None, upto: str | None) -> Window | None:
+    """The chunk's window once `chunk_ready`, else None."""
+    if low is None or high is None or not chunk_ready(low, high, upto):
+        return None
+    return Window(table, low, high)
+
+
 def touched_in_window(window: Window, events: Iterable[ChangeEvent]) -> set[tuple]:
     """Primary keys touched by a same-table event strictly between LW and HW."""
     return {key for e in events if window.contains(e) for key in e.touched_keys()}

@@ -193,7 +193,8 @@ class Settings:
     def bounds(self, name: str) -> tuple[Any, Any]:
         """The setting's accepted range, with bounds that are other settings resolved."""
         spec = _SPECS[name][0]
-        return tuple(self.get(b) if isinstance(b, str) else b for b in (spec.minimum, spec.maximum))
+        low, high = (self.get(b) if isinstance(b, str) else b for b in (spec.minimum, spec.maximum))
+        return low, high
 
     def cite(self, name: str) -> str:
         """The value and the variable that sets it, for help texts: `20,000, DBLOG_CHUNK_SIZE`."""

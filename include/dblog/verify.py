@@ -113,10 +113,10 @@ def compare_rows(schema: TableSchema, pages: Iterator[list[dict]], copy: dict[tu
                 diff.different.append(key)
         diff.ranges += 1
         diff.source_rows += len(rows)
-        r = Range(encode_key(schema.key_of(rows[0])), encode_key(schema.key_of(rows[-1])), len(rows), _hex(s_hash),
-                  c_rows, _hex(c_hash))
-        if not r.equal:
-            diff.drifted.append(r)
+        drift = Range(encode_key(schema.key_of(rows[0])), encode_key(schema.key_of(rows[-1])), len(rows),
+                      _hex(s_hash), c_rows, _hex(c_hash))
+        if not drift.equal:
+            diff.drifted.append(drift)
     diff.extra = sorted(set(copy) - seen, key=repr)
     diff.missing.sort(key=repr)
     diff.different.sort(key=repr)

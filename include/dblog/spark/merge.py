@@ -40,7 +40,9 @@ def _key_value(key: list[str]) -> Column:
     return F.col(key[0]) if len(key) == 1 else F.struct(*[F.col(k) for k in key])
 
 
-def _bound(bound: list[str], key: list[str], types: dict[str, str]) -> Column:
+def _bound(bound: list[str] | None, key: list[str], types: dict[str, str]) -> Column:
+    if bound is None:
+        raise ValueError("bucket 0 has no lower bound to compare with")  # bucket_search never asks
     values = [_literal(v, types[k]).alias(k) for v, k in zip(bound, key)]
     return values[0] if len(key) == 1 else F.struct(*values)
 

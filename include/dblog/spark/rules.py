@@ -77,12 +77,13 @@ def latest(recs: DataFrame, key: list[str], columns: list[str], carry: tuple[str
         filled = [F.last(carrier(c), ignorenulls=True).over(history).alias(f"_f{i}") for i, c in enumerate(values)]
         recs = recs.select(*within, *key, *meta, *prio, *filled)
         known = [F.coalesce(F.col(f"_f{i}.k"), F.lit(False)) for i in range(len(values))]
-        value_cols = [F.when(k, F.col(f"_f{i}.v")).alias(c) for i, (c, k) in enumerate(zip(values, known))]
+        value_cols: list[Column | str] = [F.when(k, F.col(f"_f{i}.v")).alias(c)
+                                          for i, (c, k) in enumerate(zip(values, known))]
         unknown = F.array_compact(F.array(*[F.when(~k, F.lit(c)) for c, k in zip(values, known)])) if values \
             else F.array().cast("array<string>")
         missing = F.when(~tomb & (F.size(unknown) > 0), unknown)
     else:
-        value_cols = values
+        value_cols = list(values)
         missing = F.when(~tomb, F.col(UNCHANGED)) if UNCHANGED in recs.columns else F.lit(None)
     filler = F.col("_origin") == F.lit(WINDOW)
     order = [filler.asc(), F.col(POSITION).desc()] + [F.col(p) for p in prio]

@@ -165,6 +165,8 @@ class Warehouse:
               buckets: list[int] | None = None) -> list[str]:
         """Paths of the current version's files (of `buckets` only, when given)."""
         version = self.version_path(source, table)
+        if version is None:
+            raise FileNotFoundError(f"{source}.{table} has no current version in {self.root}")
         chosen = manifest.buckets if buckets is None else [manifest.buckets[i] for i in buckets]
         out = [os.path.join(version, f) for b in chosen for f in b.files]
         if tombstones:
@@ -219,6 +221,8 @@ class Warehouse:
         for b in manifest.buckets:
             for name in b.files + [f"{TOMBSTONES}/{t}" for t in b.tombstones]:
                 if name not in new_files:
+                    if carried_from is None:
+                        raise ValueError(f"{name} is neither new nor in a previous version")
                     os.link(os.path.join(carried_from, name), os.path.join(tmp, name))
         with open(os.path.join(tmp, MANIFEST), "w") as f:
             json.dump(asdict(manifest), f, indent=1)
