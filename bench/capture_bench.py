@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import uuid
+from functools import partial
 
 import pandas  # noqa: F401  (pyarrow loads it on first Table; load it before timing, as a running capture has)
 from common import admin, median, namespace, run_sql, source, staged, store, timed
@@ -71,7 +72,7 @@ def bare_postgres(src, end_lsn: int) -> int:
 
 def run(kind: str, rows: int = 100_000, reps: int = 3) -> dict:
     bare_rates, ours_rates, counts = [], [], []
-    for rep in range(reps):
+    for _ in range(reps):
         _table(kind)
         slots = [f"bench_bare_{uuid.uuid4().hex[:6]}", f"bench_ours_{uuid.uuid4().hex[:6]}"]
         bare_src, our_src = source(kind, "bench_bare", NS, slots[0]), source(kind, "bench_ours", NS, slots[1])
@@ -85,9 +86,10 @@ def run(kind: str, rows: int = 100_000, reps: int = 3) -> dict:
         mark = sync_point(our_src)
         from dblog.positions import lsn_to_int
         end = lsn_to_int(our_src.head()["lsn"]) if kind == "postgres" else None
-        bare_s, n_bare = timed(lambda: bare_mysql(bare_src, start) if kind == "mysql" else bare_postgres(bare_src, end))
+        bare = partial(bare_mysql, bare_src, start) if kind == "mysql" else partial(bare_postgres, bare_src, end)
+        bare_s, n_bare = timed(bare)
         capture = Capture(our_src, st, staged())
-        ours_s, stats = timed(lambda: capture.run(until_watermark=mark))
+        ours_s, stats = timed(partial(capture.run, until_watermark=mark))
         bare_rates.append(n_bare / bare_s)
         ours_rates.append(stats.events / ours_s)
         counts.append((n_bare, stats.events))

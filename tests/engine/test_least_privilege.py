@@ -94,7 +94,7 @@ def test_a_fresh_capture_user_set_up_in_the_readme_order_dumps_and_captures(src)
 def _listening(port: int) -> set[str]:
     """Local addresses listening on TCP `port` (from /proc/net/tcp and tcp6)."""
     out = set()
-    for path, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in open(path).read().splitlines()[1:]:
             local, state = line.split()[1], line.split()[3]
             address, hexport = local.split(":")

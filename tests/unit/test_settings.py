@@ -50,7 +50,7 @@ def test_each_setting_is_overridden_by_its_own_variable(name):
 def test_every_setting_has_its_own_variable_a_meaning_and_says_what_it_accepts():
     variables = [spec.env for _, spec, _ in specs()]
     assert len(set(variables)) == len(variables)
-    for name, spec, default in specs():
+    for name, spec, _ in specs():
         assert spec.env.startswith("DBLOG_") and len(spec.help) > 20, name
         assert spec.choices or spec.accepts or spec.minimum is not None, f"{name} accepts anything"
 
