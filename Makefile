@@ -5,6 +5,10 @@ export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
 .PHONY: install up down status test unit demo airflow merge verify bench load chaos soak lock clean
 
+# These run against the local services of `make up`: settings left unset (connections, staging and
+# warehouse roots) fall back to them. Elsewhere dblog refuses to guess and names what to set.
+test unit demo airflow merge verify bench load chaos soak: export DBLOG_LOCAL = 1
+
 install:
 	@bash scripts/install.sh
 

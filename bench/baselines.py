@@ -26,12 +26,12 @@ BATCH = 50_000
 
 
 def _password() -> str:
-    from dblog.config import local_password
-    return local_password()
+    from dblog_dev.local import password
+    return password()
 
 
 def plain(kind: str, ns: str, out: str) -> int:
-    from dblog.workload import connect
+    from dblog_dev.workload import connect
     if kind == "mysql":
         import pymysql.cursors
         _, conn = connect(f"mysql://dblog:{_password()}@127.0.0.1:{PORTS['MARIADB']}/{ns}")

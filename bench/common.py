@@ -10,14 +10,15 @@ import time
 import uuid
 from pathlib import Path
 
+from dblog_dev import local
+
 ROOT = Path(__file__).resolve().parents[1]
-PORTS = {k: int(os.environ.get(f"DBLOG_{k}_PORT", d)) for k, d in (("MARIADB", "3307"), ("POSTGRES", "5433"), ("ZK", "2182"))}
-ADMIN = {"mysql": f"mysql://root@127.0.0.1:{PORTS['MARIADB']}/mysql",
-         "postgres": f"postgres://postgres@127.0.0.1:{PORTS['POSTGRES']}/shop"}
+PORTS = local.ports()
+ADMIN = {"mysql": local.admin_uri("mariadb"), "postgres": local.admin_uri("postgres")}
 
 
 def admin(kind: str):
-    from dblog.workload import connect
+    from dblog_dev.workload import connect
     conn = connect(ADMIN[kind])[1]
     if kind == "mysql":
         conn.autocommit(True)
@@ -47,10 +48,9 @@ def namespace(kind: str, name: str) -> None:
 
 def uri(kind: str, ns: str, slot: str | None = None) -> str:
     """The capture user's connection URI for namespace `ns` (password: the one `make up` made)."""
-    from dblog.config import local_password
     if kind == "mysql":
-        return f"mysql://dblog:{local_password()}@127.0.0.1:{PORTS['MARIADB']}/{ns}"
-    return (f"postgres://dblog:{local_password()}@127.0.0.1:{PORTS['POSTGRES']}/shop?schema={ns}"
+        return f"mysql://dblog:{local.password()}@127.0.0.1:{PORTS['MARIADB']}/{ns}"
+    return (f"postgres://dblog:{local.password()}@127.0.0.1:{PORTS['POSTGRES']}/shop?schema={ns}"
             f"&slot={slot or 'bench_' + uuid.uuid4().hex[:8]}")
 
 

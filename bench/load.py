@@ -38,7 +38,7 @@ NICE = int(os.environ.get("DBLOG_LOAD_DUMP_NICE", "10"))  # >0: the dump worker 
 
 def run(kind: str, rate: float, baseline_s: float, load_s: float) -> dict:
     from dblog.state import StateStore
-    from dblog.workload import Workload, connect
+    from dblog_dev.workload import Workload, connect
     namespace(kind, NS)
     k, conn = connect(ADMIN[kind])
     Workload(k, conn, NS, seed=1, rows=ROWS).create()
@@ -50,7 +50,7 @@ def run(kind: str, rate: float, baseline_s: float, load_s: float) -> dict:
     spawn([*cli, "capture", "--init", "--source", name], env).wait()
     capture = spawn([*cli, "capture", "--source", name], env)
     latency_file = f"{staging}/latencies.json"
-    writer = spawn(["-m", "dblog.workload", ADMIN[kind], NS, "--seconds", str(baseline_s + load_s), "--seed", "2",
+    writer = spawn(["-m", "dblog_dev.workload", ADMIN[kind], NS, "--seconds", str(baseline_s + load_s), "--seed", "2",
                     "--rows", str(ROWS), "--rate", str(rate), "--latency-out", latency_file], env)
     store = StateStore(f"127.0.0.1:{PORTS['ZK']}", chroot).start()
     src = source(kind, name, NS, slot, chroot)

@@ -11,7 +11,7 @@ for s in "${sources[@]}"; do
   airflow pools set "dblog_dump_$s" "${DBLOG_DUMP_POOL_SLOTS:-2}" "concurrent table dumps on $s" >/dev/null
 done
 python -m dblog.cli setup
-python -m dblog.sample
+python -m dblog_dev.sample
 cat <<MSG
 
   Airflow:  $AIRFLOW__API__BASE_URL   login: admin / admin

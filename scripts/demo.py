@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT / "include")]
 
-from dblog import config, sample  # noqa: E402
+from dblog import config  # noqa: E402
 from dblog.capture import caught_up, sync_point  # noqa: E402
 from dblog.reconcile import rebuild  # noqa: E402
 from dblog.staging import StagedLog  # noqa: E402
@@ -27,6 +27,7 @@ from dblog.state import StateStore, checkpoint_path  # noqa: E402
 from dblog.verify import compare_warehouse  # noqa: E402
 from dblog.warehouse.layout import Warehouse  # noqa: E402
 from dblog_airflow.local import settings  # noqa: E402
+from dblog_dev import local, sample  # noqa: E402
 
 SOURCES = ("dblog_mariadb", "dblog_postgres")
 RATE = 300  # row changes/s per source: a busy OLTP table, with room left for Spark on 2 cores
@@ -47,7 +48,7 @@ def airflow(env: dict, *args: str) -> None:
 def main() -> int:
     root = ROOT / ".local" / "demo"
     shutil.rmtree(root, ignore_errors=True)
-    zk_uri = config.local_connections()[config.ZOOKEEPER_CONN].rsplit("/", 1)[0] + "/dblog_demo"
+    zk_uri = f"zookeeper://{local.zookeeper_hosts()}/dblog_demo"
     os.environ.update({"DBLOG_STAGING": str(root / "staging"), "DBLOG_WAREHOUSE": str(root / "warehouse"),
                        "DBLOG_SOURCES": ",".join(SOURCES)})
     env = {**os.environ, **settings(root / "airflow"), "AIRFLOW_CONN_DBLOG_ZOOKEEPER": zk_uri}
@@ -65,7 +66,7 @@ def main() -> int:
                        check=True, capture_output=True)
         procs.append(subprocess.Popen([sys.executable, "-m", "dblog.cli", "capture", "--source", sid], env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    writers = [subprocess.Popen([sys.executable, "-m", "dblog.workload", sample.admin_uri(sid),
+    writers = [subprocess.Popen([sys.executable, "-m", "dblog_dev.workload", sample.admin_uri(sid),
                                  config.source(sid).namespace, "--seconds", "3600", "--seed", "2", "--rows", "20000", "--rate", str(RATE)],
                                 env=env, stdout=subprocess.DEVNULL) for sid in SOURCES]
     procs += writers

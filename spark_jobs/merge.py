@@ -8,11 +8,15 @@ The work itself is `dblog.spark.job.merge_table` (DataFrame functions in `dblog.
 With `--report FILE` (how the Airflow merge task runs it) the job prints no summary of its own:
 the task logs one line per table from the report. A failure writes `{"error": "..."}` to the
 report, so the task can say why it failed without digging through Spark's output.
+
+With `--settings FILE` the job takes its connections and roots from that file (written by the
+task, readable by this user only) instead of its environment: see `apply_settings`.
 """
 import contextlib
 import io
 import json
 import logging
+import os
 import sys
 
 from dblog.cli import main
@@ -35,13 +39,33 @@ class _Tee(io.StringIO):
         self.out.flush()
 
 
+def apply_settings(argv: list[str]) -> list[str]:
+    """Take `--settings FILE` out of `argv`: the file maps the engine's variables (AIRFLOW_CONN_*,
+    DBLOG_*) to values, which this process then uses. The Airflow task resolves the connections,
+    wherever Airflow keeps them, and hands them over in a file because a command line is logged
+    and visible to every user. Read once, then removed: the credentials do not outlive the start."""
+    if "--settings" not in argv[:-1]:
+        return argv
+    at = argv.index("--settings")
+    path = argv[at + 1]
+    with open(path) as f:
+        settings = json.load(f)
+    os.remove(path)
+    unknown = [k for k in settings if not k.startswith(("AIRFLOW_CONN_", "DBLOG_"))]
+    if unknown:  # the file configures dblog, nothing else of this process
+        raise ValueError(f"{path}: not dblog settings: {', '.join(sorted(unknown))}")
+    os.environ.update({k: str(v) for k, v in settings.items()})
+    return argv[:at] + argv[at + 2:]
+
+
 def run(argv: list[str]) -> int:
     report = argv[argv.index("--report") + 1] if "--report" in argv[:-1] else None
     if report is None:
-        return main(["merge", *argv])
+        return main(["merge", *apply_settings(argv)])
     logging.getLogger("py4j").setLevel(logging.WARNING)
     stderr = _Tee(sys.stderr)
     try:
+        argv = apply_settings(argv)
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
             code = main(["merge", *argv])  # `dblog merge` prints a line per table: dropped here
     except BaseException as exc:  # a bug, not bad input: the traceback follows on stderr

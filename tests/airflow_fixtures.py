@@ -14,11 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _airflow_settings(home: Path) -> dict[str, str]:
-    from dblog_airflow.local import settings
-    env = settings(home)
+    from dblog_airflow.local import airflow_settings
     # Connections and dblog roots come from each test; only Airflow's own settings are global.
-    return {k: v for k, v in env.items()
-            if (k.startswith("AIRFLOW") and not k.startswith("AIRFLOW_CONN_DBLOG")) or k in ("PATH", "PYSPARK_PYTHON")}
+    return {k: v for k, v in airflow_settings(home).items() if k != "PYTHONPATH"}
 
 
 @pytest.fixture(scope="session")
@@ -59,22 +57,49 @@ def task_states(run) -> dict[str, str]:
 @pytest.fixture
 def deploy(airflow_home, monkeypatch, tmp_path):
     """deploy(src, ...): configure Airflow for these sources (they share the first's ZooKeeper chroot
-    and staging root), create their dump pools, return the Deployment."""
-    def configure(*sources) -> Deployment:
+    and staging root), create their dump pools, return the Deployment. The source and ZooKeeper
+    connections are AIRFLOW_CONN_* variables, or with `in_metadata_db=True` rows of Airflow's
+    metadata database (as the UI creates them), removed after the test."""
+    stored: list[str] = []
+
+    def configure(*sources, in_metadata_db: bool = False) -> Deployment:
         from airflow.models.pool import Pool
         first = sources[0]
+        connections = {"dblog_zookeeper": first.zk_uri}
         for s in sources:
             assert s.staging == first.staging and s.zk_chroot == first.zk_chroot, "share one deployment"
-            monkeypatch.setenv(f"AIRFLOW_CONN_{s.source_id.upper()}", s.uri)
+            connections[s.source_id] = s.uri
             Pool.create_or_update_pool(f"dblog_dump_{s.source_id}", slots=2, description="test",
                                        include_deferred=False)
+        if in_metadata_db:
+            stored.extend(store_connections(connections))
+        else:
+            for conn_id, uri in connections.items():
+                monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", uri)
         monkeypatch.setenv("DBLOG_SOURCES", ",".join(s.source_id for s in sources))
-        monkeypatch.setenv("AIRFLOW_CONN_DBLOG_ZOOKEEPER", first.zk_uri)
         monkeypatch.setenv("DBLOG_STAGING", str(first.staging))
         monkeypatch.setenv("DBLOG_WAREHOUSE", str(tmp_path / "warehouse"))
         monkeypatch.setenv("DBLOG_ZK_SESSION_TIMEOUT", "3")
         return Deployment(sources)
-    return configure
+    yield configure
+    delete_connections(stored)
+
+
+def store_connections(uris: dict[str, str]) -> list[str]:
+    """Connections in the metadata database, from their URIs; returns their ids."""
+    from airflow.models.connection import Connection
+    from airflow.utils.session import create_session
+    with create_session() as session:
+        for conn_id, uri in uris.items():
+            session.add(Connection(conn_id=conn_id, uri=uri))
+    return list(uris)
+
+
+def delete_connections(conn_ids: list[str]) -> None:
+    from airflow.models.connection import Connection
+    from airflow.utils.session import create_session
+    with create_session() as session:
+        session.query(Connection).filter(Connection.conn_id.in_(conn_ids)).delete(synchronize_session=False)
 
 
 class StatsdListener:

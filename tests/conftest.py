@@ -15,12 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from dblog_dev import local
+
 pytest_plugins = ["airflow_fixtures"]  # Airflow under test (tests/dags, tests/e2e)
 
 ROOT = Path(__file__).resolve().parents[1]
-PORTS = {k: os.environ.get(f"DBLOG_{k}_PORT", d) for k, d in (("MARIADB", "3307"), ("POSTGRES", "5433"), ("ZK", "2182"))}
-ADMIN = {"mariadb": f"mysql://root@127.0.0.1:{PORTS['MARIADB']}/mysql",
-         "postgres": f"postgres://postgres@127.0.0.1:{PORTS['POSTGRES']}/shop"}
+PORTS = local.ports()
+ADMIN = {service: local.admin_uri(service) for service in ("mariadb", "postgres")}
+# The tests run against the local services: settings a test leaves unset may fall back to them
+# (a test that proves the engine refuses to fall back removes it).
+os.environ["DBLOG_LOCAL"] = "1"
 
 
 def pytest_collection_modifyitems(items):
@@ -47,13 +51,12 @@ def wait_for(condition, timeout: float = 60.0, interval: float = 0.05, what: str
         time.sleep(interval)
 
 
-TABLES = ("accounts", "order_lines")  # what `dblog.workload` creates
+TABLES = ("accounts", "order_lines")  # what `dblog_dev.workload` creates
 
 
 def capture_password() -> str:
     """The capture user's password, which `make up` generated for this checkout."""
-    from dblog.config import local_password
-    return local_password()
+    return local.password()
 
 
 def settle(src: "SourceEnv") -> None:
@@ -138,7 +141,7 @@ class SourceEnv:
                 "PYTHONPATH": str(ROOT / "include")}
 
     def admin(self):
-        from dblog.workload import connect
+        from dblog_dev.workload import connect
         uri = ADMIN[self.kind]
         kind, conn = connect(uri)
         return conn
@@ -169,7 +172,7 @@ class SourceEnv:
         return StagedLog(str(self.staging))
 
     def workload(self, seed: int = 0, rows: int = 2000):
-        from dblog.workload import Workload, connect
+        from dblog_dev.workload import Workload, connect
         kind, conn = connect(ADMIN[self.kind])
         self.conns.append(conn)
         return Workload(kind, conn, self.namespace, seed, rows)
@@ -199,7 +202,7 @@ class SourceEnv:
     def spawn_workload(self, seconds: float, seed: int = 1, rows: int = 2000,
                        rate: float | None = None) -> subprocess.Popen:
         return self.spawn(ADMIN[self.kind], self.namespace, "--seconds", str(seconds), "--seed", str(seed),
-                          "--rows", str(rows), *(["--rate", str(rate)] if rate else []), module="dblog.workload")
+                          "--rows", str(rows), *(["--rate", str(rate)] if rate else []), module="dblog_dev.workload")
 
     def setup(self) -> None:
         if self.kind == "mariadb":

@@ -60,6 +60,8 @@ def cmd_capture(args) -> int:
     _within("--flush-rows", "capture.flush_rows", args.flush_rows)
     _within("--flush-seconds", "capture.flush_seconds", args.flush_seconds)
     source = config.source(_source_id(args.source, "capture"))
+    # Settings a capture needs are resolved before ZooKeeper is touched: a missing one changes nothing.
+    roots = None if args.reset or args.init else (StagedLog(config.staging_root()), _warehouse())
     with _store() as store:
         if args.reset:
             reset_checkpoint(store, source)
@@ -77,9 +79,8 @@ def cmd_capture(args) -> int:
 
         signal.signal(signal.SIGTERM, stop)
         while True:
-            capture = Capture(source, store, StagedLog(config.staging_root()), flush_rows=args.flush_rows,
-                              flush_seconds=args.flush_seconds, repairs=not args.no_repair,
-                              warehouse=_warehouse())
+            capture = Capture(source, store, roots[0], flush_rows=args.flush_rows,
+                              flush_seconds=args.flush_seconds, repairs=not args.no_repair, warehouse=roots[1])
             try:
                 stats = capture.run(duration=args.duration, until_watermark=args.until_watermark)
                 break
@@ -102,8 +103,9 @@ def _warehouse():
 def cmd_repair(args) -> int:
     from .repair import Repairer, waiting
     source = config.source(_source_id(args.source, "repair"))
+    staged, warehouse = StagedLog(config.staging_root()), _warehouse()
     with _store() as store:
-        ran = Repairer(store, source, StagedLog(config.staging_root()), warehouse=_warehouse()).run_once()
+        ran = Repairer(store, source, staged, warehouse=warehouse).run_once()
         print(json.dumps({"ran": ran, "waiting": waiting(store, source.name)}, default=str))
     return 0
 

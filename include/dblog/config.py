@@ -7,8 +7,10 @@ A source is a connection id. Its URI names the database family and what to captu
 
 ZooKeeper is the `dblog_zookeeper` connection (`zookeeper://host:port[,host:port]/chroot`), the
 staged log root is `DBLOG_STAGING` (a path or any pyarrow filesystem URI), the warehouse root
-`DBLOG_WAREHOUSE` (a POSIX path). Without any of these,
-the local services of `make up` are used.
+`DBLOG_WAREHOUSE` (a POSIX path). A missing one is an error that says what to set: guessing
+(a database on 127.0.0.1, a directory under the working directory) would reach the wrong service
+or lose the staged log. Only with DBLOG_LOCAL=1 (the Makefile, the tests, `make airflow`) do they
+fall back to the local deployment of `make up` (`dblog_dev.local`, imported only then).
 
 Every deployment writes its watermarks into the one watermark table a database server has
 (`dblog.watermarks`); `deployment_id` names the deployment, so that its capture stages only its
@@ -36,45 +38,30 @@ MAX_DEPLOYMENT_ID = 22
 _DEPLOYMENT = re.compile(rf"^[a-z0-9_]{{1,{MAX_DEPLOYMENT_ID}}}$")
 _ID = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 
-LOCAL_CONNECTION_IDS = ("dblog_mariadb", "dblog_postgres", ZOOKEEPER_CONN)
+LOCAL_ENV = "DBLOG_LOCAL"
 
 
-def local_dir() -> str:
-    return os.environ.get("DBLOG_LOCAL_DIR") or os.path.abspath(os.path.join(os.getcwd(), ".local"))
-
-
-def local_password() -> str:
-    """The local capture user's password: DBLOG_PASSWORD, or the one `make up` generated."""
-    if os.environ.get("DBLOG_PASSWORD"):
-        return os.environ["DBLOG_PASSWORD"]
-    path = os.path.join(local_dir(), "secrets", "dblog-password")
-    try:
-        with open(path) as f:
-            return f.readline().strip()
-    except FileNotFoundError:
-        raise ConfigError(f"no password for the local capture user: {path} is missing. Run `make up` "
-                          "(it generates one) or set DBLOG_PASSWORD.") from None
-
-
-def local_connections() -> dict[str, str]:
-    """Connection URIs of the services `make up` starts (ports from DBLOG_*_PORT)."""
-    my, pg, zk = (os.environ.get(f"DBLOG_{n}_PORT", d) for n, d in
-                  (("MARIADB", "3307"), ("POSTGRES", "5433"), ("ZK", "2182")))
-    pw = local_password()
-    return {
-        "dblog_mariadb": f"mysql://dblog:{pw}@127.0.0.1:{my}/shop",
-        "dblog_postgres": f"postgres://dblog:{pw}@127.0.0.1:{pg}/shop?schema=public",
-        ZOOKEEPER_CONN: f"zookeeper://127.0.0.1:{zk}{DEFAULT_CHROOT}",
-    }
+def local() -> bool:
+    """DBLOG_LOCAL=1: settings left unset fall back to the local `make up` deployment."""
+    return os.environ.get(LOCAL_ENV, "").strip() == "1"
 
 
 def connection_uri(conn_id: str) -> str:
-    uri = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}") or (
-        local_connections().get(conn_id) if conn_id in LOCAL_CONNECTION_IDS else None)
-    if not uri:
-        raise ConfigError(f"no connection {conn_id!r}: set AIRFLOW_CONN_{conn_id.upper()} to a URI such as "
-                          "mysql://user:password@host:3306/db or postgres://user:password@host:5432/db")
-    return uri
+    uri = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}")
+    if uri:
+        return uri
+    fallback = f"{LOCAL_ENV}=1 uses the local `make up` services instead"
+    if local():
+        from dblog_dev.local import connections  # the development package: only where asked for
+        uri = connections().get(conn_id)
+        if uri:
+            return uri
+        fallback = f"{LOCAL_ENV}=1 provides only {', '.join(connections())}"
+    example = ("zookeeper://host:2181/dblog" if conn_id == ZOOKEEPER_CONN else
+               "mysql://user:password@host:3306/db or postgres://user:password@host:5432/db")
+    raise ConfigError(f"no connection {conn_id!r}: set AIRFLOW_CONN_{conn_id.upper()} to a URI such as {example} "
+                      f"(Airflow tasks also find a connection {conn_id} defined in the UI or a secrets backend); "
+                      f"{fallback}")
 
 
 def source_ids() -> list[str]:
@@ -82,11 +69,23 @@ def source_ids() -> list[str]:
 
 
 def staging_root() -> str:
-    return os.environ.get("DBLOG_STAGING") or os.path.abspath(os.path.join(os.getcwd(), ".local", "staging"))
+    return _root("DBLOG_STAGING", "staged log", "a path every worker shares, or s3://bucket/path", "staging")
 
 
 def warehouse_root() -> str:
-    return os.environ.get("DBLOG_WAREHOUSE") or os.path.abspath(os.path.join(os.getcwd(), ".local", "warehouse"))
+    return _root("DBLOG_WAREHOUSE", "warehouse", "a POSIX path every Spark worker shares", "warehouse")
+
+
+def _root(variable: str, what: str, example: str, local_subdir: str) -> str:
+    if os.environ.get(variable):
+        return os.environ[variable]
+    if local():
+        from dblog_dev.local import local_dir
+        return os.path.join(local_dir(), local_subdir)
+    # A default under the working directory would differ from process to process (Airflow runs
+    # tasks in temporary directories): a capture would stage where no merge reads.
+    raise ConfigError(f"{variable} is not set: set it to the {what} root ({example}); "
+                      f"{LOCAL_ENV}=1 uses .local/{local_subdir} of the local `make up` deployment instead")
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,24 @@ USER, PASSWORD = "admin", "admin"
 
 
 def settings(home: Path | None = None) -> dict[str, str]:
-    from dblog.config import local_connections
+    """Airflow's settings plus the dblog connections and roots of the local services."""
+    from dblog_dev.local import connections
     os.environ.setdefault("DBLOG_LOCAL_DIR", str(ROOT / ".local"))  # where `make up` keeps the password
+    env = {f"AIRFLOW_CONN_{conn_id.upper()}": uri for conn_id, uri in connections().items()}
+    env.update({
+        "DBLOG_LOCAL": "1",  # this deployment is the local one: the engine may fall back to its services
+        # Explicit roots: Airflow runs tasks in temporary directories, so cwd-relative defaults would drift.
+        "DBLOG_STAGING": os.environ.get("DBLOG_STAGING") or str(ROOT / ".local" / "staging"),
+        "DBLOG_WAREHOUSE": os.environ.get("DBLOG_WAREHOUSE") or str(ROOT / ".local" / "warehouse"),
+    })
+    return {**airflow_settings(home), **env}
+
+
+def airflow_settings(home: Path | None = None) -> dict[str, str]:
+    """Airflow's own settings for a home under .local (or `home`); no connection, no dblog root."""
     home = Path(home or ROOT / ".local" / "airflow")
     venv_bin = str(Path(sys.executable).parent)
-    env = {f"AIRFLOW_CONN_{conn_id.upper()}": uri for conn_id, uri in local_connections().items()}
-    env.update({
+    env = {
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
@@ -35,13 +47,10 @@ def settings(home: Path | None = None) -> dict[str, str]:
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
         "AIRFLOW_CONN_SPARK_DEFAULT": "spark://local%5B2%5D",
-        # Explicit roots: Airflow runs tasks in temporary directories, so cwd-relative defaults would drift.
-        "DBLOG_STAGING": os.environ.get("DBLOG_STAGING") or str(ROOT / ".local" / "staging"),
-        "DBLOG_WAREHOUSE": os.environ.get("DBLOG_WAREHOUSE") or str(ROOT / ".local" / "warehouse"),
         "PYSPARK_PYTHON": sys.executable,
         "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",
         "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT / "include")]),
-    })
+    }
     home.mkdir(parents=True, exist_ok=True)
     (home / "passwords.json").write_text(f'{{"{USER}": "{PASSWORD}"}}')
     return env

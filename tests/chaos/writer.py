@@ -14,7 +14,7 @@ import sys
 import time
 from collections import Counter
 
-from dblog.workload import Workload, connect
+from dblog_dev.workload import Workload, connect
 
 LABELS = {  # string key, NULL-heavy columns
     "mysql": "CREATE TABLE {ns}.labels (code VARCHAR(40) PRIMARY KEY, title TEXT NULL, weight DECIMAL(9,3) NULL, "

@@ -194,7 +194,7 @@ def test_a_failed_merge_logs_the_jobs_reason_as_an_error_and_fails_with_it(monke
     from dblog_airflow.operators import merge
 
     def spark_submit_fails(self, context):
-        with open(self.application_args[-1], "w") as f:
+        with open(self.application_args[self.application_args.index("--report") + 1], "w") as f:
             json.dump({"error": "the primary key of shop.t changed from ['id'] to ['k']; ..."}, f)
         raise AirflowException("Cannot execute: spark-submit ... Error code is: 2.")
 
@@ -208,7 +208,9 @@ def test_a_failed_merge_logs_the_jobs_reason_as_an_error_and_fails_with_it(monke
             pass
 
     monkeypatch.setattr(SparkSubmitOperator, "execute", spark_submit_fails)
-    monkeypatch.setattr(merge, "zookeeper_uri", lambda conn_id: "zookeeper://127.0.0.1:1/x")
+    monkeypatch.setenv("DBLOG_SOURCES", "t_src")  # connections the task resolves before it submits the job
+    monkeypatch.setenv("AIRFLOW_CONN_T_SRC", "mysql://u:p@127.0.0.1:1/db")
+    monkeypatch.setenv("AIRFLOW_CONN_DBLOG_ZOOKEEPER", "zookeeper://127.0.0.1:1/x")
     monkeypatch.setattr(merge.MergeOperator, "log", Log())
     with pytest.raises(AirflowException, match=r"^merge failed: the primary key of shop.t changed"):
         merge.MergeOperator(task_id="merge").execute({})

@@ -4,7 +4,7 @@ import signal
 import socket
 
 import pytest
-from conftest import settle, wait_for
+from conftest import PORTS, settle, wait_for
 from dblog import state as paths
 from dblog.capture import Capture, ensure_checkpoint
 from dblog.sources.base import SourceError
@@ -108,7 +108,7 @@ def test_a_binlog_without_full_row_images_is_refused_with_the_fix(mariadb):
 def test_a_postgres_role_without_replication_is_refused_with_the_fix(postgres):
     postgres.sql("DROP ROLE IF EXISTS dblog_norepl", "CREATE ROLE dblog_norepl LOGIN PASSWORD 'x'")
     from dblog.sources.postgres import PostgresSource
-    source = PostgresSource("t_norepl", "127.0.0.1", int(os.environ.get("DBLOG_POSTGRES_PORT", "5433")),
+    source = PostgresSource("t_norepl", "127.0.0.1", PORTS["POSTGRES"],
                             "dblog_norepl", "x", "shop", schema=postgres.namespace)
     with pytest.raises(SourceError, match="it lacks the REPLICATION attribute") as refused:
         source.preflight()

@@ -17,13 +17,14 @@ def test_compose_runs_every_part_the_issue_names():
 
 
 def test_airflow_containers_mount_the_project_folders_and_use_the_local_connection_ids():
-    from dblog.config import LOCAL_CONNECTION_IDS, source_ids
+    from dblog.config import source_ids
+    from dblog_dev.local import CONNECTION_IDS
     for name in ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"):
         service = SERVICES[name]
         mounts = {v.split(":")[0] for v in service["volumes"]}
         assert {"./dags", "./plugins", "./include", "./spark_jobs"} <= mounts
         env = service["environment"]
-        for conn_id in LOCAL_CONNECTION_IDS:
+        for conn_id in CONNECTION_IDS:
             assert f"AIRFLOW_CONN_{conn_id.upper()}" in env
         assert env["DBLOG_SOURCES"].split(",") == source_ids()
 

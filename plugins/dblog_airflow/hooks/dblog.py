@@ -2,8 +2,10 @@
 
 A source is an Airflow connection (conn type `mysql` or `postgres`; extras `schema`, `slot`,
 `publication`, `exclude` as in `dblog.config`), so users manage credentials in the UI, a secrets
-backend or `AIRFLOW_CONN_*`. ZooKeeper is the `dblog_zookeeper` connection
-(host `zk1:2181,zk2:2181` or host + port, schema = chroot, extra `session_timeout`).
+backend or `AIRFLOW_CONN_*`. ZooKeeper is the `dblog_zookeeper` connection (host
+`zk1:2181,zk2:2181` or host + port, schema = chroot, extra `session_timeout`). Every task resolves
+them here, through Airflow, wherever they are defined; a process Airflow does not run (the Spark
+job) gets them from the task (`operators/merge.py`).
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from typing import TYPE_CHECKING, Iterator
 from airflow.sdk import BaseHook
 
 if TYPE_CHECKING:
+    from airflow.sdk import Connection
+
     from dblog.sources.base import Source
     from dblog.state import StateStore
 
@@ -30,11 +34,14 @@ class DBLogHook(BaseHook):
         self.source_conn_id = source_conn_id
         self.zookeeper_conn_id = zookeeper_conn_id
 
+    def source_uri(self) -> str:
+        """The source connection as the engine's URI (`dblog.config.source_from_uri`)."""
+        return self.get_connection(self.source_conn_id).get_uri()
+
     def get_source(self) -> "Source":
         # The deployment (which scopes its watermarks) follows the ZooKeeper connection in use.
         from dblog.config import deployment_id, source_from_uri
-        return source_from_uri(self.source_conn_id, self.get_connection(self.source_conn_id).get_uri(),
-                               deployment_id(self.zookeeper_uri()))
+        return source_from_uri(self.source_conn_id, self.source_uri(), deployment_id(self.zookeeper_uri()))
 
     def zookeeper_uri(self) -> str:
         return zookeeper_uri(self.zookeeper_conn_id)
@@ -47,22 +54,36 @@ class DBLogHook(BaseHook):
         with StateStore(zk.hosts, zk.chroot, timeout=zk.session_timeout) as store:
             yield store
 
+    # The roots are settings of the workers (DBLOG_STAGING, DBLOG_WAREHOUSE), not connections.
+    @staticmethod
+    def staging_root() -> str:
+        from dblog.config import staging_root
+        return staging_root()
+
+    @staticmethod
+    def warehouse_root() -> str:
+        from dblog.config import warehouse_root
+        return warehouse_root()
+
     @staticmethod
     def staged():
-        from dblog.config import staging_root
         from dblog.staging import StagedLog
-        return StagedLog(staging_root())
+        return StagedLog(DBLogHook.staging_root())
 
     @staticmethod
     def warehouse():
-        from dblog.config import warehouse_root
         from dblog.warehouse.layout import Warehouse
-        return Warehouse(warehouse_root())
+        return Warehouse(DBLogHook.warehouse_root())
 
 
 def zookeeper_uri(conn_id: str = ZOOKEEPER_CONN_ID) -> str:
-    """The ZooKeeper connection as the engine's URI (host may list several `host:port`)."""
-    conn = BaseHook.get_connection(conn_id)
+    """The ZooKeeper connection `conn_id` as the engine's URI."""
+    return zookeeper_uri_of(BaseHook.get_connection(conn_id))
+
+
+def zookeeper_uri_of(conn: "Connection") -> str:
+    """`zookeeper://hosts/chroot[?session_timeout=S]` from a connection whose host may list
+    several `host:port`, with the chroot in its schema (default `dblog`)."""
     hosts = conn.host if not conn.port else f"{conn.host}:{conn.port}"
     timeout = conn.extra_dejson.get("session_timeout")
     return f"zookeeper://{hosts}/{(conn.schema or 'dblog').strip('/')}" + (

@@ -121,6 +121,14 @@ def _keys(keys: Any) -> list | None:
     return keys
 
 
+def dump_spec(tables: Any = None, keys: Any = None, chunk_size: Any = None, delay_seconds: Any = 0.0,
+              dump_id: str | None = None, exclude: Any = None):
+    """The engine's DumpSpec from a run's rendered params (the form leaves empty fields as None or "")."""
+    from dblog.dump import DumpSpec
+    return DumpSpec(tables=list(tables or []), keys=_keys(keys), chunk_size=chunk_size, delay_s=delay_seconds,
+                    dump_id=dump_id or None, exclude=list(exclude or []))
+
+
 class StartDumpOperator(BaseOperator):
     """Check the run, validate and register a dump; returns one `{"dump_id", "table"}` per table
     for mapping, and pushes XCom `dump` (`dump_id`, `source`, `tables`, `summary`), which the XCom
@@ -142,15 +150,14 @@ class StartDumpOperator(BaseOperator):
         self.zookeeper_conn_id = zookeeper_conn_id
 
     def execute(self, context) -> list[dict]:
-        from dblog.dump import DumpSpec, create_dump
+        from dblog.dump import create_dump
         from dblog.state import dump_path
         check_run(self, context, tables=self.tables, chunk_size=self.chunk_size, delay_seconds=self.delay_seconds,
                   exclude=self.exclude)
         if self.selected_source and self.selected_source not in (ALL_SOURCES, self.source_conn_id):
             raise AirflowSkipException(f"this run dumps {self.selected_source}, not {self.source_conn_id}")
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
-        spec = DumpSpec(tables=list(self.tables or []), keys=_keys(self.keys), chunk_size=self.chunk_size,
-                        delay_s=self.delay_seconds, dump_id=self.dump_id or None, exclude=list(self.exclude or []))
+        spec = dump_spec(self.tables, self.keys, self.chunk_size, self.delay_seconds, self.dump_id, self.exclude)
         try:
             source = hook.get_source()
             with hook.store() as store:

@@ -2,6 +2,10 @@
 warehouse table that got a new version (through the `dblog_warehouse` AssetAlias), so downstream
 DAGs can be scheduled on fresh data: `schedule=[warehouse_asset("dblog_mariadb", "shop.accounts")]`.
 
+The job runs outside Airflow, so the task resolves its connections (sources, ZooKeeper) through
+the hook, wherever Airflow keeps them, and hands them over with the staged log and warehouse
+roots in a file only this user can read (`job_settings`); its path is all the command line shows.
+
 The task log has one summary line per table (the job itself prints none; Spark logs at WARN).
 In a dump run (upstream `StartDumpOperator` tasks), a table's line reports the dump's own chunks,
 rows and rows dropped in windows, as recorded in ZooKeeper by whichever merges took its chunks.
@@ -22,7 +26,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from dblog_airflow import metrics
 from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook, zookeeper_uri
-from dblog.config import source_ids
+from dblog.config import ZOOKEEPER_CONN, source_ids
 from dblog.settings import settings
 from dblog_airflow.operators.dump import ALL_SOURCES, StartDumpOperator, check_run
 
@@ -53,6 +57,34 @@ def _listed(value: Any) -> list[str]:
     return [v.strip() for v in items if v and v.strip()]
 
 
+def job_arguments(sources: list[str], tables: list[str], bucket_rows: int | None, report: str,
+                  settings: str) -> list[str]:
+    """`spark_jobs/merge.py`'s arguments. The task log shows them: nothing secret goes here."""
+    args = ["--source", ",".join(sources)]
+    if tables:
+        args += ["--table", ",".join(tables)]
+    if bucket_rows is not None:  # 0 too: the job refuses it with the reason
+        args += ["--bucket-rows", str(bucket_rows)]
+    return [*args, "--report", report, "--settings", settings]
+
+
+def job_settings(sources: list[str], zookeeper_conn_id: str = ZOOKEEPER_CONN_ID) -> dict[str, str]:
+    """The job's connections and roots, as the engine's own variables (`dblog.config`), each
+    connection resolved through Airflow wherever it is defined. Raises ConfigError naming a
+    root that is not set."""
+    settings = {f"AIRFLOW_CONN_{s.upper()}": DBLogHook(s, zookeeper_conn_id).source_uri() for s in sources}
+    settings[f"AIRFLOW_CONN_{ZOOKEEPER_CONN.upper()}"] = zookeeper_uri(zookeeper_conn_id)
+    settings.update(DBLOG_STAGING=DBLogHook.staging_root(), DBLOG_WAREHOUSE=DBLogHook.warehouse_root())
+    return settings
+
+
+def write_private(path: str, data: Any) -> str:
+    """Write `data` as JSON into a new file only this user can read (created so, never widened)."""
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        json.dump(data, f)
+    return path
+
+
 class MergeOperator(SparkSubmitOperator):
     """`dblog merge` as a spark-submit job. `sources` / `tables`: comma-separated or lists (templated);
     empty (or `all` for sources) means every configured source / every staged table."""
@@ -72,21 +104,10 @@ class MergeOperator(SparkSubmitOperator):
 
     def execute(self, context) -> list[dict]:
         check_run(self, context)  # a conf key no param declares is a typo, not a wish
-        sources = [s for s in _listed(self.sources) if s != ALL_SOURCES]
-        self._report_captures(sources or source_ids())
+        sources = [s for s in _listed(self.sources) if s != ALL_SOURCES] or source_ids()
+        self._report_captures(sources)
         with tempfile.TemporaryDirectory(prefix="dblog-merge-") as tmp:
-            report = os.path.join(tmp, "report.json")
-            args = list(self.application_args or [])
-            for flag, value in (("--source", sources), ("--table", _listed(self.tables))):
-                if value:
-                    args += [flag, ",".join(value)]
-            if self.bucket_rows is not None:  # 0 too: the job refuses it with the reason
-                args += ["--bucket-rows", str(self.bucket_rows)]
-            self.application_args = [*args, "--report", report]
-            self.conf = self._quiet_driver(dict(self.conf or {}), tmp)
-            # The job reaches ZooKeeper through the Airflow connection, wherever it is defined.
-            self.env_vars = {"PYSPARK_PYTHON": sys.executable, **(self.env_vars or {}),
-                             "AIRFLOW_CONN_DBLOG_ZOOKEEPER": zookeeper_uri(self.zookeeper_conn_id)}
+            report = self.prepare_submit(tmp, sources)
             self._hook = None
             try:
                 super().execute(context)
@@ -125,6 +146,19 @@ class MergeOperator(SparkSubmitOperator):
                                  "%d key(s) sent to repair now; waiting for a repair: %s", r["source"], r["table"],
                                  r.get("missing_rows", 0), r.get("repairs_requested", 0), r.get("waiting"))
         return results
+
+    def prepare_submit(self, tmp: str, sources: list[str]) -> str:
+        """Set what spark-submit gets (application args, conf, environment) and write the job's
+        settings into `tmp` (a private temporary directory); returns the job's report path."""
+        settings = write_private(os.path.join(tmp, "settings.json"), job_settings(sources, self.zookeeper_conn_id))
+        report = os.path.join(tmp, "report.json")
+        self.application_args = [*(self.application_args or []),
+                                 *job_arguments(sources, _listed(self.tables), self.bucket_rows, report, settings)]
+        self.conf = self._quiet_driver(dict(self.conf or {}), tmp)
+        # No connection in the environment either: on YARN and Kubernetes the Spark provider passes
+        # env_vars on spark-submit's command line, which it logs, and env_vars is a rendered field.
+        self.env_vars = {"PYSPARK_PYTHON": sys.executable, **(self.env_vars or {})}
+        return report
 
     def _report_captures(self, sources: list[str]) -> None:
         """Each source's capture lag and state as metrics, from here too: a stopped capture sends

@@ -6,11 +6,12 @@ from typing import Any, Sequence
 from airflow.providers.standard.operators.branch import BaseBranchOperator
 from airflow.sdk import BaseOperator
 
-from dblog_airflow.hooks.dblog import DBLogHook
+from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook
 from dblog_airflow.operators.dump import ALL_SOURCES, check_run, fail
 
 
-def _selected(source_conn_ids: Sequence[str], selected: str | None) -> list[str]:
+def selected_sources(source_conn_ids: Sequence[str], selected: str | None) -> list[str]:
+    """The sources a run covers: the one its `source` param names, or all (empty or `all`)."""
     return [s for s in source_conn_ids if selected in (None, "", ALL_SOURCES, s)]
 
 
@@ -30,7 +31,7 @@ class VerifyStartOperator(BaseBranchOperator):
 
     def choose_branch(self, context) -> list[str]:
         check_run(self, context, tables=self.tables, chunk_size=self.chunk_size)
-        sources = _selected(self.source_conn_ids, self.selected_source)
+        sources = selected_sources(self.source_conn_ids, self.selected_source)
         self.log.info("verifying %s: %s", ", ".join(sources), ", ".join(self.tables or []) or "every table")
         return [f"{s}.{self.branch_task}" for s in sources]
 
@@ -45,10 +46,11 @@ class VerifyOperator(BaseOperator):
     template_fields: Sequence[str] = ("source_conn_ids", "selected_source", "tables", "page", "chunk_size")
 
     def __init__(self, *, source_conn_ids: Any, selected_source: str | None = None, tables: Any = None,
-                 page: Any = None, chunk_size: Any = None, **kwargs: Any) -> None:
+                 page: Any = None, chunk_size: Any = None, zookeeper_conn_id: str = ZOOKEEPER_CONN_ID,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source_conn_ids, self.selected_source, self.tables = source_conn_ids, selected_source, tables
-        self.page, self.chunk_size = page, chunk_size
+        self.page, self.chunk_size, self.zookeeper_conn_id = page, chunk_size, zookeeper_conn_id
 
     def execute(self, context) -> list[dict]:
         from dblog.settings import settings
@@ -57,8 +59,8 @@ class VerifyOperator(BaseOperator):
         page = tuned.page_rows if self.page is None else int(self.page)
         chunk_size = tuned.chunk_size if self.chunk_size is None else self.chunk_size
         repairs = []
-        for conn_id in _selected(self.source_conn_ids, self.selected_source):
-            hook = DBLogHook(conn_id)
+        for conn_id in selected_sources(self.source_conn_ids, self.selected_source):
+            hook = DBLogHook(conn_id, self.zookeeper_conn_id)
             source, warehouse = hook.get_source(), hook.warehouse()
             available = warehouse.tables(source.name)
             wanted = [t if "." in t else f"{source.namespace}.{t}" for t in self.tables or []] or available

@@ -32,7 +32,6 @@ class WaitForCaptureOperator(BaseOperator):
 
     def execute(self, context) -> str:
         from dblog.capture import sync_point
-        from dblog.config import staging_root
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
         source = hook.get_source()
         mark = sync_point(source)
@@ -41,9 +40,14 @@ class WaitForCaptureOperator(BaseOperator):
                       source.name, mark, self.timeout_seconds)
         # The trigger enforces the timeout itself, so that it can say why; Airflow's own deferral
         # timeout is a backstop a little later (it only says "timed out").
-        self.defer(trigger=CaptureReachedTrigger(source.name, mark, hook.zookeeper_uri(), staging_root(),
-                                                 self.poll_interval, self.timeout_seconds, self.log_every),
-                   method_name="execute_complete", timeout=dt.timedelta(seconds=self.timeout_seconds + 120))
+        self.defer(trigger=self.trigger(hook, source.name, mark), method_name="execute_complete",
+                   timeout=dt.timedelta(seconds=self.timeout_seconds + 120))
+
+    def trigger(self, hook: DBLogHook, source: str, mark: str) -> CaptureReachedTrigger:
+        """The wait, as the triggerer runs it: the ZooKeeper and staging root resolved here, so
+        that the trigger needs no connection lookup (and carries no credential: it is stored)."""
+        return CaptureReachedTrigger(source, mark, hook.zookeeper_uri(), hook.staging_root(), self.poll_interval,
+                                     self.timeout_seconds, self.log_every)
 
     def execute_complete(self, context, event: dict) -> str:
         if event.get("error"):

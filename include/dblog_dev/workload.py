@@ -3,7 +3,7 @@
 Two tables per namespace: `accounts` (integer key; DECIMAL, timestamp, text, binary, NULLs) and
 `order_lines` (composite key). The mix: inserts, updates, deletes, delete + re-insert of the
 same key, primary-key updates and multi-row transactions. Run it as its own process
-(`python -m dblog.workload URI NAMESPACE --seconds 10`) so it competes with the capture the way
+(`python -m dblog_dev.workload URI NAMESPACE --seconds 10`) so it competes with the capture the way
 an application would.
 """
 from __future__ import annotations

@@ -1,23 +1,24 @@
 """The sample database (`accounts`, `order_lines`) on the local services, for `make demo` and
-`make airflow`: loaded through the services' admin users, captured through the `dblog` user."""
+`make airflow`: loaded through the services' admin users, captured through the `dblog` user.
+
+    python -m dblog_dev.sample    # load them on every configured source that lacks them
+"""
 from __future__ import annotations
 
-import os
 import sys
 
-from . import config
+from dblog import config
+
+from . import local
 from .workload import Workload, connect
 
-_ADMIN = {"dblog_mariadb": "mysql://root@127.0.0.1:{MARIADB}/mysql",
-          "dblog_postgres": "postgres://postgres@127.0.0.1:{POSTGRES}/shop"}
 TABLES = ("accounts", "order_lines")
 
 
 def admin_uri(source_id: str) -> str:
-    ports = {k: os.environ.get(f"DBLOG_{k}_PORT", d) for k, d in (("MARIADB", "3307"), ("POSTGRES", "5433"))}
-    if source_id not in _ADMIN:
-        raise config.ConfigError(f"{source_id} is not a local sample source; use one of {', '.join(_ADMIN)}")
-    return _ADMIN[source_id].format(**ports)
+    if source_id not in local.SOURCES:
+        raise config.ConfigError(f"{source_id} is not a local sample source; use one of {', '.join(local.SOURCES)}")
+    return local.admin_uri(local.SOURCES[source_id])
 
 
 def load(source_id: str, rows: int = 20_000, reset: bool = False) -> bool:

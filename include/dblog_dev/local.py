@@ -1,0 +1,63 @@
+"""The services `make up` starts (scripts/services.sh): MariaDB, PostgreSQL and ZooKeeper on
+127.0.0.1, their data and the capture user's password under `.local/`.
+
+Ports come from DBLOG_MARIADB_PORT / DBLOG_POSTGRES_PORT / DBLOG_ZK_PORT (CI moves them); the
+defaults here are the only ones Python reads, and must match services.sh's shell defaults.
+"""
+from __future__ import annotations
+
+import os
+
+from dblog.config import ZOOKEEPER_CONN, ConfigError
+
+HOST = "127.0.0.1"
+DEFAULT_PORTS = {"MARIADB": 3307, "POSTGRES": 5433, "ZK": 2182}
+CHROOT = "/dblog"
+# The sample sources and the service behind each (the keys of `admin_uri`).
+SOURCES = {"dblog_mariadb": "mariadb", "dblog_postgres": "postgres"}
+CONNECTION_IDS = (*SOURCES, ZOOKEEPER_CONN)
+# Superusers that load sample tables and make test schemas; the capture itself runs as `dblog`.
+_ADMIN = {"mariadb": "mysql://root@{host}:{MARIADB}/mysql", "postgres": "postgres://postgres@{host}:{POSTGRES}/shop"}
+
+
+def ports() -> dict[str, int]:
+    """{"MARIADB", "POSTGRES", "ZK"} -> port, as DBLOG_<NAME>_PORT sets it."""
+    return {name: int(os.environ.get(f"DBLOG_{name}_PORT", default)) for name, default in DEFAULT_PORTS.items()}
+
+
+def local_dir() -> str:
+    return os.environ.get("DBLOG_LOCAL_DIR") or os.path.abspath(os.path.join(os.getcwd(), ".local"))
+
+
+def password() -> str:
+    """The local capture user's password: DBLOG_PASSWORD, or the one `make up` generated."""
+    if os.environ.get("DBLOG_PASSWORD"):
+        return os.environ["DBLOG_PASSWORD"]
+    path = os.path.join(local_dir(), "secrets", "dblog-password")
+    try:
+        with open(path) as f:
+            return f.readline().strip()
+    except FileNotFoundError:
+        raise ConfigError(f"no password for the local capture user: {path} is missing. Run `make up` "
+                          "(it generates one) or set DBLOG_PASSWORD.") from None
+
+
+def connections() -> dict[str, str]:
+    """Connection URIs of the local services, for the ids in CONNECTION_IDS."""
+    p, pw = ports(), password()
+    return {
+        "dblog_mariadb": f"mysql://dblog:{pw}@{HOST}:{p['MARIADB']}/shop",
+        "dblog_postgres": f"postgres://dblog:{pw}@{HOST}:{p['POSTGRES']}/shop?schema=public",
+        ZOOKEEPER_CONN: f"zookeeper://{HOST}:{p['ZK']}{CHROOT}",
+    }
+
+
+def zookeeper_hosts() -> str:
+    return f"{HOST}:{ports()['ZK']}"
+
+
+def admin_uri(service: str) -> str:
+    """A superuser's URI on the local `mariadb` or `postgres`."""
+    if service not in _ADMIN:
+        raise ConfigError(f"no local service {service!r}; use one of {', '.join(_ADMIN)}")
+    return _ADMIN[service].format(host=HOST, **ports())
