@@ -22,7 +22,7 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .settings import ConfigError, settings
@@ -143,8 +143,8 @@ def source_from_uri(conn_id: str, uri: str, deployment: str | None = None) -> "S
     database = parts.path.lstrip("/")
     if not database:
         raise ConfigError(f"connection {conn_id}: the URI names no database (…/DATABASE)")
-    common = dict(host=parts.hostname or "127.0.0.1", user=unquote(parts.username or ""),
-                  password=unquote(parts.password or ""), database=database)
+    common: dict[str, Any] = dict(host=parts.hostname or "127.0.0.1", user=unquote(parts.username or ""),
+                                  password=unquote(parts.password or ""), database=database)
     if parts.scheme in ("mysql", "mariadb"):
         from .sources.mysql import MySQLSource
         src: "Source" = MySQLSource(conn_id, port=parts.port or 3306, **common)

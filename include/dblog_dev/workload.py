@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.create:
         w.create()
         w.rng = random.Random(args.seed + 1)
-    latencies = [] if args.latency_out else None
+    latencies: list[float] | None = [] if args.latency_out else None
     ops = w.run(args.seconds, rate=args.rate, latencies=latencies)
     if args.latency_out:
         with open(args.latency_out, "w") as f:

@@ -46,7 +46,7 @@ class CaptureOperator(BaseOperator):
         self.source_conn_id = source_conn_id
         self.slice_seconds = settings().capture.slice_seconds if slice_seconds is None else slice_seconds
         self.zookeeper_conn_id = zookeeper_conn_id
-        self._capture = None
+        self._capture: Any = None  # the running Capture (the engine loads in execute)
 
     def execute(self, context) -> dict:
         from dblog.state import LeaseTimeout

@@ -102,7 +102,7 @@ class MergeOperator(SparkSubmitOperator):
         self.sources, self.tables, self.bucket_rows = sources, tables, bucket_rows
         self.zookeeper_conn_id = zookeeper_conn_id
 
-    def execute(self, context) -> list[dict]:
+    def execute(self, context) -> list[dict]:  # type: ignore[override]  # a result per table, for XCom
         check_run(self, context)  # a conf key no param declares is a typo, not a wish
         sources = [s for s in _listed(self.sources) if s != ALL_SOURCES] or source_ids()
         self._report_captures(sources)
