@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, fields
+from functools import partial
 from typing import Callable
 
 from . import state as paths
@@ -156,11 +157,27 @@ def validate(source: Source, spec: DumpSpec) -> DumpPlan:
     without a primary key, and those in `spec.exclude`; named tables must all be dumpable."""
     check_chunk_size(spec.chunk_size)
     check_delay(spec.delay_s)
+    _check_options(spec)
+    qualified = _tables_named(source, spec)
+    skipped: list[Skipped] = []
+    if spec.tables:
+        schemas = _named_schemas(source, qualified)
+    else:
+        schemas, skipped = _dumpable_schemas(source, qualified, spec.exclude)
+    keys = None if spec.keys is None else _key_list(spec.keys, schemas)
+    return DumpPlan(schemas, keys, skipped)
+
+
+def _check_options(spec: DumpSpec) -> None:
     if spec.dump_id is not None and not DUMP_ID.match(spec.dump_id):
         raise DumpError(f"dump id {spec.dump_id!r}: use 1-64 letters, digits, '.', '_' or '-'")
     if spec.exclude and spec.tables:
         raise DumpError("an exclude list goes with a dump of every table (--all); with --table, name only "
                         "the tables to dump")
+
+
+def _tables_named(source: Source, spec: DumpSpec) -> list[str]:
+    """The qualified names the dump covers before exclusions: the named tables, or every table."""
     names = spec.tables or source.tables()
     if not names:
         raise DumpError(f"{source.name} has no tables to dump")
@@ -168,50 +185,61 @@ def validate(source: Source, spec: DumpSpec) -> DumpPlan:
     if WATERMARK_TABLE in qualified:
         raise DumpError(f"{WATERMARK_TABLE} is the watermark table; it is not dumped")
     _check_captured(source, qualified)
+    return qualified
+
+
+def _named_schemas(source: Source, qualified: list[str]) -> list[TableSchema]:
+    """Tables named by the user must all be dumpable: any that is not fails the dump."""
+    schemas = [source.table_schema(t) for t in qualified]  # UnknownTable / NoPrimaryKey
+    for s in schemas:
+        source.check_readable(s)
+    return schemas
+
+
+def _dumpable_schemas(source: Source, qualified: list[str],
+                      exclude: list[str]) -> tuple[list[TableSchema], list[Skipped]]:
+    """Every table but the excluded and the undumpable, which are skipped with the reason."""
+    excluded = {_qualified(source, t) for t in exclude}
+    # A name in another database / schema addresses another source (a run over every source
+    # shares one list); one in ours that matches no table is a typo that would dump it anyway.
+    unknown = sorted(t for t in excluded - set(qualified) if t.partition(".")[0] == source.namespace)
+    if unknown:
+        raise DumpError(f"the exclude list names {', '.join(unknown)}, which {source.name} does not have; "
+                        f"its tables are {', '.join(qualified)}")
+    schemas: list[TableSchema] = []
     skipped: list[Skipped] = []
-    if spec.tables:
-        schemas = [source.table_schema(t) for t in qualified]  # UnknownTable / NoPrimaryKey
-        for s in schemas:
-            source.check_readable(s)
-    else:
-        excluded = {_qualified(source, t) for t in spec.exclude}
-        # A name in another database / schema addresses another source (a run over every source
-        # shares one list); one in ours that matches no table is a typo that would dump it anyway.
-        unknown = sorted(t for t in excluded - set(qualified) if t.partition(".")[0] == source.namespace)
-        if unknown:
-            raise DumpError(f"the exclude list names {', '.join(unknown)}, which {source.name} does not have; "
-                            f"its tables are {', '.join(qualified)}")
-        schemas = []
-        for t in qualified:
-            if t in excluded:
-                skipped.append(Skipped(t, "excluded"))
-                continue
-            try:
-                schema = source.table_schema(t)
-                source.check_readable(schema)
-            except SourceUnavailable:
-                raise  # the server, not the table: nothing can be dumped now
-            except SourceError as exc:  # no primary key, not readable, dropped since listed
-                skipped.append(Skipped(t, str(exc)))
-                continue
-            schemas.append(schema)
-        if not schemas:
-            raise DumpError(f"no table of {source.name} can be dumped: "
-                            + "; ".join(f"{s.table}: {s.reason}" for s in skipped))
-    keys = None
-    if spec.keys is not None:
-        if len(schemas) != 1:
-            raise DumpError("a key list needs exactly one table (--table)")
-        if not isinstance(spec.keys, list) or not spec.keys:
-            raise DumpError("the key list must be a non-empty JSON array, e.g. [1, 2] or [[1, \"a\"], [2, \"b\"]]")
-        most = settings().dump.max_keys
-        if len(spec.keys) > most:
-            raise DumpError(f"the key list has {len(spec.keys)} keys; at most {most} per dump (DBLOG_MAX_KEYS)")
+    for t in qualified:
+        if t in excluded:
+            skipped.append(Skipped(t, "excluded"))
+            continue
         try:
-            keys = sorted({normalize_key(decode_key(k, schemas[0]), schemas[0]) for k in spec.keys})
-        except (ValueError, TypeError) as exc:
-            raise DumpError(f"malformed key list for {schemas[0].name}: {exc}") from None
-    return DumpPlan(schemas, keys, skipped)
+            schema = source.table_schema(t)
+            source.check_readable(schema)
+        except SourceUnavailable:
+            raise  # the server, not the table: nothing can be dumped now
+        except SourceError as exc:  # no primary key, not readable, dropped since listed
+            skipped.append(Skipped(t, str(exc)))
+            continue
+        schemas.append(schema)
+    if not schemas:
+        raise DumpError(f"no table of {source.name} can be dumped: "
+                        + "; ".join(f"{s.table}: {s.reason}" for s in skipped))
+    return schemas, skipped
+
+
+def _key_list(keys: list, schemas: list[TableSchema]) -> list[tuple]:
+    """A repair's key list: for one table, bounded, each key decoded and normalized, deduplicated."""
+    if len(schemas) != 1:
+        raise DumpError("a key list needs exactly one table (--table)")
+    if not isinstance(keys, list) or not keys:
+        raise DumpError("the key list must be a non-empty JSON array, e.g. [1, 2] or [[1, \"a\"], [2, \"b\"]]")
+    most = settings().dump.max_keys
+    if len(keys) > most:
+        raise DumpError(f"the key list has {len(keys)} keys; at most {most} per dump (DBLOG_MAX_KEYS)")
+    try:
+        return sorted({normalize_key(decode_key(k, schemas[0]), schemas[0]) for k in keys})
+    except (ValueError, TypeError) as exc:
+        raise DumpError(f"malformed key list for {schemas[0].name}: {exc}") from None
 
 
 def _qualified(source: Source, table: str) -> str:
@@ -392,7 +420,7 @@ class TableDump:
             chunk_no = progress.chunks if progress.next_chunk is None else progress.next_chunk
             working_since = time.monotonic()  # after _control(): time paused is not working time
             chunk, schema = reconnecting(  # a source restart pauses the dump, it does not fail it
-                self.source, lambda: self._read_chunk(schema, keys, progress, chunk_no, control["chunk_size"]),
+                self.source, partial(self._read_chunk, schema, keys, progress, chunk_no, control["chunk_size"]),
                 f"chunk {chunk_no} of {self.table}", give_up_after=reconnect_for)
             if chunk is None:
                 progress.status, progress.finished_at = DONE, time.time()

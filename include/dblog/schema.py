@@ -81,17 +81,9 @@ def coerce(value: Any, arrow_type: pa.DataType) -> Any:
     if value is None:
         return None
     if pa.types.is_string(arrow_type):
-        if isinstance(value, (bytes, bytearray, memoryview)):
-            return bytes(value).decode("utf-8", errors="replace")
-        if isinstance(value, (dict, list)):
-            return json.dumps(value, sort_keys=True)
-        if isinstance(value, set):
-            return ",".join(sorted(value))
-        return str(value)
+        return _to_text(value)
     if pa.types.is_binary(arrow_type):
-        if isinstance(value, str):
-            return value.encode("utf-8")
-        return bytes(value)
+        return value.encode("utf-8") if isinstance(value, str) else bytes(value)
     if pa.types.is_integer(arrow_type):
         return int(value)
     if pa.types.is_decimal(arrow_type):
@@ -101,9 +93,24 @@ def coerce(value: Any, arrow_type: pa.DataType) -> Any:
     if pa.types.is_boolean(arrow_type):
         return bool(value)
     if pa.types.is_timestamp(arrow_type):
-        if isinstance(value, dt.datetime) and arrow_type.tz and value.tzinfo is None:
-            return value.replace(tzinfo=dt.timezone.utc)
-        return value
+        return _to_timestamp(value, arrow_type)
+    return value
+
+
+def _to_text(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    if isinstance(value, set):
+        return ",".join(sorted(value))
+    return str(value)
+
+
+def _to_timestamp(value: Any, arrow_type: pa.TimestampType) -> Any:
+    # Source sessions and the binlog decoder give TIMESTAMP values as naive UTC datetimes.
+    if isinstance(value, dt.datetime) and arrow_type.tz and value.tzinfo is None:
+        return value.replace(tzinfo=dt.timezone.utc)
     return value
 
 
@@ -138,33 +145,50 @@ def from_json_value(value: Any, arrow_type: pa.DataType) -> Any:
     if isinstance(value, bool) and not pa.types.is_boolean(arrow_type):
         raise ValueError(f"{value!r} is not a {arrow_type} value")
     if pa.types.is_integer(arrow_type):
-        if isinstance(value, float) or (isinstance(value, str) and not value.lstrip("-").isdigit()):
-            raise ValueError(f"{value!r} is not an integer")
-        return int(value)
+        return _json_integer(value)
     if pa.types.is_decimal(arrow_type):
-        try:
-            return Decimal(str(value))
-        except ArithmeticError:
-            raise ValueError(f"{value!r} is not a decimal number") from None
+        return _json_decimal(value)
     if pa.types.is_floating(arrow_type):
         return float(value)
     if pa.types.is_binary(arrow_type):
-        if isinstance(value, dict) and set(value) == {"base64"}:
-            return base64.b64decode(value["base64"])
-        if isinstance(value, str):
-            return value.encode("utf-8")
-        raise ValueError(f"{value!r} is not binary (use a string or {{\"base64\": ...}})")
+        return _json_binary(value)
     if pa.types.is_date(arrow_type):
         return dt.date.fromisoformat(str(value))
     if pa.types.is_timestamp(arrow_type):
         return coerce(dt.datetime.fromisoformat(str(value)), arrow_type)
     if pa.types.is_boolean(arrow_type):
-        if not isinstance(value, bool):
-            raise ValueError(f"{value!r} is not true or false")
-        return value
+        return _json_boolean(value)
     if isinstance(value, (dict, list)):
         raise ValueError(f"{value!r} is not a scalar")
     return str(value)
+
+
+def _json_integer(value: Any) -> int:
+    # int() would truncate 1.5 and accept "1_000" or " 1": neither is an integer the user meant.
+    if isinstance(value, float) or (isinstance(value, str) and not value.lstrip("-").isdigit()):
+        raise ValueError(f"{value!r} is not an integer")
+    return int(value)
+
+
+def _json_decimal(value: Any) -> Decimal:
+    try:
+        return Decimal(str(value))
+    except ArithmeticError:
+        raise ValueError(f"{value!r} is not a decimal number") from None
+
+
+def _json_binary(value: Any) -> bytes:
+    if isinstance(value, dict) and set(value) == {"base64"}:
+        return base64.b64decode(value["base64"])
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise ValueError(f"{value!r} is not binary (use a string or {{\"base64\": ...}})")
+
+
+def _json_boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{value!r} is not true or false")
+    return value
 
 
 # Bits of the SQL integer types by their catalog name (MySQL's column_type, PostgreSQL's data_type).

@@ -259,20 +259,7 @@ class MySQLSource(Source):
 
     # -- change stream --------------------------------------------------------------------------
     def stream(self, resume: dict | None, idle_timeout: float = 1.0) -> Iterator[Transaction | None]:
-        start = resume or self.head()
-        available = {r[0] for r in self._run("SHOW BINARY LOGS")}
-        if start["log_file"] not in available:
-            raise HistoryLost(f"{self.name}: binlog {start['log_file']} at the capture checkpoint was purged; "
-                              "changes since then are lost to capture. Fix: reset the capture checkpoint "
-                              "(`dblog capture --reset`) and run a full dump of every table.")
-        # is_mariadb=False: with True, log_file/log_pos are ignored (see SETUP-NOTES).
-        reader = BinLogStreamReader(
-            connection_settings=self.settings, server_id=self.server_id, resume_stream=True,
-            log_file=start["log_file"], log_pos=start["log_pos"], blocking=True,
-            only_events=[WriteRowsEvent, UpdateRowsEvent, PartialUpdateRowsEvent, DeleteRowsEvent, XidEvent,
-                         RotateEvent, QueryEvent, ExecuteLoadQueryEvent, HeartbeatLogEvent],
-            only_schemas=[self.database, WATERMARK_SCHEMA], is_mariadb=False,
-            slave_heartbeat=max(idle_timeout, 0.1), enable_logging=False)
+        reader = self._open_binlog(resume or self.head(), idle_timeout)
         pending: list[ChangeEvent] = []
         needs: list[RepairNeed] = []
         captured = self.tables()
@@ -287,26 +274,18 @@ class MySQLSource(Source):
                 if isinstance(ev, ExecuteLoadQueryEvent):
                     needs.extend(self._statement_writes(reader.log_file, ev, captured))
                     continue
-                if isinstance(ev, QueryEvent):
-                    if ev.query.strip().upper().startswith(("ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE")):
-                        self._schemas.clear()  # DDL: re-read the catalog on the next event
-                        captured = self.tables()
-                    if ev.query.strip().upper() != "COMMIT":
-                        needs.extend(self._statement_writes(reader.log_file, ev, captured))
-                        if needs and not pending and strip_sql_comments(ev.query).strip().upper().startswith("TRUNCATE"):
-                            # DDL commits by itself (no XID follows): hand the repair over now.
-                            yield Transaction([], {"log_file": reader.log_file, "log_pos": ev.packet.log_pos},
-                                              dt.datetime.fromtimestamp(ev.timestamp, dt.timezone.utc), needs)
-                            needs = []
-                        continue
-                    # non-transactional tables end their group with a COMMIT query instead of an XID
+                if isinstance(ev, QueryEvent) and ev.query.strip().upper() != "COMMIT":
+                    captured = self._captured_after(ev.query, captured)
+                    needs.extend(self._statement_writes(reader.log_file, ev, captured))
+                    if needs and not pending and strip_sql_comments(ev.query).strip().upper().startswith("TRUNCATE"):
+                        # DDL commits by itself (no XID follows): hand the repair over now.
+                        yield Transaction([], {"log_file": reader.log_file, "log_pos": ev.packet.log_pos},
+                                          dt.datetime.fromtimestamp(ev.timestamp, dt.timezone.utc), needs)
+                        needs = []
+                    continue
                 if isinstance(ev, (XidEvent, QueryEvent)):
-                    ts = dt.datetime.fromtimestamp(ev.timestamp, dt.timezone.utc)
-                    for e in pending:
-                        e.commit_ts = ts
-                        e.txid = str(getattr(ev, "xid", "")) or None
-                    yield Transaction(pending, {"log_file": reader.log_file, "log_pos": ev.packet.log_pos}, ts,
-                                      needs)
+                    # non-transactional tables end their group with a COMMIT query instead of an XID
+                    yield self._commit(reader.log_file, ev, pending, needs)
                     pending, needs = [], []
                     continue
                 events, partial = self._row_events(reader.log_file, ev)
@@ -319,6 +298,37 @@ class MySQLSource(Source):
             raise
         finally:
             reader.close()
+
+    def _open_binlog(self, start: dict, idle_timeout: float) -> BinLogStreamReader:
+        available = {r[0] for r in self._run("SHOW BINARY LOGS")}
+        if start["log_file"] not in available:
+            raise HistoryLost(f"{self.name}: binlog {start['log_file']} at the capture checkpoint was purged; "
+                              "changes since then are lost to capture. Fix: reset the capture checkpoint "
+                              "(`dblog capture --reset`) and run a full dump of every table.")
+        # is_mariadb=False: with True, log_file/log_pos are ignored (see SETUP-NOTES).
+        return BinLogStreamReader(
+            connection_settings=self.settings, server_id=self.server_id, resume_stream=True,
+            log_file=start["log_file"], log_pos=start["log_pos"], blocking=True,
+            only_events=[WriteRowsEvent, UpdateRowsEvent, PartialUpdateRowsEvent, DeleteRowsEvent, XidEvent,
+                         RotateEvent, QueryEvent, ExecuteLoadQueryEvent, HeartbeatLogEvent],
+            only_schemas=[self.database, WATERMARK_SCHEMA], is_mariadb=False,
+            slave_heartbeat=max(idle_timeout, 0.1), enable_logging=False)
+
+    def _captured_after(self, query: str, captured: list[str]) -> list[str]:
+        """The captured tables once `query` ran: DDL may have added, dropped or changed some."""
+        if query.strip().upper().startswith(("ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE")):
+            self._schemas.clear()  # re-read the catalog on the next event
+            return self.tables()
+        return captured
+
+    @staticmethod
+    def _commit(log_file: str, ev, pending: list[ChangeEvent], needs: list[RepairNeed]) -> Transaction:
+        """The transaction `ev` (an XID, or a COMMIT query) ends: its events get its commit time and id."""
+        ts = dt.datetime.fromtimestamp(ev.timestamp, dt.timezone.utc)
+        txid = str(getattr(ev, "xid", "")) or None
+        for e in pending:
+            e.commit_ts, e.txid = ts, txid
+        return Transaction(pending, {"log_file": log_file, "log_pos": ev.packet.log_pos}, ts, needs)
 
     def _row_events(self, log_file: str, ev) -> tuple[list[ChangeEvent], list[RepairNeed]]:
         table = f"{ev.schema}.{ev.table}"

@@ -307,11 +307,14 @@ class PostgresSource(Source):
                                   "(max_slot_wal_keep_size). Fix: `dblog capture --reset`, then a full dump.")
             return []
         if not create:
-            raise HistoryLost(f"{self.name}: replication slot {self.slot} is gone, so changes since the "
-                              "checkpoint are lost to capture. Fix: reset the capture checkpoint "
-                              "(`dblog capture --reset`), which recreates the slot, and run a full dump.")
+            raise self._slot_gone()
         self._run("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [self.slot])
         return [f"created replication slot {self.slot}"]
+
+    def _slot_gone(self) -> HistoryLost:
+        return HistoryLost(f"{self.name}: replication slot {self.slot} is gone, so changes since the "
+                           "checkpoint are lost to capture. Fix: reset the capture checkpoint "
+                           "(`dblog capture --reset`), which recreates the slot, and run a full dump.")
 
     def start_point(self) -> dict | None:
         return None  # the slot remembers where its consumer stopped
@@ -336,9 +339,7 @@ class PostgresSource(Source):
     # -- change stream --------------------------------------------------------------------------
     def stream(self, resume: dict | None, idle_timeout: float = 1.0) -> Iterator[Transaction | None]:
         if not self.slot_exists():
-            raise HistoryLost(f"{self.name}: replication slot {self.slot} is gone, so changes since the "
-                              "checkpoint are lost to capture. Fix: reset the capture checkpoint "
-                              "(`dblog capture --reset`), which recreates the slot, and run a full dump.")
+            raise self._slot_gone()
         start = lsn_to_int(resume["lsn"]) if resume else 0
         conn, cur = self._start_replication(start)  # SlotInUse while another consumer holds the slot
         self._repl, self._repl_cursor = conn, cur
@@ -371,18 +372,7 @@ class PostgresSource(Source):
                 if isinstance(item, Begin):
                     begin, index, pending, needs = item, 0, [], []
                 elif isinstance(item, (RowChange, Truncate)):
-                    if begin is None:  # pgoutput sends changes only inside BEGIN/COMMIT
-                        raise SourceError(f"{self.name}: logical replication sent a change outside a "
-                                          "transaction; it has no position, so it is not staged")
-                    if isinstance(item, RowChange):
-                        if item.relation.namespace in (self.schema, WATERMARK_SCHEMA):
-                            pending.extend(self.own_watermarks([self._event(item, begin, index)]))
-                    else:
-                        # No row events: the table's rows are gone from the source but not from the
-                        # warehouse, so the table is repaired whole (see dblog.repair).
-                        position = encode_position(begin.final_lsn, index, 0)
-                        needs += [RepairNeed(r.qualified, "TRUNCATE (no row events in the log)", position)
-                                  for r in item.relations if r.namespace == self.schema]
+                    self._add_change(item, begin, index, pending, needs)
                     index += 1
                 elif isinstance(item, Commit):
                     if item.end_lsn > start:
@@ -437,6 +427,22 @@ class PostgresSource(Source):
         # of it is safe to confirm. Without this a fast shutdown waits for ever on our walsender.
         if self._repl is not None and not self._repl.closed and self._repl_cursor.wal_end:
             self._repl_cursor.send_feedback(flush_lsn=self._repl_cursor.wal_end)
+
+    def _add_change(self, item: RowChange | Truncate, begin: Begin | None, index: int,
+                    pending: list[ChangeEvent], needs: list[RepairNeed]) -> None:
+        """Add the `index`th change of transaction `begin` to its events, or for a TRUNCATE to its needs."""
+        if begin is None:  # pgoutput sends changes only inside BEGIN/COMMIT
+            raise SourceError(f"{self.name}: logical replication sent a change outside a "
+                              "transaction; it has no position, so it is not staged")
+        if isinstance(item, RowChange):
+            if item.relation.namespace in (self.schema, WATERMARK_SCHEMA):
+                pending.extend(self.own_watermarks([self._event(item, begin, index)]))
+        else:
+            # No row events: the table's rows are gone from the source but not from the
+            # warehouse, so the table is repaired whole (see dblog.repair).
+            position = encode_position(begin.final_lsn, index, 0)
+            needs.extend(RepairNeed(r.qualified, "TRUNCATE (no row events in the log)", position)
+                         for r in item.relations if r.namespace == self.schema)
 
     def _event(self, change: RowChange, begin: Begin, index: int) -> ChangeEvent:
         table = change.relation.qualified

@@ -306,23 +306,17 @@ def _record_dumps(store: StateStore, lease, result: MergeResult) -> None:
         store.fenced_put(lease, path, {k: int(totals.get(k, 0)) + merged[k] for k in ("chunks", "rows", "dropped")})
 
 
+# Per (bucket, tombstone flag) the files a merge wrote: (stored name, rows, rows with missing values).
+Written = dict[tuple[int, int], list[tuple[str, int, int]]]
+
+
 def _rewrite(spark: SparkSession, warehouse: Warehouse, base: Manifest, recs: DataFrame, key: list[str],
              columns: list[tuple[str, str]], upto: str, purge: bool, bucket_rows: int, fill_unchanged: bool,
              version_dir: str | None, result: MergeResult) -> tuple[list[Bucket], dict[str, str]]:
     """Merge `recs` into the buckets they touch; returns the new bucket list and its new files."""
     types, names = dict(columns), [c for c, _ in columns]
     bounds = [b.lo for b in base.buckets]
-    incoming: dict[int, int] = {}
-    survivors: dict[str, int] = {}
-    for r in recs.groupBy(M.bucket_of(key, types, bounds).alias("_b"), "_origin", DUMP_ID).count().collect():
-        incoming[r["_b"]] = incoming.get(r["_b"], 0) + r["count"]
-        if r["_origin"] == "dump":
-            result.survivors += r["count"]
-            survivors[r[DUMP_ID]] = survivors.get(r[DUMP_ID], 0) + r["count"]
-        elif r["_origin"] != WINDOW:
-            result.log_events += r["count"]
-    for dump_id, totals in result.dumps.items():
-        totals["dropped"] = totals["rows"] - survivors.get(dump_id, 0)
+    incoming = _count_incoming(recs, key, types, bounds, result)
     if [tuple(c) for c in base.columns] != list(columns) or version_dir is None:
         touched = set(range(len(bounds)))  # new columns: every file gets the same schema
     else:
@@ -343,19 +337,62 @@ def _rewrite(spark: SparkSession, warehouse: Warehouse, base: Manifest, recs: Da
         merged = merged.where(~(M.is_tombstone() & (F.col("_dblog_position") <= upto)))
     scratch = warehouse.scratch(base.source, base.table)
     merged.withColumn("_t", M.is_tombstone().cast("int")).write.partitionBy("_b", "_t").parquet(scratch)
-    written: dict[tuple[int, int], list[tuple[str, int, int]]] = {}  # (file, rows, rows with missing values)
+    # Only a fill leaves values unproven (rules.latest), and stored rows keep theirs.
+    written, new_files = _written_files(scratch, count_unproven=fill_unchanged or bool(base.missing_rows))
+    buckets = _new_buckets(base, entries, touched, written, result)
+    if not any(b.files for b in buckets):  # every row deleted: an empty file keeps the table readable
+        empty = warehouse.scratch(base.source, base.table)
+        merged.drop("_b").limit(0).coalesce(1).write.parquet(empty)
+        name = next(f for f in os.listdir(empty) if f.endswith(".parquet") and not f.startswith((".", "_")))
+        stored = f"b-{uuid.uuid4().hex}.parquet"
+        new_files[stored] = os.path.join(empty, name)
+        buckets[0].files.append(stored)
+    buckets[0].lo = None  # the first bucket always starts below every key
+    return buckets, new_files
+
+
+def _count_incoming(recs: DataFrame, key: list[str], types: dict[str, str], bounds: list[list[str] | None],
+                    result: MergeResult) -> dict[int, int]:
+    """Records per current bucket. Counts the log events and chunk survivors into `result`, and
+    per dump the chunk rows its windows dropped."""
+    incoming: dict[int, int] = {}
+    survivors: dict[str, int] = {}
+    for r in recs.groupBy(M.bucket_of(key, types, bounds).alias("_b"), "_origin", DUMP_ID).count().collect():
+        incoming[r["_b"]] = incoming.get(r["_b"], 0) + r["count"]
+        if r["_origin"] == "dump":
+            result.survivors += r["count"]
+            survivors[r[DUMP_ID]] = survivors.get(r[DUMP_ID], 0) + r["count"]
+        elif r["_origin"] != WINDOW:
+            result.log_events += r["count"]
+    for dump_id, totals in result.dumps.items():
+        totals["dropped"] = totals["rows"] - survivors.get(dump_id, 0)
+    return incoming
+
+
+def _written_files(scratch: str, count_unproven: bool) -> tuple[Written, dict[str, str]]:
+    """The parquet files Spark wrote under `scratch` (partitioned by bucket `_b` and tombstone `_t`),
+    and their stored names mapped to their scratch paths. Tombstone files count no unproven rows."""
+    written: Written = {}
     new_files: dict[str, str] = {}
     for dirpath, _, files in os.walk(scratch):
         found = re.search(r"_b=(\d+)/_t=(\d)$", dirpath)
-        for name in files if found else []:
+        if found is None:
+            continue
+        b, t = int(found.group(1)), int(found.group(2))
+        for name in files:
             if name.endswith(".parquet") and not name.startswith((".", "_")):
-                b, t = int(found.group(1)), int(found.group(2))
                 stored = f"{'t' if t else 'b'}-{uuid.uuid4().hex}.parquet"
                 path = os.path.join(dirpath, name)
                 new_files[f"{TOMBSTONES}/{stored}" if t else stored] = path
-                # Only a fill leaves values unproven (rules.latest), and stored rows keep theirs.
-                unproven = missing_rows(path) if (fill_unchanged or base.missing_rows) and not t else 0
+                unproven = missing_rows(path) if count_unproven and not t else 0
                 written.setdefault((b, t), []).append((stored, pq.read_metadata(path).num_rows, unproven))
+    return written, new_files
+
+
+def _new_buckets(base: Manifest, entries: list[tuple[list[str] | None, int | None]], touched: set[int],
+                 written: Written, result: MergeResult) -> list[Bucket]:
+    """The bucket list after the merge: untouched buckets as they were, rewritten ones from their
+    new files (dropped when nothing is left in them); never empty."""
     buckets: list[Bucket] = []
     for j, (lo, old) in enumerate(entries):
         if old is not None and old not in touched:
@@ -367,17 +404,7 @@ def _rewrite(spark: SparkSession, warehouse: Warehouse, base: Manifest, recs: Da
         if bucket.files or bucket.tombstones:
             buckets.append(bucket)
             result.buckets_written += 1
-    if not buckets:
-        buckets = [Bucket(None)]
-    if not any(b.files for b in buckets):  # every row deleted: an empty file keeps the table readable
-        empty = warehouse.scratch(base.source, base.table)
-        merged.drop("_b").limit(0).coalesce(1).write.parquet(empty)
-        name = next(f for f in os.listdir(empty) if f.endswith(".parquet") and not f.startswith((".", "_")))
-        stored = f"b-{uuid.uuid4().hex}.parquet"
-        new_files[stored] = os.path.join(empty, name)
-        buckets[0].files.append(stored)
-    buckets[0].lo = None  # the first bucket always starts below every key
-    return buckets, new_files
+    return buckets or [Bucket(None)]
 
 
 def _split_points(keys: DataFrame, key: list[str], types: dict[str, str], oversized: dict[int, int],
