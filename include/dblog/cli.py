@@ -123,6 +123,23 @@ def _source_id(given: str | None, command: str) -> str:
                              f"{', '.join(ids) or 'none'}")
 
 
+def _dump_spec(args) -> DumpSpec | None:
+    """The dump `dblog dump start` asks for (None: `run` resumes an existing one)."""
+    if args.action == "run":
+        if not args.dump_id:
+            raise DumpError("`dblog dump run` needs the dump id (see `dblog status`)")
+        return None
+    if args.all and args.table:
+        raise DumpError("give either --all or --table, not both")
+    if not args.all and not args.table:
+        raise DumpError("say what to dump: --table T (repeatable), --all, or --table T --keys JSON")
+    if args.exclude and not args.all:
+        raise DumpError("--exclude goes with --all (with --table, name only the tables to dump)")
+    return DumpSpec(tables=args.table or [], keys=_keys(args.keys), chunk_size=args.chunk_size,
+                    delay_s=0.0 if args.delay is None else args.delay, dump_id=args.dump_id,
+                    exclude=_listed(args.exclude))
+
+
 def cmd_dump(args) -> int:
     source = config.source(_source_id(args.source, "dump"))
     if args.action in ("pause", "resume", "cancel", "throttle"):
@@ -134,20 +151,7 @@ def cmd_dump(args) -> int:
         return 0
     # Every check of the input comes before the first write: a checkpoint, a slot or a dump that
     # bad input created would outlive the error (a slot holds WAL for ever).
-    if args.action == "run":
-        if not args.dump_id:
-            raise DumpError("`dblog dump run` needs the dump id (see `dblog status`)")
-        spec = None
-    else:
-        if args.all and args.table:
-            raise DumpError("give either --all or --table, not both")
-        if not args.all and not args.table:
-            raise DumpError("say what to dump: --table T (repeatable), --all, or --table T --keys JSON")
-        if args.exclude and not args.all:
-            raise DumpError("--exclude goes with --all (with --table, name only the tables to dump)")
-        spec = DumpSpec(tables=args.table or [], keys=_keys(args.keys), chunk_size=args.chunk_size,
-                        delay_s=0.0 if args.delay is None else args.delay, dump_id=args.dump_id,
-                        exclude=_listed(args.exclude))
+    spec = _dump_spec(args)
     staged = StagedLog(config.staging_root())
     with _store() as store:
         if spec is None:

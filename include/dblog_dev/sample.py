@@ -34,7 +34,7 @@ def load(source_id: str, rows: int = 20_000, reset: bool = False) -> bool:
             cur.execute(f"DROP TABLE IF EXISTS {src.namespace}.{t}")
         if kind == "postgres" and reset:
             cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
-                        [getattr(src, "slot")])  # a PostgreSQL source's
+                        [src.slot])  # type: ignore[attr-defined]  # a PostgreSQL source's
         conn.commit()
         Workload(kind, conn, src.namespace, seed=1, rows=rows).create()
     finally:

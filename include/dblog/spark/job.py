@@ -111,7 +111,7 @@ def _widens(old: str, new: str) -> bool:
 def _columns(manifest: Manifest | None, found: list[tuple[str, str]], table: str) -> list[tuple[str, str]]:
     """Warehouse columns: the existing ones (a dropped source column stays, null from then on),
     then columns new in the source. A type the warehouse cannot widen to is an error."""
-    columns = [tuple(c) for c in manifest.columns] if manifest else []
+    columns: list[tuple[str, str]] = [(c[0], c[1]) for c in manifest.columns] if manifest else []
     known = dict(columns)
     for name, spark_type in found:
         if name not in known:
@@ -248,8 +248,8 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
     if manifest is not None and inputs.key and manifest.key != inputs.key:
         raise MergeError(f"the primary key of {table} changed from {manifest.key} to {inputs.key}; remove the "
                          f"warehouse table's directory and run a full dump of {table} to rebuild it")
-    key = inputs.key or manifest.key
-    columns = inputs.columns or [tuple(c) for c in manifest.columns]
+    key = inputs.key or (manifest.key if manifest else [])
+    columns = inputs.columns or ([(c[0], c[1]) for c in manifest.columns] if manifest else [])
     base = manifest or Manifest(source, table, key, [list(c) for c in columns], [Bucket(None)])
     version_dir = warehouse.version_path(source, table)
     new_files: dict[str, str] = {}
@@ -277,7 +277,7 @@ def _ask_repairs(store: StateStore, warehouse: Warehouse, result: MergeResult) -
     unless a repair already covers them; the result reports what still waits."""
     manifest = warehouse.manifest(result.source, result.table)
     result.missing_rows = manifest.missing_rows if manifest else 0
-    if result.missing_rows:
+    if manifest is not None and result.missing_rows:
         whole, covered = repair.covered(store, result.source, result.table)
         found: dict[tuple, list[str]] = {}
         if not whole:
