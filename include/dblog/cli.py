@@ -59,7 +59,7 @@ def _keys(text: str | None):
 def cmd_capture(args) -> int:
     source = config.source(_source_id(args.source, "capture"))
     # Settings a capture needs are resolved before ZooKeeper is touched: a missing one changes nothing.
-    roots = None if args.reset or args.init else (StagedLog(config.staging_root()), _warehouse())
+    staged, warehouse = (None, None) if args.reset or args.init else (StagedLog(config.staging_root()), _warehouse())
     with _store() as store:
         if args.reset:
             reset_checkpoint(store, source)
@@ -77,8 +77,8 @@ def cmd_capture(args) -> int:
 
         signal.signal(signal.SIGTERM, stop)
         while True:
-            capture = Capture(source, store, roots[0], flush_rows=args.flush_rows,
-                              flush_seconds=args.flush_seconds, repairs=not args.no_repair, warehouse=roots[1])
+            capture = Capture(source, store, staged, flush_rows=args.flush_rows,
+                              flush_seconds=args.flush_seconds, repairs=not args.no_repair, warehouse=warehouse)
             try:
                 stats = capture.run(duration=args.duration, until_watermark=args.until_watermark)
                 break
