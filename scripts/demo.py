@@ -56,7 +56,7 @@ def main() -> int:
     zk = config.zookeeper(zk_uri)
     store = StateStore(zk.hosts, zk.chroot).start()
     for child in store.children("/"):
-        store.zk.delete(f"/{child}", recursive=True)
+        store.delete(f"/{child}", recursive=True)
 
     step("loading the sample tables (accounts, order_lines; 20,000 accounts) on MariaDB and PostgreSQL")
     procs = []

@@ -16,7 +16,7 @@ from conftest import assert_warehouse_equals_source, settle, wait_for
 
 def test_capture_dump_and_merge_runs_use_connections_that_only_the_metadata_database_holds(
         mariadb, deploy, warehouse, monkeypatch, tmp_path):
-    from dblog import state as paths
+    from dblog.health import CAPTURING, capture_health
     mariadb.workload(seed=91, rows=400).create()
     airflow = deploy(mariadb, in_metadata_db=True)
     monkeypatch.delenv("DBLOG_LOCAL")
@@ -32,14 +32,14 @@ def test_capture_dump_and_merge_runs_use_connections_that_only_the_metadata_data
                                    stderr=subprocess.STDOUT, start_new_session=True)
     try:
         with mariadb.store() as store:
-            def leading():
+            def capturing():
                 assert capture.poll() is None, capture_log.read_text()[-3000:]
-                return store.lock_holders(paths.capture_lock(sid))
-            wait_for(leading, 120, interval=0.5, what="the dblog_capture task to lead")
+                return capture_health(store, sid).state == CAPTURING
+            wait_for(capturing, 180, interval=0.5, what="the dblog_capture task to capture")
         writer = mariadb.spawn_workload(seconds=3600, seed=92, rows=400, rate=100)
 
         states, run = airflow.run("dblog_dump", {"source": sid, "chunk_size": 150})
-        assert str(run.state) == "success", states
+        assert str(run.state) == "success", (states, capture_log.read_text()[-3000:])
         assert states["merge"] == "success" and states[f"{sid}.dump_table[1]"] == "success", states
 
         writer.terminate(); writer.wait()

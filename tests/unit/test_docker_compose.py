@@ -27,6 +27,8 @@ def test_airflow_containers_mount_the_project_folders_and_use_the_local_connecti
         for conn_id in CONNECTION_IDS:
             assert f"AIRFLOW_CONN_{conn_id.upper()}" in env
         assert env["DBLOG_SOURCES"].split(",") == source_ids()
+        # Not the local deployment: every setting the engine requires outside it is given.
+        assert env["DBLOG_STAGING"] and env["DBLOG_WAREHOUSE"] and "DBLOG_LOCAL" not in env
 
 
 def test_the_image_pins_the_locked_airflow_and_sources_are_provisioned_by_the_same_sql():
