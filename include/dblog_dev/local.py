@@ -2,7 +2,9 @@
 127.0.0.1, their data and the capture user's password under `.local/`.
 
 Ports come from DBLOG_MARIADB_PORT / DBLOG_POSTGRES_PORT / DBLOG_ZK_PORT (CI moves them); the
-defaults here are the only ones Python reads, and must match services.sh's shell defaults.
+defaults here are the only ones Python reads, and must match services.sh's shell defaults. The
+admin users' hosts from DBLOG_MARIADB_HOST / DBLOG_POSTGRES_HOST (docker compose loads the sample
+from a container, where the services are `mariadb` and `postgres`; libpq reads PGPASSWORD).
 """
 from __future__ import annotations
 
@@ -60,4 +62,5 @@ def admin_uri(service: str) -> str:
     """A superuser's URI on the local `mariadb` or `postgres`."""
     if service not in _ADMIN:
         raise ConfigError(f"no local service {service!r}; use one of {', '.join(_ADMIN)}")
-    return _ADMIN[service].format(host=HOST, **ports())
+    host = os.environ.get(f"DBLOG_{service.upper()}_HOST", HOST)
+    return _ADMIN[service].format(host=host, **ports())

@@ -56,3 +56,17 @@ def test_no_credential_is_written_into_the_compose_file_or_the_sql():
         assert ":${DBLOG_PASSWORD:?" in uri, uri
     for sql in (ROOT / "scripts" / "sql").glob("*.sql"):
         assert not re.search(r"(IDENTIFIED BY|PASSWORD)\s+'[^',]+'", sql.read_text()), sql
+
+
+def test_the_init_container_loads_the_sample_through_the_services_own_addresses(monkeypatch):
+    """Inside the init container 127.0.0.1 is the container itself: the sample's admin connections
+    must reach the `mariadb` and `postgres` services on their container ports."""
+    command = SERVICES["airflow-init"]["command"][-1].replace("\\\n", " ")
+    line = next(part for part in command.splitlines() if "dblog_dev.sample" in part)
+    for name, value in re.findall(r"(DBLOG_\w+|PGPASSWORD)=(\S+)", line):
+        monkeypatch.setenv(name, value)
+    from dblog_dev import local
+    assert local.admin_uri("mariadb") == "mysql://root@mariadb:3306/mysql"
+    assert local.admin_uri("postgres") == "postgres://postgres@postgres:5432/shop"
+    assert SERVICES["postgres"]["environment"]["POSTGRES_PASSWORD"] == dict(
+        re.findall(r"(PGPASSWORD)=(\S+)", line))["PGPASSWORD"]
