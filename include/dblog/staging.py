@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from . import storage
 from .schema import TableSchema
 from .staged import (LOG_FIELDS, POSITION, ChunkFile, ChunkMeta, Op, SegmentFile, chunk_table, is_staged,
                      log_table, temporary_name)
@@ -48,11 +49,9 @@ class StagedLog:
     root: str
 
     def __post_init__(self) -> None:
-        if "://" in self.root:
-            self.fs, self.base = pafs.FileSystem.from_uri(self.root)
-        else:
-            self.fs, self.base = pafs.LocalFileSystem(), os.path.abspath(self.root)
+        self.fs, self.base = storage.filesystem(self.root)
         self.local = isinstance(self.fs, pafs.LocalFileSystem)
+        self.direct = storage.atomic_puts(self.fs)
 
     # -- paths --------------------------------------------------------------------------------
     def log_dir(self, source: str, table: str) -> str:
@@ -94,6 +93,9 @@ class StagedLog:
                     os.fsync(dir_fd)
                 finally:
                     os.close(dir_fd)
+            elif self.direct:  # an object appears whole when its upload completes
+                with self.fs.open_output_stream(path) as out:
+                    pq.write_table(table, out, compression="zstd")
             else:
                 with self.fs.open_output_stream(tmp) as out:
                     pq.write_table(table, out, compression="zstd")

@@ -13,7 +13,7 @@ import os
 from dblog.config import ZOOKEEPER_CONN, ConfigError
 
 HOST = "127.0.0.1"
-DEFAULT_PORTS = {"MARIADB": 3307, "POSTGRES": 5433, "ZK": 2182}
+DEFAULT_PORTS = {"MARIADB": 3307, "POSTGRES": 5433, "ZK": 2182, "S3": 8334}
 CHROOT = "/dblog"
 # The sample sources and the service behind each (the keys of `admin_uri`).
 SOURCES = {"dblog_mariadb": "mariadb", "dblog_postgres": "postgres"}
@@ -23,7 +23,7 @@ _ADMIN = {"mariadb": "mysql://root@{host}:{MARIADB}/mysql", "postgres": "postgre
 
 
 def ports() -> dict[str, int]:
-    """{"MARIADB", "POSTGRES", "ZK"} -> port, as DBLOG_<NAME>_PORT sets it."""
+    """{"MARIADB", "POSTGRES", "ZK", "S3"} -> port, as DBLOG_<NAME>_PORT sets it."""
     return {name: int(os.environ.get(f"DBLOG_{name}_PORT", default)) for name, default in DEFAULT_PORTS.items()}
 
 
@@ -64,3 +64,32 @@ def admin_uri(service: str) -> str:
         raise ConfigError(f"no local service {service!r}; use one of {', '.join(_ADMIN)}")
     host = os.environ.get(f"DBLOG_{service.upper()}_HOST", HOST)
     return _ADMIN[service].format(host=host, **ports())
+
+
+# -- the S3 server (SeaweedFS) that `scripts/services.sh start seaweedfs` runs ---------------------
+def s3_port() -> int:
+    return ports()["S3"]
+
+
+def s3_env() -> dict[str, str]:
+    """What a process needs to use the local S3 server: endpoint, region and credentials."""
+    path = os.path.join(local_dir(), "secrets", "s3")
+    try:
+        with open(path) as f:
+            key, secret = (f.readline().strip() for _ in range(2))
+    except FileNotFoundError:
+        raise ConfigError(f"no credentials for the local S3 server: {path} is missing. Run "
+                          "`scripts/services.sh start seaweedfs` (it generates them)") from None
+    return {"DBLOG_S3_ENDPOINT": f"http://{HOST}:{s3_port()}", "DBLOG_S3_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
+
+
+def s3_probe() -> None:
+    """Raise unless an object can be written and read back (services.sh's readiness check)."""
+    os.environ.update(s3_env())
+    from dblog.storage import filesystem
+    fs, base = filesystem("s3://dblog-ready/probe")
+    with fs.open_output_stream(f"{base}/ok") as out:
+        out.write(b"1")
+    with fs.open_input_stream(f"{base}/ok") as f:
+        assert f.read() == b"1"

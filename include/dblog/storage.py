@@ -1,0 +1,59 @@
+"""Where files live: a local path or a filesystem URI (`s3://bucket/prefix`, `gs://…`, `hdfs://…`),
+as one pyarrow filesystem. The staged log uses it, and so will the warehouse's writers and readers.
+
+S3-compatible stores other than AWS take their endpoint from `DBLOG_S3_ENDPOINT`
+(`http://host:port`; path-style addressing then) and region from `DBLOG_S3_REGION`; credentials
+are the standard `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` (else pyarrow's default chain:
+profile, instance role).
+"""
+from __future__ import annotations
+
+import os
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from .settings import ConfigError
+
+ENDPOINT_ENV = "DBLOG_S3_ENDPOINT"
+REGION_ENV = "DBLOG_S3_REGION"
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, base path in it) for a root such as `/data/staging`, `file:///data` or `s3://b/p`."""
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), os.path.abspath(uri)
+    parts = urlsplit(uri)
+    if parts.scheme == "file":
+        return pafs.LocalFileSystem(), os.path.abspath(parts.path)
+    if parts.scheme == "s3":
+        if not parts.netloc:
+            raise ConfigError(f"{uri}: an S3 root names its bucket, as s3://bucket/prefix")
+        return s3_filesystem(), f"{parts.netloc}{parts.path}".rstrip("/")
+    try:
+        return pafs.FileSystem.from_uri(uri)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ConfigError(f"{uri}: not a filesystem this installation can write ({exc}); use a path, "
+                          "file://, s3://, gs:// or hdfs://") from None
+
+
+def s3_filesystem() -> pafs.S3FileSystem:
+    endpoint = os.environ.get(ENDPOINT_ENV, "").strip()
+    options: dict = {"region": os.environ.get(REGION_ENV, "").strip() or "us-east-1",
+                     "allow_bucket_creation": True}
+    if os.environ.get("AWS_ACCESS_KEY_ID"):
+        options.update(access_key=os.environ["AWS_ACCESS_KEY_ID"],
+                       secret_key=os.environ.get("AWS_SECRET_ACCESS_KEY", ""))
+    if endpoint:
+        parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+        if not parts.netloc:
+            raise ConfigError(f"{ENDPOINT_ENV}={endpoint!r}: give the S3 endpoint as http(s)://host:port")
+        options.update(endpoint_override=parts.netloc, scheme=parts.scheme, force_virtual_addressing=False)
+    return pafs.S3FileSystem(**options)
+
+
+def atomic_puts(fs: pafs.FileSystem) -> bool:
+    """Whether a file written in one stream appears whole or not at all (an object store's PUT),
+    so no temporary name and rename (a copy there) are needed."""
+    return isinstance(fs, pafs.S3FileSystem)
