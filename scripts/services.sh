@@ -124,8 +124,12 @@ seaweedfs_up() {
     </dev/null >"$WEED/weed.log" 2>&1 &
   echo $! >"$WEED/weed.pid"
   # Ready means a write works: after a restart the master elects itself first (~15 s).
-  wait_for seaweedfs 90 env DBLOG_LOCAL_DIR="$LOCAL" DBLOG_S3_PORT="$S3_PORT" \
-    "$ROOT/.venv/bin/python" -c "from dblog_dev.local import s3_probe; s3_probe()"
+  local deadline=$((SECONDS + 90))
+  until timeout 10 env DBLOG_LOCAL=1 DBLOG_LOCAL_DIR="$LOCAL" DBLOG_S3_PORT="$S3_PORT" \
+      "$ROOT/.venv/bin/python" -c "from dblog_dev.local import s3_probe; s3_probe()" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || die "seaweedfs did not accept a write in 90s; see $WEED/weed.log"
+    sleep 0.5
+  done
   log "seaweedfs (S3) up on 127.0.0.1:$S3_PORT"
 }
 

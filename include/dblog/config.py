@@ -143,7 +143,10 @@ def source_from_uri(conn_id: str, uri: str, deployment: str | None = None) -> "S
     database = parts.path.lstrip("/")
     if not database:
         raise ConfigError(f"connection {conn_id}: the URI names no database (…/DATABASE)")
-    common: dict[str, Any] = dict(host=parts.hostname or "127.0.0.1", user=unquote(parts.username or ""),
+    if not parts.hostname:  # never a guess: 127.0.0.1 could be some other database
+        raise ConfigError(f"connection {conn_id}: the URI names no host; give mysql://user:password@HOST:port/db "
+                          "or postgres://user:password@HOST:port/db")
+    common: dict[str, Any] = dict(host=parts.hostname, user=unquote(parts.username or ""),
                                   password=unquote(parts.password or ""), database=database)
     if parts.scheme in ("mysql", "mariadb"):
         from .sources.mysql import MySQLSource

@@ -105,17 +105,35 @@ class TableProgress:
             return cls(**record)
         except TypeError as exc:
             dump = path.rsplit("/tables/", 1)[0]
-            dump_id = dump.rsplit("/", 1)[-1]
+            source, _, dump_id = dump.rsplit("/", 3)[-3:]  # …/{source}/dumps/{dump id}
             raise DumpError(f"cannot read the dump progress at {path} ({exc}): another dblog version wrote it "
                             f"and this one cannot tell where it stopped. Cancel the dump (`dblog dump cancel "
-                            f"{dump_id}`) and start a new dump of the table") from None
+                            f"{dump_id} --source {source}`) and start a new dump of the table") from None
 
 
 def read_progress(store: StateStore, source: str, dump_id: str, table: str) -> TableProgress | None:
     """A table's progress in a dump; None when the dump does not cover it (or is gone)."""
     path = paths.table_progress_path(source, dump_id, table)
     record = store.get(path)
-    return None if record is None else TableProgress.load(record, path)
+    if record is None:
+        return None
+    if "last_key" in record:  # written before the two cursors: the dump's kind says which it was
+        key_list = (store.get(paths.dump_path(source, dump_id)) or {}).get("keys") is not None
+        record = split_cursor(record, key_list)
+    return TableProgress.load(record, path)
+
+
+def split_cursor(record: dict, key_list: bool) -> dict:
+    """A record with the one `last_key` of earlier versions (a key-list offset in a key-list dump,
+    else the JSON of the last key staged) in the form of the two cursors."""
+    record = dict(record)
+    last = record.pop("last_key")
+    if last is not None:
+        if key_list:
+            record["list_offset"] = int(json.loads(last))
+        else:
+            record["after_key"] = last
+    return record
 
 
 def record_chunk_rate(progress: TableProgress, rows: int, seconds: float, window: int = RATE_WINDOW) -> None:

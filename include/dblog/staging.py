@@ -5,8 +5,9 @@
 
 What the files are named and hold is the staged row format (`staged`); this module writes and
 lists them. A file appears complete or not at all (written to a temporary name, flushed, then
-renamed), so whatever a reader lists is durable. The root may be any filesystem pyarrow writes (a local path
-or a `file://`, `s3://`, `gs://`, `hdfs://` URI). Re-staging after a crash can repeat events;
+renamed; on an object store, one upload of the encoded file), so whatever a reader lists is
+durable. The root may be any filesystem pyarrow writes (a path or a `file://`, `s3://`, `gs://`,
+`hdfs://` URI; see `storage`). Re-staging after a crash can repeat events;
 readers drop repeated positions, so duplicates are harmless.
 """
 from __future__ import annotations
@@ -77,11 +78,28 @@ class StagedLog:
         self._atomic_write(path, chunk_table(schema, meta, rows, ops))
         return path
 
+    def _put(self, path: str, table: pa.Table) -> None:
+        """One object in one upload, encoded in full first. An upload ended by an exception still
+        completes (pyarrow has no abort), so what it left under `path` is deleted."""
+        buffer = pa.BufferOutputStream()
+        pq.write_table(table, buffer, compression="zstd")
+        data = buffer.getvalue()
+        try:
+            with self.fs.open_output_stream(path) as out:
+                out.write(data)
+        except BaseException:
+            try:
+                self.fs.delete_file(path)
+            except OSError:
+                pass
+            raise
+
     def _atomic_write(self, path: str, table: pa.Table) -> None:
         directory = path.rsplit("/", 1)[0]
         tmp = f"{directory}/{temporary_name()}"
         try:
-            self.fs.create_dir(directory, recursive=True)
+            if not self.direct:  # an object store has no directories to make
+                self.fs.create_dir(directory, recursive=True)
             if self.local:
                 with open(tmp, "wb") as f:
                     pq.write_table(table, f, compression="zstd")
@@ -93,9 +111,8 @@ class StagedLog:
                     os.fsync(dir_fd)
                 finally:
                     os.close(dir_fd)
-            elif self.direct:  # an object appears whole when its upload completes
-                with self.fs.open_output_stream(path) as out:
-                    pq.write_table(table, out, compression="zstd")
+            elif self.direct:
+                self._put(path, table)
             else:
                 with self.fs.open_output_stream(tmp) as out:
                     pq.write_table(table, out, compression="zstd")

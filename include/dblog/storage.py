@@ -2,9 +2,9 @@
 as one pyarrow filesystem. The staged log uses it, and so will the warehouse's writers and readers.
 
 S3-compatible stores other than AWS take their endpoint from `DBLOG_S3_ENDPOINT`
-(`http://host:port`; path-style addressing then) and region from `DBLOG_S3_REGION`; credentials
-are the standard `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` (else pyarrow's default chain:
-profile, instance role).
+(`http://host:port`; path-style addressing then) and region from `DBLOG_S3_REGION` (else
+AWS_REGION / AWS_DEFAULT_REGION); credentials come from the SDK's default chain (AWS_ACCESS_KEY_ID /
+AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, a profile, an instance role).
 """
 from __future__ import annotations
 
@@ -30,6 +30,10 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     if parts.scheme == "s3":
         if not parts.netloc:
             raise ConfigError(f"{uri}: an S3 root names its bucket, as s3://bucket/prefix")
+        if parts.query or "@" in parts.netloc:  # a secret in a root would show in every path and log
+            raise ConfigError(f"s3://{parts.hostname}{parts.path}…: give an S3 root as s3://bucket/prefix only; "
+                              f"the endpoint and region go in {ENDPOINT_ENV} / {REGION_ENV}, credentials in "
+                              "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY")
         return s3_filesystem(), f"{parts.netloc}{parts.path}".rstrip("/")
     try:
         return pafs.FileSystem.from_uri(uri)
@@ -40,11 +44,13 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
 
 def s3_filesystem() -> pafs.S3FileSystem:
     endpoint = os.environ.get(ENDPOINT_ENV, "").strip()
-    options: dict = {"region": os.environ.get(REGION_ENV, "").strip() or "us-east-1",
-                     "allow_bucket_creation": True}
-    if os.environ.get("AWS_ACCESS_KEY_ID"):
-        options.update(access_key=os.environ["AWS_ACCESS_KEY_ID"],
-                       secret_key=os.environ.get("AWS_SECRET_ACCESS_KEY", ""))
+    # Credentials: the SDK's default chain (AWS_* variables, session tokens, profiles, roles).
+    # A bucket is created only for the local deployment: elsewhere a mistyped name must fail.
+    options: dict = {"allow_bucket_creation": os.environ.get("DBLOG_LOCAL", "").strip() == "1"}
+    region = next((os.environ[v].strip() for v in (REGION_ENV, "AWS_REGION", "AWS_DEFAULT_REGION")
+                   if os.environ.get(v, "").strip()), None)
+    if region:
+        options["region"] = region
     if endpoint:
         parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
         if not parts.netloc:

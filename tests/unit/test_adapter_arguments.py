@@ -120,6 +120,14 @@ def test_a_zookeeper_connection_becomes_the_engines_uri(airflow_home, fields, ur
     assert zookeeper_uri_of(Connection(conn_id="zk", conn_type="zookeeper", **fields)) == uri
 
 
+def test_a_zookeeper_connection_without_a_host_is_refused_naming_it(airflow_home):
+    from airflow.sdk import Connection
+    from dblog.settings import ConfigError
+    from dblog_airflow.hooks.dblog import zookeeper_uri_of
+    with pytest.raises(ConfigError, match=r"connection zk has no host"):
+        zookeeper_uri_of(Connection(conn_id="zk", conn_type="zookeeper", schema="prod"))
+
+
 def test_a_dump_start_task_builds_its_dump_from_the_form_fields(airflow_home):
     from dblog.dump import DumpSpec
     from dblog_airflow.operators.dump import dump_spec

@@ -33,6 +33,13 @@ def test_a_missing_source_connection_names_its_variable_and_the_local_switch(dep
     assert "DBLOG_LOCAL=1 uses the local `make up` services" in message
 
 
+def test_a_connection_without_a_host_is_refused_instead_of_reaching_127_0_0_1(deployed, monkeypatch):
+    # What Airflow's get_uri() gives for a connection saved with an empty host field.
+    monkeypatch.setenv("AIRFLOW_CONN_DBLOG_MARIADB", "mysql://cap:pw@/shop")
+    with pytest.raises(ConfigError, match=r"connection dblog_mariadb: the URI names no host"):
+        config.source("dblog_mariadb")
+
+
 def test_a_missing_zookeeper_connection_is_refused_with_an_example_uri(deployed):
     with pytest.raises(ConfigError, match=r"no connection 'dblog_zookeeper': set AIRFLOW_CONN_DBLOG_ZOOKEEPER to a "
                                           r"URI such as zookeeper://host:2181/dblog .*DBLOG_LOCAL=1"):

@@ -63,13 +63,25 @@ def test_progress_records_written_before_the_new_fields_still_load():
     assert p.estimated_rows is None and p.recent_rows_per_s is None and p.recent_chunks == []
 
 
-def test_a_progress_record_with_the_old_overloaded_cursor_is_refused_naming_the_node_and_the_fix():
-    # `last_key` held a key or a key-list offset: resuming from it could read either way.
-    old = {**{k: v for k, v in asdict(TableProgress("s.t", status=RUNNING, chunks=3)).items()
-              if k not in ("after_key", "list_offset")}, "last_key": "3"}
-    store = MemoryStore(dump_nodes("s", "d1", {"s.t": old}))
-    refusal = (r"cannot read the dump progress at /s/dumps/d1/tables/s.t \(unknown field\(s\) last_key\)"
-               r".*`dblog dump cancel d1`")
+def test_a_progress_record_of_an_earlier_version_is_read_by_its_dump_s_kind():
+    # `last_key` held a key (range dump) or a key-list offset (key-list dump); the scope says which.
+    def old(last_key):
+        return {**{k: v for k, v in asdict(TableProgress("s.t", status=DONE, chunks=3)).items()
+                   if k not in ("after_key", "list_offset")}, "last_key": last_key}
+    ranged = MemoryStore(dump_nodes("s", "d1", {"s.t": old("[42]")}))
+    assert read_progress(ranged, "s", "d1", "s.t").after_key == "[42]"
+    listed = MemoryStore(dump_nodes("s", "d1", {"s.t": old("3")}))
+    listed.nodes[paths.dump_path("s", "d1")]["keys"] = [[1], [2], [3]]
+    progress = read_progress(listed, "s", "d1", "s.t")
+    assert progress.list_offset == 3 and progress.after_key is None
+    assert dumping(ranged, "s", "s.t") == [] and dump_status(ranged, "s", "d1")["state"] == DONE
+
+
+def test_a_progress_record_this_version_cannot_read_is_refused_naming_the_node_and_the_fix():
+    unknown = {**asdict(TableProgress("s.t", status=RUNNING, chunks=3)), "cursor_v3": "?"}
+    store = MemoryStore(dump_nodes("s", "d1", {"s.t": unknown}))
+    refusal = (r"cannot read the dump progress at /s/dumps/d1/tables/s.t \(unknown field\(s\) cursor_v3\)"
+               r".*`dblog dump cancel d1 --source s`")
     with pytest.raises(DumpError, match=refusal):
         read_progress(store, "s", "d1", "s.t")
     with pytest.raises(DumpError, match=refusal):  # the merge must not guess whether it still stages
@@ -79,8 +91,7 @@ def test_a_progress_record_with_the_old_overloaded_cursor_is_refused_naming_the_
 
 
 def test_a_cancelled_dump_with_an_unreadable_record_no_longer_holds_the_merge_back():
-    old = {**{k: v for k, v in asdict(TableProgress("s.t", status=RUNNING, chunks=3)).items()
-              if k not in ("after_key", "list_offset")}, "last_key": "3"}
+    old = {**asdict(TableProgress("s.t", status=RUNNING, chunks=3)), "cursor_v3": "?"}
     store = MemoryStore(dump_nodes("s", "d1", {"s.t": old}))
     store.nodes[paths.control_path("s", "d1")] = {"state": CANCELLED}
     assert dumping(store, "s", "s.t") == []

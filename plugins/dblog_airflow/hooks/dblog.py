@@ -84,6 +84,10 @@ def zookeeper_uri(conn_id: str = ZOOKEEPER_CONN_ID) -> str:
 def zookeeper_uri_of(conn: "Connection") -> str:
     """`zookeeper://hosts/chroot[?session_timeout=S]` from a connection whose host may list
     several `host:port`, with the chroot in its schema (default `dblog`)."""
+    if not conn.host:
+        from dblog.settings import ConfigError
+        raise ConfigError(f"connection {conn.conn_id} has no host: set it to the ZooKeeper host(s), "
+                          "e.g. zk1:2181,zk2:2181, with the chroot (default dblog) as its schema")
     hosts = conn.host if not conn.port else f"{conn.host}:{conn.port}"
     timeout = conn.extra_dejson.get("session_timeout")
     return f"zookeeper://{hosts}/{(conn.schema or 'dblog').strip('/')}" + (

@@ -252,6 +252,10 @@ class DumpControlOperator(BaseOperator):
                 status = dump_status(store, self.source_conn_id, self.dump_id)
             except DumpError as exc:
                 fail(self.log, str(exc))
+        if status.get("error"):  # a record this version cannot read: say so (a cancel still took)
+            self.log.warning("dump %s on %s: %s (state %s)", self.dump_id, self.source_conn_id, status["error"],
+                             status["control"].get("state"))
+            return status
         if not status["tables"]:
             fail(self.log, f"no dump {self.dump_id!r} on {self.source_conn_id}: the dump id is in the XCom `dump` "
                            "and the log of a dblog_dump run's start task (or `dblog status`)")
