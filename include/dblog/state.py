@@ -28,6 +28,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import ConnectionLoss, LockTimeout, NodeExistsError, NoNodeError, SessionExpiredError
 from kazoo.recipe.lock import Lock
 
+from .config import DEFAULT_CHROOT
 from .settings import settings
 
 T = TypeVar("T")
@@ -84,7 +85,7 @@ class StateStore:
     failover) for up to `outage` seconds, since the session, and the leases held in it, outlive
     the connection; after that it raises ConnectionError."""
 
-    def __init__(self, hosts: str, chroot: str = "/dblog", timeout: float | None = None,
+    def __init__(self, hosts: str, chroot: str = DEFAULT_CHROOT, timeout: float | None = None,
                  outage: float | None = None):
         tuned = settings().zookeeper
         timeout = tuned.session_timeout_seconds if timeout is None else timeout

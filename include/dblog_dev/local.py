@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 
-from dblog.config import ZOOKEEPER_CONN, ConfigError
+from dblog.config import DEFAULT_CHROOT, ZOOKEEPER_CONN, ConfigError
 
 HOST = "127.0.0.1"
 DEFAULT_PORTS = {"MARIADB": 3307, "POSTGRES": 5433, "ZK": 2182, "S3": 8334}
-CHROOT = "/dblog"
+CHROOT = DEFAULT_CHROOT
 # The sample sources and the service behind each (the keys of `admin_uri`).
 SOURCES = {"dblog_mariadb": "mariadb", "dblog_postgres": "postgres"}
 CONNECTION_IDS = (*SOURCES, ZOOKEEPER_CONN)

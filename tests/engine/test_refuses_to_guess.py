@@ -46,7 +46,7 @@ def test_a_missing_zookeeper_connection_is_refused_before_any_checkpoint_is_set(
     # The fallback would have set the checkpoint in the local ZooKeeper's default chroot.
     from dblog.state import StateStore
     from dblog_dev import local
-    with StateStore(local.zookeeper_hosts(), "/dblog", timeout=3) as store:
+    with StateStore(local.zookeeper_hosts(), local.CHROOT, timeout=3) as store:
         assert store.get(paths.checkpoint_path(mariadb.source_id)) is None
     assert list(tmp_path.iterdir()) == []
 

@@ -14,13 +14,15 @@ from typing import TYPE_CHECKING, Iterator
 
 from airflow.sdk import BaseHook
 
+from dblog.config import DEFAULT_CHROOT, ZOOKEEPER_CONN
+
 if TYPE_CHECKING:
     from airflow.sdk import Connection
 
     from dblog.sources.base import Source
     from dblog.state import StateStore
 
-ZOOKEEPER_CONN_ID = "dblog_zookeeper"
+ZOOKEEPER_CONN_ID = ZOOKEEPER_CONN
 
 
 class DBLogHook(BaseHook):
@@ -90,5 +92,5 @@ def zookeeper_uri_of(conn: "Connection") -> str:
                           "e.g. zk1:2181,zk2:2181, with the chroot (default dblog) as its schema")
     hosts = conn.host if not conn.port else f"{conn.host}:{conn.port}"
     timeout = conn.extra_dejson.get("session_timeout")
-    return f"zookeeper://{hosts}/{(conn.schema or 'dblog').strip('/')}" + (
+    return f"zookeeper://{hosts}/{(conn.schema or DEFAULT_CHROOT).strip('/')}" + (
         f"?session_timeout={timeout}" if timeout else "")
