@@ -81,7 +81,7 @@ def coerce(value: Any, arrow_type: pa.DataType) -> Any:
     if value is None:
         return None
     if pa.types.is_string(arrow_type):
-        return _to_text(value)
+        return value if type(value) is str else _to_text(value)  # the common case, without a call
     if pa.types.is_binary(arrow_type):
         return value.encode("utf-8") if isinstance(value, str) else bytes(value)
     if pa.types.is_integer(arrow_type):
