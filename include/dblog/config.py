@@ -46,6 +46,14 @@ def local() -> bool:
     return os.environ.get(LOCAL_ENV, "").strip() == "1"
 
 
+def local_dir(*parts: str) -> str | None:
+    """A directory under the local deployment's `.local/` when DBLOG_LOCAL=1, else None."""
+    if not local():
+        return None
+    from dblog_dev.local import local_dir as base
+    return os.path.join(base(), *parts)
+
+
 def connection_uri(conn_id: str) -> str:
     uri = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}")
     if uri:

@@ -99,9 +99,29 @@ class Merge:
     lock_timeout_seconds: float = setting(
         600.0, "DBLOG_MERGE_LOCK_TIMEOUT", "how long a merge waits for another merge of the same table",
         minimum=1, maximum=86_400)
-    keep_versions_seconds: float = setting(
-        3600.0, "DBLOG_WAREHOUSE_KEEP_SECONDS", "how long a replaced warehouse version stays for readers still "
-        "using it", minimum=0, maximum=31_536_000)
+
+
+@dataclass(frozen=True)
+class Warehouse:
+    catalog: str = setting(
+        "", "DBLOG_ICEBERG_CATALOG", "Iceberg catalog of the warehouse tables (empty: a SQLite file, "
+        "`catalog.db` in a local warehouse root, else under `.local/iceberg/` with `DBLOG_LOCAL=1`)",
+        accepts="a SQLAlchemy URI (`sqlite:///…`, `postgresql+psycopg2://…`) or a REST catalog's `http(s)://…`")
+    catalog_name: str = setting(
+        "dblog", "DBLOG_ICEBERG_CATALOG_NAME", "the catalog's name (a JDBC catalog's `catalog_name`: Spark and "
+        "Trino must use the same)", pattern=r"[A-Za-z_][A-Za-z0-9_]{0,63}", accepts="letters, digits and `_`")
+    keep_seconds: float = setting(
+        14_400.0, "DBLOG_WAREHOUSE_KEEP_SECONDS", "how long `dblog maintain` keeps replaced snapshots (long "
+        "queries and time travel read them)", minimum=0, maximum=31_536_000)
+    orphan_grace_seconds: float = setting(
+        3600.0, "DBLOG_ORPHAN_GRACE_SECONDS", "files no snapshot references are removed once older than this "
+        "(a running merge's files are not referenced yet)", minimum=0, maximum=31_536_000)
+    compact_min_files: int = setting(
+        4, "DBLOG_COMPACT_MIN_FILES", "`dblog maintain` rewrites a bucket holding more data files than this "
+        "as one", minimum=1, maximum=100_000)
+    maintenance_schedule: str = setting(
+        "@daily", "DBLOG_MAINTENANCE_SCHEDULE", "schedule of `dblog_maintenance` (empty: trigger only)",
+        accepts=CRON)
 
 
 @dataclass(frozen=True)
@@ -162,6 +182,7 @@ class Settings:
     dump: Dump = field(default_factory=Dump)
     capture: Capture = field(default_factory=Capture)
     merge: Merge = field(default_factory=Merge)
+    warehouse: Warehouse = field(default_factory=Warehouse)
     spark: Spark = field(default_factory=Spark)
     zookeeper: ZooKeeper = field(default_factory=ZooKeeper)
     verify: Verify = field(default_factory=Verify)

@@ -20,7 +20,7 @@ def accepted_sample(name: str, spec, default, tuned: Settings):
     if spec.choices:
         return next(c for c in spec.choices if c != default)
     if spec.pattern:
-        return "512m"
+        return "512m" if name == "spark.driver_memory" else "analytics"
     if isinstance(default, str):
         return "local[2]" if name == "spark.master" else "0 3 * * *"
     low, high = tuned.bounds(name)

@@ -123,7 +123,7 @@ class Warehouse:
             raise ValueError(f"warehouse root {root!r}: the warehouse needs a POSIX filesystem path "
                              "(local disk or a shared mount such as NFS), for links and atomic renames")
         self.root = os.path.abspath(root.removeprefix("file://"))
-        self.keep_s = settings().merge.keep_versions_seconds if keep_s is None else keep_s
+        self.keep_s = settings().warehouse.keep_seconds if keep_s is None else keep_s
 
     def table_dir(self, source: str, table: str) -> str:
         return os.path.join(self.root, source, table_dir_name(table))

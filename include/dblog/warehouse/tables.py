@@ -1,0 +1,180 @@
+"""The warehouse: one Iceberg table (format v2) per source table, in the configured catalog.
+
+Readers see the table's main branch: the live rows, the table's columns plus `_dblog_*` metadata,
+one identity partition `_dblog_bucket` per key range. Tombstones live on the branch
+`dblog-tombstones` of the same table; what was merged, in the `dblog.*` summary of main's snapshots.
+"""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.expressions import AlwaysTrue, In
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.transforms import IdentityTransform
+
+from . import catalog as C
+from . import types as T
+from .commit import Pending
+from .state import Bucket, TableState
+
+
+class Warehouse:
+    def __init__(self, root: str | None = None):
+        if root is None:
+            from ..config import warehouse_root
+            root = warehouse_root()
+        self.root = C.warehouse_uri(root)
+
+    @property
+    def catalog(self):
+        return C.load(self.root)
+
+    def identifier(self, source: str, table: str) -> tuple[str, str]:
+        return C.identifier(self.catalog, source, table)
+
+    def load(self, source: str, table: str):
+        """The pyiceberg Table, or None before the first merge."""
+        try:
+            return self.catalog.load_table(self.identifier(source, table))
+        except NoSuchTableError:
+            return None
+
+    def tables(self, source: str) -> list[str]:
+        """The source's tables that have a warehouse table (source names, `schema.table`)."""
+        try:
+            found = self.catalog.list_tables((source,))
+        except NoSuchNamespaceError:
+            return []
+        if not C.is_rest(self.catalog):
+            return sorted(name for _, name in found)
+        return sorted(self.catalog.load_table(i).properties.get("dblog.table", i[-1]) for i in found)
+
+    # -- reading --------------------------------------------------------------------------------
+    def state(self, source: str, table: str, files: bool = False) -> TableState | None:
+        """What the current snapshot holds (None before the first merge); with `files`, each
+        bucket's data files and row counts too (metadata only, no data file is opened)."""
+        t = self.load(source, table)
+        return None if t is None else table_state(t, source, table, files)
+
+    def table_summary(self, source: str, table: str) -> dict | None:
+        """What a status page shows of the current snapshot, from the table's metadata alone."""
+        state = self.state(source, table)
+        if state is None:
+            return None
+        return {"table": table, "snapshot_id": state.snapshot_id, "merged_at": state.merged_at, "rows": state.rows,
+                "tombstones": state.tombstones, "buckets": len(state.buckets), "log_upto": state.log_upto,
+                "missing_rows": state.missing_rows}
+
+    def read(self, source: str, table: str, columns: list[str], buckets: list[int] | None = None) -> pa.Table | None:
+        """The live rows of the current snapshot (pyiceberg, no Spark); columns the table does not
+        have are null. None before the first merge."""
+        t = self.load(source, table)
+        if t is None:
+            return None
+        present = [c for c in columns if c in {f.name for f in t.schema().fields}]
+        where = In(T.BUCKET, set(buckets)) if buckets is not None else AlwaysTrue()  # type: ignore[call-arg,arg-type]
+        data = t.scan(selected_fields=tuple(present) or ("*",), row_filter=where).to_arrow()
+        for c in columns:
+            if c not in data.column_names:
+                data = data.append_column(c, pa.nulls(data.num_rows))
+        return data.select(columns)
+
+    def keys(self, source: str, table: str) -> list[tuple]:
+        """The keys of the current snapshot's live rows (empty before the first merge)."""
+        t = self.load(source, table)
+        if t is None:
+            return []
+        key = json.loads(t.properties["dblog.key"])
+        data = self.read(source, table, key)
+        return list(zip(*(data.column(k).to_pylist() for k in key))) if data is not None else []
+
+    def missing_keys(self, source: str, table: str, buckets: list[int]) -> dict[tuple, list[str]]:
+        """Per key, the columns nothing proved yet, in the given buckets."""
+        t = self.load(source, table)
+        if t is None or not buckets:
+            return {}
+        key = json.loads(t.properties["dblog.key"])
+        data = self.read(source, table, [*key, T.MISSING], buckets)
+        assert data is not None
+        return {tuple(r[k] for k in key): r[T.MISSING] for r in data.to_pylist() if r[T.MISSING]}
+
+    # -- writing --------------------------------------------------------------------------------
+    def begin(self, source: str, table: str, key: list[str], columns: list[tuple[str, str]],
+              state: TableState | None) -> Pending:
+        """Open a merge's transaction: the table (created with it on the first merge, invisible
+        until the commit) with the columns new in `columns` added."""
+        t = self.load(source, table) if state is not None else None
+        if t is None:
+            self.catalog.create_namespace_if_not_exists((source,))
+            schema = T.schema(columns)
+            spec = PartitionSpec(PartitionField(source_id=schema.find_field(T.BUCKET).field_id, field_id=1000,
+                                                transform=IdentityTransform(), name=T.BUCKET))
+            props = {**C.PROPERTIES, "dblog.source": source, "dblog.table": table, "dblog.key": json.dumps(key)}
+            where = {} if C.is_rest(self.catalog) else {"location": C.location(self.root, source, table)}
+            tx = self.catalog.create_table_transaction(self.identifier(source, table), schema=schema,
+                                                       partition_spec=spec, properties=props, **where)
+        else:
+            tx = t.transaction()
+            if T.needs_evolution(t.schema(), columns):
+                with tx.update_schema() as update:
+                    T.evolve(update, t.schema(), columns)
+        metadata = tx.table_metadata
+        schema_ipc = schema_to_pyarrow(metadata.schema(), include_field_ids=True).serialize().to_pybytes()
+        pending = Pending(tx, metadata.location.rstrip("/"), schema_ipc)
+        if state is not None:
+            for b in state.buckets:
+                pending.main[b.id], pending.branch[b.id] = b.files, b.tombstones
+        return pending
+
+    def drop(self, source: str, table: str) -> bool:
+        """Remove a table and its files (`dblog warehouse drop`); whether it existed."""
+        t = self.load(source, table)
+        if t is None:
+            return False
+        location = t.metadata.location
+        self.catalog.purge_table(self.identifier(source, table))
+        from ..storage import filesystem
+        fs, path = filesystem(location)
+        try:
+            fs.delete_dir(path)
+        except FileNotFoundError:
+            pass
+        return True
+
+
+def table_state(t, source: str, table: str, files: bool = False) -> TableState:
+    """The state of a loaded table's current snapshot (walking back past snapshots another writer
+    made, such as a user's compaction, to the newest one dblog wrote)."""
+    key = json.loads(t.properties["dblog.key"])
+    columns = T.data_columns(t.schema())
+    snapshot = t.current_snapshot()
+    while snapshot is not None and "dblog.format" not in (snapshot.summary.additional_properties or {}):
+        snapshot = t.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    if snapshot is None:
+        raise ValueError(f"{source}/{table}: no snapshot of the warehouse table records what dblog merged; "
+                         f"drop it (dblog warehouse drop --source {source} --table {table}) and run a full dump")
+    state = TableState.from_properties(source, table, key, columns, snapshot.summary.additional_properties)
+    head = t.current_snapshot()
+    state.snapshot_id = head.snapshot_id
+    state.rows = int(head.summary["total-records"] or 0)
+    branch = t.snapshot_by_name(C.BRANCH)
+    state.tombstones = int(branch.summary["total-records"] or 0) if branch is not None else 0
+    if files:
+        by_id = {b.id: b for b in state.buckets}
+        for ref, attr, count in (("main", "files", "rows"), (C.BRANCH, "tombstones", "tombstone_rows")):
+            if t.snapshot_by_name(ref) is None:
+                continue
+            for task in t.scan().use_ref(ref).plan_files():
+                bucket = by_id.get(task.file.partition[0])
+                if bucket is None:
+                    raise ValueError(f"{source}/{table}: a data file of bucket {task.file.partition[0]} is in no "
+                                     "bucket the snapshot records")
+                getattr(bucket, attr).append(task.file)
+                setattr(bucket, count, getattr(bucket, count) + task.file.record_count)
+    return state
+
+
+__all__ = ["Warehouse", "Bucket", "TableState", "table_state"]

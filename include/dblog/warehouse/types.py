@@ -1,0 +1,83 @@
+"""The warehouse table's schema: Spark column types <-> Iceberg types, metadata columns, evolution.
+
+Every field is optional (Spark's output is nullable, and a required Iceberg field would refuse a
+nullable file column); the key lives in the table property `dblog.key`. JSON stays text (Iceberg
+v2 has no JSON type). Field ids always come from the table's metadata, never computed here
+(the catalog renumbers a new table's ids).
+"""
+from __future__ import annotations
+
+import re
+
+from pyiceberg.schema import Schema
+from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, DoubleType, FloatType, IcebergType,
+                             IntegerType, ListType, LongType, NestedField, StringType, TimestampType,
+                             TimestamptzType)
+
+# A live row's columns whose value nothing proved yet (null meanwhile; a repair re-reads the row).
+MISSING = "_dblog_missing"
+BUCKET = "_dblog_bucket"   # the key-range bucket: the table's identity partition
+META = ("_dblog_position", "_dblog_op", "_dblog_origin", "_dblog_dump_id", "_dblog_merged_at", MISSING)
+_META_TYPES = ("string", "string", "string", "string", "timestamp", "array<string>")
+
+_SIMPLE: dict[str, IcebergType] = {
+    "bigint": LongType(), "int": IntegerType(), "smallint": IntegerType(), "tinyint": IntegerType(),
+    "double": DoubleType(), "float": FloatType(), "boolean": BooleanType(), "string": StringType(),
+    "binary": BinaryType(), "date": DateType(), "timestamp": TimestamptzType(), "timestamp_ntz": TimestampType(),
+}
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+
+
+def iceberg_type(spark_type: str, next_id=None) -> IcebergType:
+    """The Iceberg type of a Spark type string (`simpleString()`); `next_id` numbers a list's element."""
+    if spark_type in _SIMPLE:
+        return _SIMPLE[spark_type]
+    found = _DECIMAL.fullmatch(spark_type)
+    if found:
+        return DecimalType(int(found.group(1)), int(found.group(2)))
+    if spark_type == "array<string>":
+        return ListType(element_id=next_id() if next_id else 1, element_type=StringType(), element_required=False)
+    raise ValueError(f"Spark type {spark_type} has no Iceberg type in dblog's warehouse")
+
+
+def spark_type(t: IcebergType) -> str:
+    """The Spark type string the merge uses for an Iceberg type."""
+    for name, candidate in _SIMPLE.items():
+        if candidate == t:
+            return name
+    if isinstance(t, DecimalType):
+        return f"decimal({t.precision},{t.scale})"
+    if isinstance(t, ListType) and t.element_type == StringType():
+        return "array<string>"
+    raise ValueError(f"Iceberg type {t} is not one dblog writes")
+
+
+def schema(columns: list[tuple[str, str]]) -> Schema:
+    """A new table's schema: the data columns, then the metadata columns and the bucket."""
+    every = [*columns, *zip(META, _META_TYPES), (BUCKET, "int")]
+    nested = iter(range(len(every) + 1, 2 * len(every) + 2))   # a list's element id follows the top level
+    return Schema(*[NestedField(i, name, iceberg_type(t, lambda: next(nested)), required=False)
+                    for i, (name, t) in enumerate(every, 1)])
+
+
+def data_columns(table_schema: Schema) -> list[tuple[str, str]]:
+    """(name, Spark type) of the table's data columns, in table order."""
+    hidden = set(META) | {BUCKET}
+    return [(f.name, spark_type(f.field_type)) for f in table_schema.fields if f.name not in hidden]
+
+
+def needs_evolution(table_schema: Schema, columns: list[tuple[str, str]]) -> bool:
+    have = {f.name: f.field_type for f in table_schema.fields}
+    return any(have.get(name) != iceberg_type(t) for name, t in columns)
+
+
+def evolve(update, table_schema: Schema, columns: list[tuple[str, str]]) -> None:
+    """Stage on `update` (a pyiceberg UpdateSchema) the columns new in `columns` and the type
+    widenings (int -> long, float -> double; the merge decided they are widenings)."""
+    have = {f.name: f.field_type for f in table_schema.fields}
+    for name, t in columns:
+        wanted = iceberg_type(t)
+        if name not in have:
+            update.add_column((name,), wanted)   # a tuple: a name with a dot is one column
+        elif have[name] != wanted:
+            update.update_column((name,), wanted)
