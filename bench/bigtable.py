@@ -64,8 +64,9 @@ def source_versions(kind: str, ns: str) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(ids), np.concatenate(vs)
 
 
-def copy_versions(path: str) -> tuple[np.ndarray, np.ndarray]:
-    """(id, v) of a Parquet copy: a directory read as a dataset (files named _* or .* are not data)."""
+def copy_versions(path: str | list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(id, v) of a Parquet copy: a directory read as a dataset (files named _* or .* are not data),
+    or the list of its data files."""
     table = ds.dataset(path, format="parquet").to_table(columns=["id", "v"])
     return table["id"].to_numpy(), table["v"].to_numpy()
 

@@ -72,7 +72,7 @@ class Harness:
     def __init__(self, kind: str, ns: str, name: str):
         from dblog.staging import StagedLog
         from dblog.state import StateStore
-        from dblog.warehouse.layout import Warehouse
+        from dblog.warehouse.tables import Warehouse
         self.kind, self.ns, self.name = kind, ns, name
         self.slot = f"bench_{uuid.uuid4().hex[:8]}"
         self.dir = tempfile.mkdtemp(prefix=f"dblog-bench-{name}-", dir=str(ROOT / ".local"))
@@ -139,8 +139,9 @@ class Harness:
         merge_table(spark, self.store, self.staged, self.warehouse, self.name, table)
         return time.time() - started
 
-    def warehouse_table(self, table: str) -> str:
-        return self.warehouse.version_path(self.name, table)
+    def warehouse_table(self, table: str) -> list[str] | None:
+        """The data files of the table's current snapshot (a Parquet dataset), None before a merge."""
+        return self.warehouse.data_files(self.name, table)
 
     def close(self) -> dict | None:
         stats = None

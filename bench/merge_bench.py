@@ -26,7 +26,7 @@ from dblog.spark.job import merge_table
 from dblog.staged import CHUNK_FIELDS, OP, POSITION, ChunkFile, ChunkMeta, Op, SegmentFile, arrow_schema
 from dblog.staging import StagedLog
 from dblog.state import StateStore
-from dblog.warehouse.layout import Warehouse
+from dblog.warehouse.tables import Warehouse
 
 SOURCE, TABLE, CHUNK = "bench", "bench.items", 50_000
 SCHEMA = TableSchema(TABLE, (
@@ -109,8 +109,8 @@ def change_batch(spark, store, base: dict, keys: int, clustered: bool, tmp: str)
         np.sort(rng.choice(np.arange(1, rows + 1, dtype="int64"), keys, replace=False))
     base["upto"] = stage_updates(base["staged"], ids, base["upto"] + 1)
     merged = _merge(spark, store, base["staged"], base["warehouse"], base["upto"])
-    current = base["warehouse"].version_path(SOURCE, TABLE)
-    rewrite = _plain_write(spark, [current], f"{tmp}/rewrite-{uuid.uuid4().hex[:6]}")
+    current = base["warehouse"].data_files(SOURCE, TABLE)
+    rewrite = _plain_write(spark, current, f"{tmp}/rewrite-{uuid.uuid4().hex[:6]}")
     return {"keys": keys, "table_rows": rows, "keys_are": "recent ids" if clustered else "random ids",
             "merge_s": round(merged, 2), "rewrite_s": round(rewrite, 2), "ratio": round(merged / rewrite, 3)}
 

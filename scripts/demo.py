@@ -25,7 +25,7 @@ from dblog.reconcile import rebuild  # noqa: E402
 from dblog.staging import StagedLog  # noqa: E402
 from dblog.state import StateStore, checkpoint_path  # noqa: E402
 from dblog.verify import compare_warehouse  # noqa: E402
-from dblog.warehouse.layout import Warehouse  # noqa: E402
+from dblog.warehouse.tables import Warehouse  # noqa: E402
 from dblog_airflow.local import settings  # noqa: E402
 from dblog_dev import local, sample  # noqa: E402
 

@@ -100,6 +100,13 @@ def assert_warehouse_equals_source(src: "SourceEnv", warehouse, tables=TABLES) -
         assert diff.source_rows > 0
 
 
+def warehouse_table(spark, warehouse, source: str, table: str):
+    """The warehouse table's current snapshot as a DataFrame, the way a Spark user without the
+    Iceberg runtime reads it (`dblog.warehouse.readers.spark_table`)."""
+    from dblog.warehouse.readers import spark_table
+    return spark_table(spark, warehouse, source, table)
+
+
 def parquet_column_names(root: Path) -> set[str]:
     """Every column name (struct fields included) of every Parquet file under `root`."""
     import pyarrow.parquet as pq
@@ -284,5 +291,5 @@ def spark():
 
 @pytest.fixture
 def warehouse(tmp_path):
-    from dblog.warehouse.layout import Warehouse
+    from dblog.warehouse.tables import Warehouse
     return Warehouse(str(tmp_path / "warehouse"))

@@ -97,7 +97,7 @@ def cmd_capture(args) -> int:
 
 def _warehouse():
     """Where a repair finds the rows a statement-logged DELETE or a TRUNCATE left behind."""
-    from .warehouse.layout import Warehouse
+    from .warehouse.tables import Warehouse
     return Warehouse(config.warehouse_root())
 
 
@@ -226,7 +226,7 @@ def _qualified(source, table: str) -> str:
 def cmd_merge(args) -> int:
     from .spark.job import merge_source
     from .spark.session import session
-    from .warehouse.layout import Warehouse
+    from .warehouse.tables import Warehouse
     _within("--bucket-rows", "merge.bucket_rows", args.bucket_rows)
     sources = [config.source(s) for s in (_listed(args.source) or config.source_ids())]
     staged, warehouse = StagedLog(config.staging_root()), Warehouse(config.warehouse_root())
@@ -237,9 +237,9 @@ def cmd_merge(args) -> int:
             tables = [_qualified(src, t) for t in _listed(args.table)] or None
             for r in merge_source(spark, store, staged, warehouse, src.name, tables, bucket_rows=args.bucket_rows):
                 results.append({**vars(r), "dropped": r.dropped})
-                print(f"{src.name} {r.table}: version {r.version}, {r.log_events} log events, {r.chunks} chunks "
+                print(f"{src.name} {r.table}: snapshot {r.snapshot_id}, {r.log_events} log events, {r.chunks} chunks "
                       f"({r.chunk_rows} rows, {r.dropped} dropped in windows), {r.buckets_written}/{r.buckets} "
-                      f"buckets written, {r.rows} rows, {r.seconds:.1f}s" + (f" [{r.note}]" if r.note else ""))
+                      f"buckets written, {r.rows} rows, {r.seconds:.1f}s (commit {r.commit_seconds:.2f}s)" + (f" [{r.note}]" if r.note else ""))
                 if r.missing_rows or r.waiting:
                     print(f"  {r.missing_rows} row(s) hold values not proven yet (null, listed in _dblog_missing); "
                           f"{r.repairs_requested} key(s) sent to repair now; waiting: {json.dumps(r.waiting, default=str)}")
@@ -256,7 +256,7 @@ def _listed(values: list[str] | None) -> list[str]:
 
 def cmd_verify(args) -> int:
     from .verify import compare_warehouse
-    from .warehouse.layout import Warehouse
+    from .warehouse.tables import Warehouse
     _within("--page", "verify.page_rows", args.page)
     warehouse = Warehouse(config.warehouse_root())
     drift = unmerged = False

@@ -32,7 +32,7 @@ from .staging import StagedLog
 from .state import StateStore
 
 if TYPE_CHECKING:
-    from .warehouse.layout import Warehouse
+    from .warehouse.tables import Warehouse
 
 log = logging.getLogger("dblog.repair")
 PREFIX = "repair-"   # the ids of repair dumps
@@ -353,11 +353,11 @@ class Repairer:
                         "or TRUNCATE deleted stay in the warehouse until `dblog verify` finds them",
                         self.source.name, table)
             return []
-        manifest = self.warehouse.manifest(self.source.name, table)
-        if manifest is None:
+        state = self.warehouse.state(self.source.name, table)
+        if state is None:
             return []  # nothing merged yet: the warehouse holds no row to remove
-        if position is not None and (manifest.log_upto or "") < position and \
-                self.staged.segments(self.source.name, table, high=position, after=manifest.log_upto):
+        if position is not None and (state.log_upto or "") < position and \
+                self.staged.segments(self.source.name, table, high=position, after=state.log_upto):
             return None  # staged changes before the statement are not merged yet
         try:
             schema = self.source.table_schema(table, refresh=True)

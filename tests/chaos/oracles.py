@@ -10,8 +10,10 @@ report every broken property at once.
 """
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
-import pyarrow.parquet as pq  # noqa: I001
+from dblog.warehouse.catalog import BRANCH
 
 
 def transactions(logs: list[pa.Table], tables: list[str]) -> list[dict]:
@@ -48,14 +50,16 @@ class PositionHistory:
     def observe(self, warehouse, source: str) -> list[str]:
         problems = []
         for table in warehouse.tables(source):
-            manifest = warehouse.manifest(source, table)
-            if manifest is None:
+            t = warehouse.load(source, table)
+            if t is None:
                 continue
             self.versions += 1
             seen = self.seen.setdefault(table, {})
-            key = manifest.key
-            for path in warehouse.files(source, table, manifest, tombstones=True):
-                data = pq.read_table(path, columns=[*key, "_dblog_position"]).to_pydict()
+            key = json.loads(t.properties["dblog.key"])
+            for ref in ("main", BRANCH):   # live rows and tombstones
+                if t.snapshot_by_name(ref) is None:
+                    continue
+                data = t.scan(selected_fields=(*key, "_dblog_position")).use_ref(ref).to_arrow().to_pydict()
                 for values in zip(*(data[k] for k in key), data["_dblog_position"]):
                     k, position = tuple(values[:-1]), values[-1]
                     before = seen.get(k)

@@ -171,7 +171,7 @@ class Chaos:
             results = merge_source(self.spark, store, self.env.staged(), self.warehouse, self.env.source_id,
                                    bucket_rows=self.rng.choice([500, 5000, 100_000]))
         self.report.merges += 1
-        self.note("merge", *[f"{r.table.split('.')[-1]}:v{r.version}" for r in results])
+        self.note("merge", *[f"{r.table.split('.')[-1]}:{r.snapshot_id}" for r in results])
         self.report.problems += self.history.observe(self.warehouse, self.env.source_id)
 
     def resume_due(self) -> None:
@@ -252,7 +252,7 @@ class Chaos:
 
 def run(kind: str, seed: int, seconds: float, spark, workdir: Path, log=print) -> Report:
     """One chaos run on `kind` (mariadb|postgres); the report lists every broken property."""
-    from dblog.warehouse.layout import Warehouse
+    from dblog.warehouse.tables import Warehouse
     report = Report(kind, seed, seconds)
     started = time.monotonic()
     env = make_env(kind, workdir)

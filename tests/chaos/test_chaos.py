@@ -1,5 +1,4 @@
 """Randomized convergence (short, seeded): `make chaos` runs longer and more seeds."""
-import os
 
 import pytest
 from oracles import PositionHistory, staged_once_in_order
@@ -29,19 +28,13 @@ def test_the_journal_oracle_catches_a_lost_a_repeated_and_a_reordered_transactio
 
 @pytest.mark.offline
 def test_the_history_oracle_catches_a_key_going_back_in_time(tmp_path):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from dblog.warehouse.layout import Bucket, Manifest, Warehouse
+    from dblog.warehouse.tables import Warehouse
+    from iceberg_tables import commit_rows
     warehouse = Warehouse(str(tmp_path))
     history = PositionHistory()
 
     def version(position: str) -> None:
-        manifest = Manifest("s", "db.t", ["id"], [["id", "bigint"], ["_dblog_position", "string"]])
-        scratch = warehouse.scratch("s", "db.t")
-        os.makedirs(scratch)
-        pq.write_table(pa.table({"id": [1], "_dblog_position": [position]}), f"{scratch}/part.parquet")
-        manifest.buckets = [Bucket(None, ["part.parquet"], rows=1)]
-        warehouse.commit(manifest, {"part.parquet": f"{scratch}/part.parquet"}, None)
+        commit_rows(warehouse, "s", "db.t", [{"id": 1, "_dblog_position": position}], [("id", "bigint")], ["id"])
 
     version("0002")
     assert history.observe(warehouse, "s") == []

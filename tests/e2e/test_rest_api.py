@@ -29,7 +29,7 @@ def test_a_dump_triggered_over_the_rest_api_lands_a_warehouse_table_equal_to_its
     from conftest import wait_for
     from dblog import state as paths
     from dblog.verify import compare_warehouse
-    from dblog.warehouse.layout import Warehouse
+    from dblog.warehouse.tables import Warehouse
     from dblog_airflow import metrics
     src = standalone.src
     sent = metrics.name("dump.rows", src.source_id, src.table("order_lines"))

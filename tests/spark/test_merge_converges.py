@@ -24,6 +24,6 @@ def test_merges_at_arbitrary_moments_during_a_dump_under_writes_converge_to_the_
     assert len(merges) >= 4
     assert sum(m.dropped for m in merges) >= 0
     # Small buckets: the table was split into many key ranges and later merges rewrote only some.
-    last = {m.table: m for m in merges if m.version}
+    last = {m.table: m for m in merges if m.snapshot_id}
     assert all(m.buckets > 2 for m in last.values())
     print(src.kind, [(m.table, m.log_events, m.survivors, m.dropped, m.buckets_written, m.buckets) for m in merges])

@@ -5,7 +5,7 @@ import threading
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import settle, wait_for
+from conftest import settle, wait_for, warehouse_table
 from dblog.dump import dump_status
 from dblog.repair import repair_dumps, waiting
 from dblog.verify import compare_warehouse
@@ -168,12 +168,11 @@ def test_a_toast_value_nothing_proves_is_re_read_by_a_repair_dump_not_left_null(
     settle(postgres)
     (result,) = merge(spark, postgres, warehouse, tables=[table])
     assert result.missing_rows == 1 and result.repairs_requested == 1
-    path = warehouse.current_path(postgres.source_id, table)
-    row = spark.sql(f"SELECT body, _dblog_missing FROM parquet.`{path}` WHERE id = 2").first()
+    row = warehouse_table(spark, warehouse, postgres.source_id, table).where("id = 2").first()
     assert row["body"] is None and row["_dblog_missing"] == ["body"], "an unknown value must be flagged, not guessed"
     wait_for(lambda: repairs_done(postgres), 120, what="the repair dump the merge asked for")
     settle(postgres)
     (result,) = merge(spark, postgres, warehouse, tables=[table])
     assert result.missing_rows == 0 and result.waiting is None
     body = postgres.sql(f"SELECT body FROM {table} WHERE id = 2")[0][0]
-    assert spark.sql(f"SELECT body FROM parquet.`{path}` WHERE id = 2").first()["body"] == body
+    assert warehouse_table(spark, warehouse, postgres.source_id, table).where("id = 2").first()["body"] == body

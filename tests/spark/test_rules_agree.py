@@ -16,7 +16,7 @@ from dblog.spark import merge as M
 from dblog.spark.job import MergeResult, merge_inputs
 from dblog.staged import ChunkMeta, Op, absent_row, encode_event
 from dblog.staging import StagedLog
-from dblog.warehouse.layout import Bucket, Manifest
+from dblog.warehouse.state import Bucket, TableState
 
 SOURCE, DUMP = "s", "d1"
 
@@ -46,16 +46,16 @@ def stage(root, log, chunks, copies: int = 1) -> StagedLog:
 
 def merge(spark, staged, upto, warehouse=None):
     """One merge up to the checkpoint `upto`, composed as the job composes it; the warehouse as
-    (stored rows, manifest) before and after."""
-    stored, manifest = warehouse or (None, None)
-    inputs = merge_inputs(spark, staged, SOURCE, T, manifest, upto, MergeResult(SOURCE, T))
+    (stored rows, table state) before and after."""
+    stored, state = warehouse or (None, None)
+    inputs = merge_inputs(spark, staged, SOURCE, T, state, upto, MergeResult(SOURCE, T))
     if inputs.records is None:
-        return stored, manifest
+        return stored, state
     names = [c for c, _ in inputs.columns]
     rows = M.merge_records(stored, inputs.records, inputs.key, names, dt.datetime.now(dt.timezone.utc),
                            inputs.fill_unchanged, F.lit(0), 1).drop("_b")
-    after = Manifest(SOURCE, T, inputs.key, [list(c) for c in inputs.columns], [Bucket(None)], log_upto=upto,
-                     chunks=dict(manifest.chunks) if manifest else {})
+    after = TableState(SOURCE, T, inputs.key, list(inputs.columns), [Bucket(0, None)], log_upto=upto,
+                       chunks=dict(state.chunks) if state else {})
     for dump_id, numbers in inputs.ready.items():
         after.add_chunks(dump_id, numbers)
     return rows.cache(), after

@@ -1,23 +1,18 @@
 """The warehouse's key-range buckets, without Spark: which bucket a key falls in, when a bucket
-splits and where, the bucket list after a split, and what a version's manifest records.
+splits and where, the bucket list after a split.
 
 `dblog.spark.merge.bucket_of` builds its Spark expression with `bucket_search`; here plain Python
 values stand in for the columns (comparing bounds as Spark casts them is left to tests/spark)."""
 from __future__ import annotations
 
-import dataclasses
 import math
-import os
 import random
 from bisect import bisect_right
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from dblog.spark.merge import (SAMPLES_PER_PIECE, bucket_search, oversized, sample_fraction, split_points,
                                with_splits)
-from dblog.warehouse.layout import FORMAT, Bucket, Manifest, Warehouse, to_ranges
 
 
 def bucket(value, bounds: list) -> int:
@@ -218,53 +213,3 @@ def test_a_table_growing_past_the_limit_merge_after_merge_keeps_its_buckets_boun
             after[reference(k, bounds)] += 1
         assert max(after) <= 2 * target and min(after) > 0, (merge, after)
     assert len(bounds) >= len(table) // (2 * target)
-
-
-# -- the manifest ---------------------------------------------------------------------------------
-def test_merged_chunk_numbers_are_kept_as_ranges():
-    assert to_ranges(set()) == []
-    assert to_ranges({0}) == [[0, 0]]
-    assert to_ranges({5, 1, 2, 3, 9, 8}) == [[1, 3], [5, 5], [8, 9]]
-    m = Manifest("s", "t", ["id"], [["id", "bigint"]])
-    m.add_chunks("d1", {0, 1, 2})
-    m.add_chunks("d1", {4})
-    m.add_chunks("d1", {3, 2})
-    m.add_chunks("d2", set())
-    assert m.chunks == {"d1": [[0, 4]], "d2": []}
-    assert [m.chunk_merged("d1", n) for n in (0, 4, 5)] == [True, True, False]
-    assert not m.chunk_merged("d3", 0)
-
-
-def test_a_manifest_round_trips_through_json_with_its_buckets_and_counts():
-    m = Manifest("s", "t", ["a", "b"], [["a", "bigint"], ["b", "string"]],
-                 [Bucket(None, ["b-1.parquet"], [], 10, 0, 1),
-                  Bucket(["5", "x"], ["b-2.parquet"], ["t-1.parquet"], 7, 2)],
-                 log_upto="p", chunks={"d": [[0, 3]]})
-    back = Manifest.from_json(dataclasses.asdict(m))
-    assert back == m and back.rows == 17 and back.missing_rows == 1
-    with pytest.raises(ValueError, match="format"):
-        Manifest.from_json({**dataclasses.asdict(m), "format": FORMAT + 1})
-
-
-def test_a_new_version_writes_the_touched_buckets_and_links_the_others(tmp_path):
-    wh = Warehouse(str(tmp_path / "wh"))
-
-    def parquet(name: str, ids: list[int]) -> str:
-        path = str(tmp_path / name)
-        pq.write_table(pa.table({"id": pa.array(ids, pa.int64())}), path)
-        return path
-
-    first = Manifest("s", "db.t", ["id"], [["id", "bigint"]],
-                     [Bucket(None, ["b-0.parquet"], [], 2), Bucket(["10"], ["b-1.parquet"], [], 2)])
-    v1 = wh.commit(first, {"b-0.parquet": parquet("x0", [1, 2]), "b-1.parquet": parquet("x1", [10, 11])}, None)
-    # Bucket 1 is rewritten (and split at 20); bucket 0 is carried over by a hard link.
-    second = Manifest("s", "db.t", ["id"], [["id", "bigint"]],
-                      [Bucket(None, ["b-0.parquet"], [], 2), Bucket(["10"], ["b-2.parquet"], [], 1),
-                       Bucket(["20"], ["b-3.parquet"], [], 1)], version=first.version)
-    v2 = wh.commit(second, {"b-2.parquet": parquet("x2", [10]), "b-3.parquet": parquet("x3", [25])}, v1)
-    assert wh.version_path("s", "db.t") == os.path.realpath(v2) and v1 != v2
-    assert os.path.samefile(os.path.join(v1, "b-0.parquet"), os.path.join(v2, "b-0.parquet"))
-    assert sorted(wh.keys("s", "db.t")) == [(1,), (2,), (10,), (25,)]
-    assert [os.path.basename(f) for f in wh.files("s", "db.t", wh.manifest("s", "db.t"), buckets=[1, 2])] == \
-        ["b-2.parquet", "b-3.parquet"]
-    assert wh.table_summary("s", "db.t")["buckets"] == 3

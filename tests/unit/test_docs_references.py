@@ -213,7 +213,7 @@ PROSE_PATH = re.compile(rf"(?<![\w/.:$<@~-])((?:\.?[\w-]+/)+(?:[\w*-]+\.(?:{FILE
                         r"(?![\w/<*$(-])")
 NOT_PATHS = ("http://", "https://", "://")
 # Run-time paths the docs describe (not in the repository): the local state and warehouse layout.
-RUNTIME = re.compile(r"^(\.local/|\.venv/|_tombstones|_manifest\.json$|keys\.json$|\$)")
+RUNTIME = re.compile(r"^(\.local/|\.venv/|keys\.json$|\$)")
 
 
 def _segments(text: str):

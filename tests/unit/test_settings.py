@@ -129,7 +129,6 @@ def test_a_bad_setting_fails_the_cli_with_the_reason_not_a_traceback(monkeypatch
 def test_engine_defaults_follow_the_settings(monkeypatch):
     from dblog.dump import DumpSpec, check_chunk_size, DumpError
     from dblog.state import StateStore
-    from dblog.warehouse.layout import Warehouse
     monkeypatch.setenv("DBLOG_CHUNK_SIZE", "321")
     monkeypatch.setenv("DBLOG_MAX_CHUNK_SIZE", "1000")
     monkeypatch.setenv("DBLOG_WAREHOUSE_KEEP_SECONDS", "60")
@@ -137,7 +136,7 @@ def test_engine_defaults_follow_the_settings(monkeypatch):
     assert DumpSpec().chunk_size == 321
     with pytest.raises(DumpError, match="from 1 to 1,000, got 1001"):
         check_chunk_size(1001)
-    assert Warehouse("/tmp/nowhere").keep_s == 60
+    assert settings().warehouse.keep_seconds == 60
     assert StateStore("127.0.0.1:1").outage == 7
 
 

@@ -202,7 +202,7 @@ class FakeWarehouse:
         return ["s.a"]
 
     def table_summary(self, source, table):
-        return {"table": table, "version": 3, "merged_at": 1000.0, "rows": 42, "tombstones": 0, "buckets": 1,
+        return {"table": table, "snapshot_id": "3", "merged_at": 1000.0, "rows": 42, "tombstones": 0, "buckets": 1,
                 "log_upto": "x"}
 
 
@@ -219,5 +219,5 @@ def test_the_snapshot_lists_capture_health_newest_dumps_first_and_warehouse_tabl
     assert (s["capture"]["state"], s["capture"]["leader"], s["capture"]["standby"]) == ("capturing", "w1", ["w2"])
     assert s["capture"]["readable_position"] == "mysql-bin.000003:77" and s["capture"]["lag_s"] == 5.0
     assert [d["id"] for d in s["dumps"]] == ["new", "old"]
-    assert s["warehouse"] == [{"table": "s.a", "version": 3, "merged_at": 1000.0, "rows": 42, "tombstones": 0,
+    assert s["warehouse"] == [{"table": "s.a", "snapshot_id": "3", "merged_at": 1000.0, "rows": 42, "tombstones": 0,
                                "buckets": 1, "log_upto": "x", "data_age_s": 11.5, "data_age_exact": True}]

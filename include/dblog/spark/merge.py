@@ -14,7 +14,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ..warehouse.layout import MISSING
+from ..warehouse.types import MISSING
 from ..staged import DUMP_ID, OP, POSITION, TOMBSTONES, UNCHANGED
 from .rules import latest
 

@@ -1,6 +1,9 @@
 """The Spark session every dblog job uses, with the settings the warehouse relies on."""
 from __future__ import annotations
 
+import os
+import sys
+
 from pyspark.sql import SparkSession
 
 from ..settings import settings
@@ -26,6 +29,11 @@ def session(app: str = "dblog", master: str | None = None, conf: dict[str, str] 
     # passes the same setting as --driver-memory).
     options = {**SETTINGS, "spark.sql.shuffle.partitions": str(tuned.shuffle_partitions),
                "spark.driver.memory": tuned.driver_memory, **(conf or {})}
+    if not os.environ.get("PYSPARK_PYTHON"):
+        # Executors run dblog's Python (the warehouse writers): this interpreter's packages, not
+        # the system's (pyspark reads the variable, not the conf, when the context starts). On a
+        # cluster, PYSPARK_PYTHON names the workers' environment.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
     for k, v in options.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()

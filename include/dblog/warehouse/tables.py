@@ -64,7 +64,7 @@ class Warehouse:
         state = self.state(source, table)
         if state is None:
             return None
-        return {"table": table, "snapshot_id": state.snapshot_id, "merged_at": state.merged_at, "rows": state.rows,
+        return {"table": table, "snapshot_id": str(state.snapshot_id), "merged_at": state.merged_at, "rows": state.rows,
                 "tombstones": state.tombstones, "buckets": len(state.buckets), "log_upto": state.log_upto,
                 "missing_rows": state.missing_rows}
 
@@ -81,6 +81,14 @@ class Warehouse:
             if c not in data.column_names:
                 data = data.append_column(c, pa.nulls(data.num_rows))
         return data.select(columns)
+
+    def data_files(self, source: str, table: str) -> list[str] | None:
+        """Paths of the current snapshot's data files (local tables; benchmarks and tests read them
+        as a plain Parquet dataset). None before the first merge."""
+        t = self.load(source, table)
+        if t is None:
+            return None
+        return [task.file.file_path.removeprefix("file://") for task in t.scan().plan_files()]
 
     def keys(self, source: str, table: str) -> list[tuple]:
         """The keys of the current snapshot's live rows (empty before the first merge)."""

@@ -74,7 +74,7 @@ class DBLogHook(BaseHook):
 
     @staticmethod
     def warehouse():
-        from dblog.warehouse.layout import Warehouse
+        from dblog.warehouse.tables import Warehouse
         return Warehouse(DBLogHook.warehouse_root())
 
 

@@ -1,5 +1,5 @@
 """Submit `spark_jobs/merge.py` through the Spark provider, then publish one Asset event per
-warehouse table that got a new version (through the `dblog_warehouse` AssetAlias), so downstream
+warehouse table that got a new snapshot (through the `dblog_warehouse` AssetAlias), so downstream
 DAGs can be scheduled on fresh data: `schedule=[warehouse_asset("dblog_mariadb", "shop.accounts")]`.
 
 The job runs outside Airflow, so the task resolves its connections (sources, ZooKeeper) through
@@ -45,11 +45,15 @@ appender.stderr.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
 """
 
 
-def warehouse_asset(source: str, table: str, root: str | None = None) -> Asset:
-    """The Asset of one warehouse table (the same name and URI the merge task emits)."""
-    from dblog.config import warehouse_root
-    root = root or warehouse_root()
-    return Asset(name=f"dblog.{source}.{table}", uri=f"file://{root}/{source}/{table}", group="dblog")
+def warehouse_asset(source: str, table: str) -> Asset:
+    """The Asset of one warehouse table (the same name and URI the merge task emits): the Iceberg
+    table `(source, table)` of the configured catalog."""
+    from urllib.parse import quote
+
+    from dblog.settings import settings
+    catalog = settings().warehouse.catalog_name
+    return Asset(name=f"dblog.{source}.{table}", uri=f"iceberg://{catalog}/{source}/{quote(table, safe='')}",
+                 group="dblog")
 
 
 def _listed(value: Any) -> list[str]:
@@ -122,9 +126,10 @@ class MergeOperator(SparkSubmitOperator):
         finished = time.time()
         alias = context["outlet_events"][AssetAlias(WAREHOUSE_ALIAS)]
         for r in results:
-            if r["version"] is not None and (r["log_events"] or r["chunks"]):
+            if r["snapshot_id"] is not None and (r["log_events"] or r["chunks"]):
                 alias.add(warehouse_asset(r["source"], r["table"]),
-                          extra={"rows": r["rows"], "version": r["version"], "upto": r["upto"],
+                          extra={"identifier": [r["source"], r["table"]], "snapshot_id": r["snapshot_id"],
+                                 "rows": r["rows"], "upto": r["upto"],
                                  "dag_id": self.dag_id, "run_id": context["run_id"], "task_id": self.task_id})
         # The warehouse has committed and the asset events are set: reporting must not fail the task
         # (a retry would find nothing new to merge, and downstream DAGs would never hear of it).
@@ -137,8 +142,8 @@ class MergeOperator(SparkSubmitOperator):
             self.log.warning("merge done, but its report failed: %s", exc)
         for r in results:
             if (r["source"], r["table"]) not in reported:
-                self.log.info("%s %s: version %s, %d log events, %d chunks (%d rows, %d dropped in windows), "
-                              "%d rows, %.1fs%s", r["source"], r["table"], r["version"], r["log_events"],
+                self.log.info("%s %s: snapshot %s, %d log events, %d chunks (%d rows, %d dropped in windows), "
+                              "%d rows, %.1fs%s", r["source"], r["table"], r["snapshot_id"], r["log_events"],
                               r["chunks"], r["chunk_rows"], r["dropped"], r["rows"], r["seconds"],
                               f" [{r['note']}]" if r.get("note") else "")
             if r.get("missing_rows") or r.get("waiting"):
@@ -208,9 +213,9 @@ class MergeOperator(SparkSubmitOperator):
                     staged = None if progress is None else progress.chunks
                     r = versions.get((d["source"], table), {})
                     self.log.info("%s %s: dump %s merged %d of %s chunks, %d rows, %d dropped in windows; "
-                                  "warehouse version %s, %s rows", d["source"], table, d["dump_id"],
+                                  "warehouse snapshot %s, %s rows", d["source"], table, d["dump_id"],
                                   merged.get("chunks", 0), "?" if staged is None else staged,
-                                  merged.get("rows", 0), merged.get("dropped", 0), r.get("version"), r.get("rows"))
+                                  merged.get("rows", 0), merged.get("dropped", 0), r.get("snapshot_id"), r.get("rows"))
                     reported.add((d["source"], table))
         return reported
 
