@@ -20,6 +20,11 @@ ENDPOINT_ENV = "DBLOG_S3_ENDPOINT"
 REGION_ENV = "DBLOG_S3_REGION"
 
 
+def is_local(uri: str) -> bool:
+    """A local path or a file:// URI (what the local filesystem serves)."""
+    return "://" not in uri or uri.startswith("file://")
+
+
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """(filesystem, base path in it) for a root such as `/data/staging`, `file:///data` or `s3://b/p`."""
     if "://" not in uri:

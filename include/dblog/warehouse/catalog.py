@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from ..config import local_dir
 from ..settings import ConfigError, settings
-from ..storage import ENDPOINT_ENV, REGION_ENV
+from ..storage import ENDPOINT_ENV, REGION_ENV, is_local
 
 BRANCH = "dblog-tombstones"   # the branch holding tombstones; readers of main never see them
 FORMAT = "2"                  # the format of the `dblog.*` snapshot properties
@@ -41,10 +41,6 @@ def warehouse_uri(root: str) -> str:
     if "://" not in root:
         return "file://" + os.path.abspath(root)
     return root.rstrip("/")
-
-
-def is_local(root: str) -> bool:
-    return "://" not in root or root.startswith("file://")
 
 
 def catalog_uri(root: str) -> str:
