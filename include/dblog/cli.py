@@ -223,6 +223,12 @@ def _qualified(source, table: str) -> str:
     return table if "." in table else f"{source.namespace}.{table}"
 
 
+def _table_of(source_id: str, table: str) -> str:
+    """`_qualified`, reading the source's connection only for a bare table name (a warehouse
+    command on `schema.table` works without it)."""
+    return table if "." in table else _qualified(config.source(source_id), table)
+
+
 def cmd_merge(args) -> int:
     from .spark.job import merge_source
     from .spark.session import session
@@ -294,6 +300,52 @@ def _verify_source(args, source, warehouse, compare_warehouse) -> bool | None:
             print(f"  repair: dblog dump --source {source.name} --table {table} --keys @keys.json "
                   "(the repair.keys of `dblog verify --json`), then dblog merge")
     return drift
+
+
+def cmd_maintain(args) -> int:
+    """Expire old snapshots, compact buckets of many files and sweep unreferenced files, per table
+    under its merge lease (`dblog.warehouse.maintain`)."""
+    from .warehouse.maintain import maintain_source
+    from .warehouse.tables import Warehouse
+    opts = {"keep_seconds": args.keep_seconds, "orphan_grace_seconds": args.orphan_grace,
+            "compact_min_files": args.compact_min_files}
+    for (flag, setting), value in zip(MAINTAIN_FLAGS, opts.values()):
+        if value is not None:
+            _within(flag, setting, value)
+    warehouse = Warehouse(config.warehouse_root())
+    with _store() as store:
+        for sid in [args.source] if args.source else config.source_ids():  # default: every configured source
+            tables = [_table_of(sid, t) for t in args.table] if args.table else None
+            for report in maintain_source(store, warehouse, sid, tables, dry_run=args.dry_run, **opts):
+                print(report.line())
+    return 0
+
+
+MAINTAIN_FLAGS = [("--keep-seconds", "warehouse.keep_seconds"), ("--orphan-grace", "warehouse.orphan_grace_seconds"),
+                  ("--compact-min-files", "warehouse.compact_min_files")]
+
+
+def cmd_warehouse(args) -> int:
+    """`ls`: each warehouse table's Iceberg identifier, snapshot, rows and metadata file; `drop`: one
+    table and its files, under its merge lease (a running merge cannot commit into it)."""
+    from .warehouse.tables import Warehouse
+    warehouse = Warehouse(config.warehouse_root())
+    if args.action == "drop":
+        from .warehouse.maintain import merge_lease
+        table = _table_of(args.source, args.table)
+        with _store() as store, merge_lease(store, args.source, table):
+            dropped = warehouse.drop(args.source, table)
+        print(f"{args.source} {table}: " + ("dropped, with its files" if dropped else "no such warehouse table"))
+        return 0 if dropped else 1
+    for sid in [args.source] if args.source else config.source_ids():
+        for table in warehouse.tables(sid):
+            t = warehouse.load(sid, table)
+            head = t.current_snapshot() if t is not None else None
+            if head is None:
+                continue   # dropped since it was listed
+            print(f"{sid} {table}: identifier {json.dumps(list(warehouse.identifier(sid, table)))}, snapshot "
+                  f"{head.snapshot_id}, {head.summary['total-records'] or 0} rows, metadata {t.metadata_location}")
+    return 0
 
 
 def cmd_setup(args) -> int:
@@ -438,6 +490,29 @@ def parser() -> argparse.ArgumentParser:
                    help=f"rows per key range (default {tuned.cite('verify.page_rows')})")
     v.add_argument("--json", action="store_true", help="one JSON object per table, with the keys to repair")
     v.set_defaults(func=cmd_verify)
+
+    mt = sub.add_parser("maintain", help="warehouse upkeep: expire old snapshots, compact buckets of many files, "
+                                         "delete files no snapshot references (per table, under its merge lock)")
+    mt.add_argument("--source", help="connection id (default: every configured source)")
+    mt.add_argument("--table", action="append", help="table to maintain (repeatable; default: every warehouse table)")
+    mt.add_argument("--keep-seconds", type=_finite, help="expire snapshots older than this "
+                    f"({tuned.range_text('warehouse.keep_seconds')}; default {tuned.cite('warehouse.keep_seconds')})")
+    mt.add_argument("--orphan-grace", type=_finite, help="delete unreferenced files older than this many seconds "
+                    f"({tuned.range_text('warehouse.orphan_grace_seconds')}; default "
+                    f"{tuned.cite('warehouse.orphan_grace_seconds')})")
+    mt.add_argument("--compact-min-files", type=int, help="compact a bucket holding more data files than this "
+                    f"(default {tuned.cite('warehouse.compact_min_files')})")
+    mt.add_argument("--dry-run", action="store_true", help="report what would be done, change nothing")
+    mt.set_defaults(func=cmd_maintain)
+
+    w = sub.add_parser("warehouse", help="the warehouse's Iceberg tables: list them, or drop one")
+    wsub = w.add_subparsers(dest="action", required=True)
+    wl = wsub.add_parser("ls", help="identifier, current snapshot, rows and metadata file of each table")
+    wl.add_argument("--source", help="connection id (default: every configured source)")
+    wd = wsub.add_parser("drop", help="remove a table and its files (a full dump rebuilds it)")
+    wd.add_argument("--source", required=True, help="connection id")
+    wd.add_argument("--table", required=True, help="schema.table or table")
+    w.set_defaults(func=cmd_warehouse)
 
     u = sub.add_parser("setup", help="check sources; create the watermark table, publication and slot where "
                                      "allowed, else print the statements an administrator runs")

@@ -9,7 +9,8 @@ import pytest
 
 pytestmark = pytest.mark.offline
 
-DAG_IDS = {"dblog_capture", "dblog_dump", "dblog_dump_control", "dblog_full_refresh", "dblog_merge", "dblog_verify"}
+DAG_IDS = {"dblog_capture", "dblog_dump", "dblog_dump_control", "dblog_full_refresh", "dblog_maintenance", "dblog_merge",
+           "dblog_verify"}
 
 
 @pytest.fixture(scope="module")

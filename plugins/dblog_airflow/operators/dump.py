@@ -68,6 +68,24 @@ def value_rules() -> dict[str, tuple[Callable[[Any], bool], str]]:
                    "list table names (`table` or `schema.table`), one per line; leave it empty for every table"),
         "exclude": (lambda v: isinstance(v, list) and all(isinstance(t, str) and t.strip() for t in v),
                     "list the table names to leave out of a dump of every table, one per line"),
+        **_maintenance_rules(s),
+    }
+
+
+def _maintenance_rules(s) -> dict[str, tuple[Callable[[Any], bool], str]]:
+    """dblog_maintenance's numbers, bounded as the settings that give their defaults."""
+    def within(name: str, whole: bool = False) -> Callable[[Any], bool]:
+        low, high = s.bounds(name)
+        return lambda v: _number(v) and (not whole or float(v).is_integer()) and low <= v <= high
+    return {
+        "keep_seconds": (within("warehouse.keep_seconds"), f"keep replaced snapshots "
+                         f"{s.range_text('warehouse.keep_seconds')} seconds (default {s.warehouse.keep_seconds:g})"),
+        "orphan_grace_seconds": (within("warehouse.orphan_grace_seconds"), "delete unreferenced files once older "
+                                 f"than {s.range_text('warehouse.orphan_grace_seconds')} seconds (default "
+                                 f"{s.warehouse.orphan_grace_seconds:g}); a running merge's files are that young"),
+        "compact_min_files": (within("warehouse.compact_min_files", whole=True), "compact buckets of more files "
+                              f"than a whole number from {s.range_text('warehouse.compact_min_files')} (default "
+                              f"{s.warehouse.compact_min_files})"),
     }
 
 

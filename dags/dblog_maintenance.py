@@ -1,0 +1,72 @@
+"""
+### dblog_maintenance: expire old snapshots, compact buckets, delete files nothing references
+
+One task per source (`<source>.maintain`, in the worker's process, no Spark), each running
+`dblog maintain` on every warehouse table of the source. Each table is maintained under its
+merge lock, so it never races a merge of that table (other tables keep merging):
+
+1. snapshots older than `keep_seconds` are expired (never a branch head: main and the tombstone
+   branch stay readable; time travel reaches back that far);
+2. a bucket holding more than `compact_min_files` data files (or tombstone files) is rewritten
+   as one file, sorted by the key; rows and the merge state are unchanged;
+3. files under the table's location that no kept snapshot references and that are older than
+   `orphan_grace_seconds` are deleted: those of expired snapshots, and those a killed merge left.
+
+Schedule: `DBLOG_MAINTENANCE_SCHEDULE` (default `@daily`; empty = trigger only); scheduled runs
+use the `DBLOG_WAREHOUSE_KEEP_SECONDS`, `DBLOG_ORPHAN_GRACE_SECONDS` and `DBLOG_COMPACT_MIN_FILES`
+settings. Triggered, `source` and `tables` narrow the run and `dry_run` only reports. Each table's
+line in the task log says what was done; metrics `dblog.maintenance.files_removed`, `.bytes_removed`
+and `.seconds` per source and table.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, Param, TaskGroup
+
+from dblog.config import source_ids
+from dblog.settings import settings
+from dblog_airflow.groups import source_param, tables_param
+from dblog_airflow.operators.maintain import MaintainOperator
+
+SOURCES = source_ids()
+TUNED = settings()
+
+with DAG(
+    dag_id="dblog_maintenance",
+    doc_md=__doc__,
+    description="Warehouse upkeep: expire old Iceberg snapshots, compact buckets of many files, delete "
+                "unreferenced files",
+    schedule=TUNED.warehouse.maintenance_schedule or None,  # empty: no schedule (trigger only)
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["dblog", "maintenance"],
+    render_template_as_native_obj=True,
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=5)},
+    params={
+        "source": source_param(SOURCES, every=True),
+        "tables": tables_param("maintains"),
+        "keep_seconds": Param(
+            TUNED.warehouse.keep_seconds, type="number", title="Keep snapshots (s)",
+            description=f"Expire snapshots older than this, {TUNED.range_text('warehouse.keep_seconds')} seconds: "
+                        "long queries and time travel read them; the current ones always stay."),
+        "orphan_grace_seconds": Param(
+            TUNED.warehouse.orphan_grace_seconds, type="number", title="Orphan grace (s)",
+            description="Delete files no kept snapshot references once older than this, "
+                        f"{TUNED.range_text('warehouse.orphan_grace_seconds')} seconds (a running merge's files "
+                        "are unreferenced until it commits)."),
+        "compact_min_files": Param(
+            TUNED.warehouse.compact_min_files, type="integer", title="Compact above (files)",
+            description="Rewrite a bucket holding more data files than this as one file, "
+                        f"{TUNED.range_text('warehouse.compact_min_files')}."),
+        "dry_run": Param(False, type="boolean", title="Dry run",
+                         description="Only report what would be expired, compacted and deleted; change nothing."),
+    },
+) as dag:
+    for source in SOURCES:
+        with TaskGroup(group_id=source, tooltip=f"maintain {source}'s warehouse tables"):
+            MaintainOperator(task_id="maintain", source_conn_id=source, selected_source="{{ params.source }}",
+                             tables="{{ params.tables }}", keep_seconds="{{ params.keep_seconds }}",
+                             orphan_grace_seconds="{{ params.orphan_grace_seconds }}",
+                             compact_min_files="{{ params.compact_min_files }}", dry_run="{{ params.dry_run }}")

@@ -1,0 +1,69 @@
+"""Warehouse maintenance of one source's tables (`dblog maintain`): expire old snapshots, compact
+buckets of many files, delete files no snapshot references; each table under its merge lock."""
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, Sequence
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowSkipException
+
+from dblog_airflow import metrics
+from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook
+from dblog_airflow.operators.dump import ALL_SOURCES, check_run, fail
+
+
+class MaintainOperator(BaseOperator):
+    """Maintains the tables of `source_conn_id` (`tables`: empty = every warehouse table; a named
+    table the warehouse lacks fails the task) and returns one report per table. Skips when the
+    run's `selected_source` names another source. None options: the `DBLOG_*` settings."""
+
+    template_fields: Sequence[str] = ("selected_source", "tables", "keep_seconds", "orphan_grace_seconds",
+                                      "compact_min_files", "only_report")
+
+    def __init__(self, *, source_conn_id: str, selected_source: str | None = None, tables: Any = None,
+                 keep_seconds: Any = None, orphan_grace_seconds: Any = None, compact_min_files: Any = None,
+                 dry_run: Any = False, zookeeper_conn_id: str = ZOOKEEPER_CONN_ID, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source_conn_id, self.selected_source, self.tables = source_conn_id, selected_source, tables
+        self.keep_seconds, self.orphan_grace_seconds = keep_seconds, orphan_grace_seconds
+        self.compact_min_files, self.zookeeper_conn_id = compact_min_files, zookeeper_conn_id
+        self.only_report = dry_run   # not `self.dry_run`: BaseOperator.dry_run() is a method
+
+    def execute(self, context) -> list[dict]:
+        from dblog.warehouse.maintain import maintain_source
+        if self.selected_source not in (None, "", ALL_SOURCES, self.source_conn_id):
+            raise AirflowSkipException(f"this run maintains {self.selected_source} only")
+        opts = {"keep_seconds": self.keep_seconds, "orphan_grace_seconds": self.orphan_grace_seconds,
+                "compact_min_files": self.compact_min_files}
+        check_run(self, context, tables=self.tables, **opts)
+        hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
+        warehouse = hook.warehouse()
+        tables = self._tables(hook, warehouse)
+        with hook.store() as store:
+            reports = maintain_source(store, warehouse, self.source_conn_id, tables, dry_run=bool(self.only_report),
+                                      **{k: v for k, v in opts.items() if v is not None})
+        for r in reports:
+            self.log.info("%s", r.line())
+            if not r.dry_run:
+                subject, tags = (r.source, r.table), {"source": r.source, "table": r.table}
+                metrics.incr("maintenance.files_removed", r.files_removed, subject, **tags)
+                metrics.incr("maintenance.bytes_removed", r.bytes_removed, subject, **tags)
+                metrics.timing("maintenance.seconds", r.seconds, subject, **tags)
+        return [asdict(r) for r in reports]
+
+    def _tables(self, hook: DBLogHook, warehouse) -> list[str] | None:
+        """The named tables as `schema.table` (None: every table), each one the warehouse has."""
+        if not self.tables:
+            return None
+        named = list(self.tables)
+        if any("." not in t for t in named):   # a bare name is in the source's own schema
+            source = hook.get_source()
+            named = [t if "." in t else f"{source.namespace}.{t}" for t in named]
+            source.close()
+        available = warehouse.tables(self.source_conn_id)
+        missing = [t for t in named if t not in available]
+        if missing:
+            fail(self.log, f"{self.source_conn_id} has no warehouse table {', '.join(missing)} (it has "
+                           f"{', '.join(available) or 'none yet'}): merge it first, or pick the source that has it")
+        return named
