@@ -268,8 +268,8 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
             done.survivors_total
         for dump_id, totals in result.dumps.items():
             totals["dropped"] = totals["rows"] - done.survivors.get(dump_id, 0)
-    if state is None and not any(not f.tombstone for f in files):
-        result.note = "nothing to merge yet"   # the table appears with its first live row
+    if state is None and not files:
+        result.note = "nothing to merge yet"   # the table appears with its first row or tombstone
         return
     for dump_id, numbers in inputs.ready.items():
         new.add_chunks(dump_id, numbers)
@@ -327,10 +327,5 @@ def staged_tables(staged: StagedLog, source: str) -> list[str]:
 
 def merge_source(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse: Warehouse, source: str,
                  tables: list[str] | None = None, **options) -> list[MergeResult]:
-    if not staged.local:
-        # Spark reads the staged files itself, and this installation has no S3 connector for it.
-        raise MergeError(f"the Spark merge reads the staged log from a path (local disk or a shared mount), "
-                         f"not from {staged.root}: capture, dumps, export and verify work on an object store, "
-                         "the merge does not yet. Set DBLOG_STAGING to a path to merge")
     return [merge_table(spark, store, staged, warehouse, source, t, **options)
             for t in (tables or staged_tables(staged, source))]
