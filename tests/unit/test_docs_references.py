@@ -210,7 +210,7 @@ def name_matches(pattern: str, names: frozenset[str]) -> bool:
 CODE_TOKEN = re.compile(r"[A-Za-z_][\w/]*(?:\.[A-Za-z_]\w*)+")
 FRAGMENT = re.compile(rf"{ELLIPSIS}?\w+{ELLIPSIS}(?:\[.*\])?|{ELLIPSIS}\w+(?:\[.*\])?")
 PROSE_PATH = re.compile(rf"(?<![\w/.:$<@~-])((?:\.?[\w-]+/)+(?:[\w*-]+\.(?:{FILE_EXT}))?|[\w*-]+\.(?:{FILE_EXT}))"
-                        r"(?![\w/<*$(-])")
+                        r"(?![\w/<*$(-]|\.\w)")  # `spark.sql.catalog…` is a configuration key, not a file
 NOT_PATHS = ("http://", "https://", "://")
 # Run-time paths the docs describe (not in the repository): the local state and warehouse layout.
 RUNTIME = re.compile(r"^(\.local/|\.venv/|keys\.json$|\$)")
@@ -364,6 +364,7 @@ def test_a_renamed_test_or_a_missing_test_file_is_caught():
 def test_a_missing_path_or_code_name_is_caught():
     assert [p for _, p in path_references("see `include/dblog/gone.py` and docs/algorithm.md")
             if not path_exists(p)] == ["include/dblog/gone.py"]
+    assert path_references("--conf spark.sql.catalog.dblog.type=jdbc") == []
     assert dangling_code([(1, "rules.chunk_ready"), (2, "rules.chunk_gone"), (3, "spark/job.Nope"),
                           (4, "dblog_airflow/operators/wait.WaitForCaptureOperator")], loose=False) == \
         ["line 2: rules.chunk_gone", "line 3: spark/job.Nope"]
