@@ -142,7 +142,9 @@ def test_a_dump_run_shows_its_dump_id_and_its_merge_reports_the_dumps_own_chunks
     assert [v for v in sent.values("merge.freshness_seconds", sid, table) if v >= 0], sent.sent
 
     [extra] = asset_event_extras(f"dblog.{sid}.{table}")
-    assert extra["rows"] == 60 and extra["version"] >= 1 and extra["upto"], extra
+    assert extra["rows"] == 60 and extra["upto"], extra
+    assert extra["identifier"] == [sid, table], extra   # the Iceberg table, at the snapshot the merge committed
+    assert extra["snapshot_id"] == warehouse.state(sid, table).snapshot_id, extra
     assert (extra["dag_id"], extra["run_id"], extra["task_id"]) == ("dblog_dump", run.run_id, "merge"), extra
 
 
