@@ -131,7 +131,7 @@ def test_a_dump_run_shows_its_dump_id_and_its_merge_reports_the_dumps_own_chunks
     summaries = [line for line in out.splitlines() if f"{table}: dump {dump_id} merged" in line]
     assert len(summaries) == 1, summaries
     assert "merged 3 of 3 chunks, 60 rows, 0 dropped in windows" in summaries[0]
-    assert "MergeResult(" not in out and f"{sid} {table}: version" not in out, "a second summary"
+    assert "MergeResult(" not in out and f"{sid} {table}: snapshot" not in out, "a second summary"
     spark_info = [line for line in out.splitlines() if re.search(r"\bINFO (SparkContext|DAGScheduler|Executor)\b", line)]
     assert not spark_info, spark_info[:5]
 
@@ -144,7 +144,8 @@ def test_a_dump_run_shows_its_dump_id_and_its_merge_reports_the_dumps_own_chunks
     [extra] = asset_event_extras(f"dblog.{sid}.{table}")
     assert extra["rows"] == 60 and extra["upto"], extra
     assert extra["identifier"] == [sid, table], extra   # the Iceberg table, at the snapshot the merge committed
-    assert extra["snapshot_id"] == warehouse.state(sid, table).snapshot_id, extra
+    from dblog.warehouse.tables import Warehouse
+    assert extra["snapshot_id"] == Warehouse().state(sid, table).snapshot_id, extra
     assert (extra["dag_id"], extra["run_id"], extra["task_id"]) == ("dblog_dump", run.run_id, "merge"), extra
 
 

@@ -257,7 +257,10 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
     columns = inputs.columns or (state.columns if state else [])
     base = state or TableState(source, table, key, columns, [Bucket(0, None)])
     base.key, base.columns = key, columns
-    pending = warehouse.begin(source, table, key, columns, state)
+    try:
+        pending = warehouse.begin(source, table, key, columns, state)
+    except CommitError as exc:
+        raise MergeError(str(exc)) from exc
     new = TableState(source, table, key, columns, base.buckets, log_upto=max(upto, base.log_upto or ""),
                      chunks=dict(base.chunks), merged_at=time.time())
     files, touched = [], set()
@@ -274,6 +277,8 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
     for dump_id, numbers in inputs.ready.items():
         new.add_chunks(dump_id, numbers)
     try:
+        # A merge whose lease lapsed (a long pause) must not commit: maintenance may have swept its files.
+        lease.check()
         result.commit_seconds = commit(pending, files, touched, new.properties())
     except CommitError as exc:
         raise MergeError(f"{source}/{table}: {exc}") from exc

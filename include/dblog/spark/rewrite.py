@@ -65,7 +65,7 @@ def rewrite(spark: SparkSession, base: TableState, pending: Pending, recs: DataF
         merged = merged.where(~(M.is_tombstone() & (F.col("_dblog_position") <= upto)))
     rows = (merged.withColumn(BUCKET, F.element_at(F.array(*[F.lit(x) for x in labels]), F.col("_b") + 1))
             .withColumn(MISSING, F.to_json(MISSING))   # crosses to Python as text: see warehouse.files
-            .withColumn(TOMBSTONE, M.is_tombstone()).drop("_b"))
+            .withColumn(TOMBSTONE, F.coalesce(M.is_tombstone(), F.lit(False))).drop("_b"))
     writer = bucket_writer(pending.location, pending.schema_ipc, uuid.uuid4().hex[:12])
     out.files = [WrittenFile(**r.asDict()) for r in rows.mapInArrow(writer, WRITTEN).collect()]
     out.touched = {base.buckets[b].id for b in touched}

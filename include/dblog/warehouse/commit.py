@@ -11,7 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table.snapshots import Operation
@@ -102,7 +102,7 @@ def commit(pending: Pending, written: list[WrittenFile], touched: set[int], prop
     started = time.monotonic()
     try:
         tx.commit_transaction()  # type: ignore[attr-defined]
-    except CommitFailedException as exc:
+    except (CommitFailedException, ValidationException) as exc:
         raise CommitError(f"the table changed while the merge ran (another writer?): {exc}; re-run the merge") \
             from exc
     return time.monotonic() - started

@@ -135,9 +135,14 @@ def expire(t, keep_seconds: float, dry_run: bool) -> set[int]:
     snapshot holding the merge state stay (`table_state` reads it)."""
     cutoff = datetime.now(timezone.utc) - timedelta(seconds=keep_seconds)
     kept = {ref.snapshot_id for ref in t.metadata.refs.values()}
-    holder = state_snapshot(t)
-    if holder is not None:
-        kept.add(holder.snapshot_id)
+    # Main's chain from its head back to the snapshot holding the merge state: `table_state`
+    # walks it (another writer's snapshots may sit on top), so no link of it may go.
+    snapshot = t.current_snapshot()
+    while snapshot is not None:
+        kept.add(snapshot.snapshot_id)
+        if "dblog.format" in (snapshot.summary.additional_properties or {}):
+            break
+        snapshot = t.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
     old = {s.snapshot_id for s in t.metadata.snapshots
            if s.timestamp_ms < cutoff.timestamp() * 1000 and s.snapshot_id not in kept}
     if old and not dry_run:

@@ -34,6 +34,7 @@ class TableState:
     merged_at: float | None = None
     rows: int = 0
     tombstones: int = 0
+    branch_head: int | None = None                 # the tombstone branch's snapshot when read
 
     @property
     def missing_rows(self) -> int:

@@ -17,7 +17,7 @@ from pyiceberg.transforms import IdentityTransform
 
 from . import catalog as C
 from . import types as T
-from .commit import Pending
+from .commit import CommitError, Pending
 from .state import Bucket, TableState
 
 
@@ -125,6 +125,13 @@ class Warehouse:
             tx = self.catalog.create_table_transaction(self.identifier(source, table), schema=schema,
                                                        partition_spec=spec, properties=props, **where)
         else:
+            assert state is not None   # t is loaded only for a table with a state
+            heads = (state.snapshot_id, state.branch_head)
+            now = (t.current_snapshot().snapshot_id if t.current_snapshot() else None,
+                   getattr(t.snapshot_by_name(C.BRANCH), "snapshot_id", None))
+            if heads != now:   # another writer committed since the merge read the table
+                raise CommitError(f"{source}/{table} changed while the merge read it (another writer?); "
+                                  "re-run the merge")
             tx = t.transaction()
             if T.needs_evolution(t.schema(), columns):
                 with tx.update_schema() as update:
@@ -170,12 +177,18 @@ def table_state(t, source: str, table: str, files: bool = False) -> TableState:
     state.rows = int(head.summary["total-records"] or 0)
     branch = t.snapshot_by_name(C.BRANCH)
     state.tombstones = int(branch.summary["total-records"] or 0) if branch is not None else 0
+    state.branch_head = branch.snapshot_id if branch is not None else None
     if files:
         by_id = {b.id: b for b in state.buckets}
         for ref, attr, count in (("main", "files", "rows"), (C.BRANCH, "tombstones", "tombstone_rows")):
             if t.snapshot_by_name(ref) is None:
                 continue
             for task in t.scan().use_ref(ref).plan_files():
+                if task.delete_files:   # another engine's row deletes: a rewrite would bring the rows back
+                    raise ValueError(f"{source}/{table}: another engine wrote delete files into the table "
+                                     f"({task.delete_files.pop().file_path}); dblog owns its rows and cannot merge "
+                                     f"past them. Fix: dblog warehouse drop --source {source} --table {table}, "
+                                     "then a full dump")
                 bucket = by_id.get(task.file.partition[0])
                 if bucket is None:
                     raise ValueError(f"{source}/{table}: a data file of bucket {task.file.partition[0]} is in no "
