@@ -1,6 +1,11 @@
-"""Merge cost: a full dump of N and 10N rows merged into an empty warehouse table, against a plain
-Spark Parquet write of the same rows; then a 1,000-key change batch merged into the 10N table,
-against rewriting that table. Same Spark session, same run.
+"""Merge cost: a full dump of N and 10N rows merged into an empty warehouse table (Iceberg),
+against a plain Spark Parquet write of the same rows; then a 1,000-key change batch merged into the
+10N table, against rewriting that table. Same Spark session, same run. Each merge's Iceberg commit
+time is reported too.
+
+With `s3=True` the staged input and the warehouse live on the S3 server (`make up` + `services.sh
+start seaweedfs`): the baselines stay Spark's local Parquet writes (Spark here has no S3 connector),
+so the ratio shows what the object store costs the merge over a local plain write.
 
 The staged input is synthesized (chunk files of `CHUNK` rows with their watermarks, a checkpoint
 in ZooKeeper), so the figures are the merge's own, not the source's read speed.
@@ -16,6 +21,7 @@ from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from dblog import state as paths
@@ -26,6 +32,7 @@ from dblog.spark.job import merge_table
 from dblog.staged import CHUNK_FIELDS, OP, POSITION, ChunkFile, ChunkMeta, Op, SegmentFile, arrow_schema
 from dblog.staging import StagedLog
 from dblog.state import StateStore
+from dblog.storage import filesystem
 from dblog.warehouse.tables import Warehouse
 
 SOURCE, TABLE, CHUNK = "bench", "bench.items", 50_000
@@ -76,14 +83,15 @@ def stage_updates(staged: StagedLog, ids: np.ndarray, first_pos: int) -> int:
     return first_pos + len(rows)
 
 
-def _merge(spark, store, staged, warehouse, upto: int) -> float:
+def _merge(spark, store, staged, warehouse, upto: int) -> tuple[float, float]:
+    """(seconds of the whole merge, seconds of its Iceberg commit)."""
     store.put(paths.checkpoint_path(SOURCE), {"position": encode(upto, 0, 0)})
     started = time.perf_counter()
     result = merge_table(spark, store, staged, warehouse, SOURCE, TABLE)
     elapsed = time.perf_counter() - started
-    print(f"    merge: {result.rows} rows, {result.buckets_written}/{result.buckets} buckets written, {elapsed:.1f}s",
-          flush=True)
-    return elapsed
+    print(f"    merge: {result.rows} rows, {result.buckets_written}/{result.buckets} buckets written, {elapsed:.1f}s "
+          f"(commit {result.commit_seconds:.2f}s)", flush=True)
+    return elapsed, result.commit_seconds
 
 
 def _plain_write(spark, source_paths: list[str], out: str) -> float:
@@ -92,14 +100,26 @@ def _plain_write(spark, source_paths: list[str], out: str) -> float:
     return time.perf_counter() - started
 
 
-def full_dump(spark, store, rows: int, tmp: str) -> dict:
-    staged, warehouse = StagedLog(f"{tmp}/staged-{rows}"), Warehouse(f"{tmp}/wh-{rows}")
-    upto = stage_dump(staged, rows, 1_000)
-    chunk_files = staged.chunk_files(SOURCE, TABLE)
+def _roots(tmp: str, name: str, bucket: str | None) -> tuple[str, str]:
+    return (f"{tmp}/{name}", f"{tmp}/wh-{name}") if bucket is None else \
+        (f"s3://{bucket}/{name}", f"s3://{bucket}/wh-{name}")
+
+
+def full_dump(spark, store, rows: int, tmp: str, bucket: str | None = None) -> dict:
+    local = StagedLog(f"{tmp}/staged-{rows}")
+    upto = stage_dump(local, rows, 1_000)
+    chunk_files = local.chunk_files(SOURCE, TABLE)
     plain = _plain_write(spark, chunk_files, f"{tmp}/plain-{rows}")
-    merged = _merge(spark, store, staged, warehouse, upto)
-    return {"rows": rows, "merge_s": round(merged, 2), "plain_write_s": round(plain, 2),
-            "ratio": round(merged / plain, 2), "staged": staged, "warehouse": warehouse, "upto": upto}
+    staged_root, warehouse_root = _roots(tmp, f"staged-{rows}", bucket)
+    if bucket is not None:   # the same staged files, uploaded
+        fs, base = filesystem(staged_root)
+        pafs.copy_files(local.root, base, destination_filesystem=fs)
+    catalog = None if bucket is None else f"sqlite:///{tmp}/catalog-{rows}.db"
+    staged, warehouse = StagedLog(staged_root), Warehouse(warehouse_root, catalog)
+    merged, commit_s = _merge(spark, store, staged, warehouse, upto)
+    return {"rows": rows, "merge_s": round(merged, 2), "commit_s": round(commit_s, 3), "plain_write_s": round(plain, 2),
+            "ratio": round(merged / plain, 2), "staged": staged, "warehouse": warehouse, "upto": upto,
+            "local_staged": local}
 
 
 def change_batch(spark, store, base: dict, keys: int, clustered: bool, tmp: str) -> dict:
@@ -108,25 +128,33 @@ def change_batch(spark, store, base: dict, keys: int, clustered: bool, tmp: str)
     ids = np.arange(rows - keys + 1, rows + 1, dtype="int64") if clustered else \
         np.sort(rng.choice(np.arange(1, rows + 1, dtype="int64"), keys, replace=False))
     base["upto"] = stage_updates(base["staged"], ids, base["upto"] + 1)
-    merged = _merge(spark, store, base["staged"], base["warehouse"], base["upto"])
-    current = base["warehouse"].data_files(SOURCE, TABLE)
+    merged, commit_s = _merge(spark, store, base["staged"], base["warehouse"], base["upto"])
+    if base["staged"].local:
+        current = base["warehouse"].data_files(SOURCE, TABLE)
+    else:   # Spark reads no S3 here: rewrite the same rows' staged copy on local disk
+        current = base["local_staged"].chunk_files(SOURCE, TABLE)
     rewrite = _plain_write(spark, current, f"{tmp}/rewrite-{uuid.uuid4().hex[:6]}")
     return {"keys": keys, "table_rows": rows, "keys_are": "recent ids" if clustered else "random ids",
-            "merge_s": round(merged, 2), "rewrite_s": round(rewrite, 2), "ratio": round(merged / rewrite, 3)}
+            "merge_s": round(merged, 2), "commit_s": round(commit_s, 3), "rewrite_s": round(rewrite, 2),
+            "ratio": round(merged / rewrite, 3)}
 
 
-def run(spark, rows: int, zk_hosts: str) -> dict:
+def run(spark, rows: int, zk_hosts: str, s3: bool = False) -> dict:
+    """`s3`: staged input and warehouse on the local S3 server (its credentials in the environment
+    before the Spark session started: executors write there)."""
+    bucket = f"bench-{uuid.uuid4().hex[:8]}" if s3 else None
     store = StateStore(zk_hosts, f"/bench_merge_{uuid.uuid4().hex[:6]}").start()
     try:
         with tempfile.TemporaryDirectory(dir=os.environ.get("DBLOG_BENCH_TMP")) as tmp:
             print("  warm-up", flush=True)
             os.makedirs(f"{tmp}/warm-up")
-            full_dump(spark, store, CHUNK * 2, f"{tmp}/warm-up")
+            full_dump(spark, store, CHUNK * 2, f"{tmp}/warm-up", bucket)
             out = {"full": [], "batches": [], "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
             for n in (rows, rows * 10):
                 print(f"  full dump of {n} rows", flush=True)
-                result = full_dump(spark, store, n, tmp)
-                out["full"].append({k: v for k, v in result.items() if k in ("rows", "merge_s", "plain_write_s", "ratio")})
+                result = full_dump(spark, store, n, tmp, bucket)
+                out["full"].append({k: v for k, v in result.items()
+                                    if k in ("rows", "merge_s", "commit_s", "plain_write_s", "ratio")})
             for clustered in (True, False):
                 print(f"  1,000-key batch into {rows * 10} rows ({'recent' if clustered else 'random'} ids)", flush=True)
                 out["batches"].append(change_batch(spark, store, result, 1000, clustered, tmp))

@@ -67,7 +67,11 @@ def part(name: str, kinds: list[str], spark_session) -> dict:
         return {k: dump_bench.under_writes(k, spark_session(), rows, chunk, rate, baseline_s) for k in kinds}
     if name == "merge":
         import merge_bench
-        return merge_bench.run(spark_session(), int(env("MERGE_ROWS", "1000000")), f"127.0.0.1:{PORTS['ZK']}")
+        rows, zk = int(env("MERGE_ROWS", "1000000")), f"127.0.0.1:{PORTS['ZK']}"
+        out = {"local": merge_bench.run(spark_session(), rows, zk)}
+        if env("MERGE_S3", "1") == "1":
+            out["s3"] = merge_bench.run(spark_session(), rows, zk, s3=True)
+        return out
     import sweep_bench
     sizes = [int(s) for s in env("SWEEP_SIZES", "500,1000,2000,5000,10000,20000,50000").split(",")]
     out = {k: sweep_bench.run(k, int(env("SWEEP_ROWS", "1000000")), sizes, rate, 30.0, reps) for k in kinds}
@@ -90,6 +94,13 @@ def main() -> int:
             spark.append(baselines.spark_session())
         return spark[0]
 
+    if "merge" in parts and env("MERGE_S3", "1") == "1":
+        # Before any Spark session: its executors inherit the S3 server's address and credentials.
+        import subprocess
+        subprocess.run(["bash", str(Path(__file__).parent.parent / "scripts/services.sh"), "start", "seaweedfs"],
+                       check=True)
+        from dblog_dev.local import s3_env
+        os.environ.update(s3_env())
     OUT.mkdir(exist_ok=True)
     for name in parts:
         print(f"== {name}", flush=True)

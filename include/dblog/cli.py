@@ -8,6 +8,7 @@ import math
 import signal
 import sys
 import time
+from typing import Any
 
 from . import config
 from . import state as paths
@@ -95,10 +96,24 @@ def cmd_capture(args) -> int:
     return 0
 
 
+class _LazyWarehouse:
+    """Where a repair finds the rows a statement-logged DELETE or a TRUNCATE left behind, opened
+    on first use: a capture rarely needs it, and loading the Iceberg stack into a running capture
+    at start made it stall after a source restart (tests/engine/test_faults.py)."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self._real: Any = None
+
+    def __getattr__(self, name: str):
+        if self._real is None:
+            from .warehouse.tables import Warehouse
+            self._real = Warehouse(self.root)
+        return getattr(self._real, name)
+
+
 def _warehouse():
-    """Where a repair finds the rows a statement-logged DELETE or a TRUNCATE left behind."""
-    from .warehouse.tables import Warehouse
-    return Warehouse(config.warehouse_root())
+    return _LazyWarehouse(config.warehouse_root())
 
 
 def cmd_repair(args) -> int:

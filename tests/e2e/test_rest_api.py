@@ -36,8 +36,11 @@ def test_a_dump_triggered_over_the_rest_api_lands_a_warehouse_table_equal_to_its
     earlier = sum(standalone.statsd.values(sent))  # other tests' dumps of the table, on the same standalone
     run_id = trigger_dump(standalone, {"source": src.source_id, "tables": ["order_lines"], "chunk_size": 250})
     assert standalone.wait_for_run("dblog_dump", run_id) == "success"
-    diff = compare_warehouse(src.source(), Warehouse(standalone.warehouse), src.table("order_lines"))
+    warehouse = Warehouse(standalone.warehouse)
+    diff = compare_warehouse(src.source(), warehouse, src.table("order_lines"))
     assert diff.equal and diff.source_rows > 1000, diff
+    from dblog.warehouse.readers import duckdb_read
+    assert duckdb_read(warehouse, src.source_id, src.table("order_lines")).num_rows == diff.source_rows
 
     dump = standalone.api("GET", f"{task_path(run_id, src.source_id + '.start')}/xcomEntries/dump").json()["value"]
     with src.store() as store:

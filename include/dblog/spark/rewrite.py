@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
 from ..staged import DUMP_ID
 from ..warehouse.commit import Pending, WrittenFile
 from ..warehouse.files import TOMBSTONE, WRITTEN, bucket_writer
 from ..warehouse.state import Bucket, TableState
-from ..warehouse.types import BUCKET, MISSING
+from ..warehouse.types import BUCKET, META, META_TYPES, MISSING
 from . import merge as M
 from .rules import WINDOW
 from .sources import read_files
@@ -47,7 +48,7 @@ def rewrite(spark: SparkSession, base: TableState, pending: Pending, recs: DataF
     incoming = _count_incoming(recs, key, types, bounds, out)
     touched = set(incoming)
     old = [df.file_path for b in sorted(touched) for df in base.buckets[b].files + base.buckets[b].tombstones]
-    existing = M.align(read_files(spark, old), columns) if old else None
+    existing = M.align(read_files(spark, old, _stored_schema(columns)), columns) if old else None
     # Sizes are estimated (an update counts twice), so a bucket may split a little early; never late.
     estimate = {b: base.buckets[b].rows + base.buckets[b].tombstone_rows + incoming.get(b, 0) for b in touched}
     oversized = M.oversized(estimate, bucket_rows)
@@ -71,6 +72,12 @@ def rewrite(spark: SparkSession, base: TableState, pending: Pending, recs: DataF
     out.touched = {base.buckets[b].id for b in touched}
     out.buckets = _new_buckets(base, entries, labels, touched, out)
     return out
+
+
+def _stored_schema(columns: list[tuple[str, str]]) -> StructType:
+    """The Spark schema of the table's data files (every column the table has now)."""
+    every = [*columns, *zip(META, META_TYPES), (BUCKET, "int")]
+    return StructType([StructField(name, _parse_datatype_string(t), True) for name, t in every])
 
 
 def _count_incoming(recs: DataFrame, key: list[str], types: dict[str, str], bounds: list[list[str] | None],

@@ -94,20 +94,23 @@ def footer_schema(uris: list[str]) -> pa.Schema:
     return pa.unify_schemas(schemas, promote_options="permissive")
 
 
-def read_files(spark: SparkSession, uris: list[str]) -> DataFrame:
-    """The rows of Parquet files on any storage, columns merged across files."""
+def read_files(spark: SparkSession, uris: list[str], schema: StructType | None = None) -> DataFrame:
+    """The rows of Parquet files on any storage, columns merged across files; with `schema` (a
+    table's), read as that schema: a column a file lacks is null, a narrower type is widened
+    (Spark's mergeSchema refuses int beside bigint)."""
     if not uris:
         raise ValueError("read_files: no file to read")
     if all(is_local(u) for u in uris):   # Spark's own reader: about twice as fast, and local needs no jar
-        return spark.read.option("mergeSchema", "true").parquet(*uris)
-    return read_with_source(spark, uris)
+        reader = spark.read.schema(schema) if schema is not None else spark.read.option("mergeSchema", "true")
+        return reader.parquet(*uris)
+    return read_with_source(spark, uris, schema)
 
 
-def read_with_source(spark: SparkSession, uris: list[str]) -> DataFrame:
+def read_with_source(spark: SparkSession, uris: list[str], schema: StructType | None = None) -> DataFrame:
     """`read_files` through `dblog_parquet`, whatever the storage."""
     register(spark, ParquetFiles)
     partitions = min(len(uris), 2 * spark.sparkContext.defaultParallelism)
-    return (spark.read.format("dblog_parquet").schema(spark_schema(footer_schema(uris)))
+    return (spark.read.format("dblog_parquet").schema(schema or spark_schema(footer_schema(uris)))
             .option("files", json.dumps(uris)).option("partitions", str(partitions)).load())
 
 

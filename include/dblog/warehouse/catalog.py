@@ -80,9 +80,10 @@ def io_properties(root: str) -> dict[str, str]:
     return props
 
 
-def load(root: str):
-    """The catalog for a warehouse root (one per process and configuration)."""
-    uri = catalog_uri(root)
+def load(root: str, uri: str | None = None):
+    """The catalog for a warehouse root (one per process and configuration); `uri` overrides
+    the configured catalog."""
+    uri = uri or catalog_uri(root)
     return _load(settings().warehouse.catalog_name, uri, warehouse_uri(root),
                  json.dumps(io_properties(root), sort_keys=True))
 

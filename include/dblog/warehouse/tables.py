@@ -22,15 +22,16 @@ from .state import Bucket, TableState
 
 
 class Warehouse:
-    def __init__(self, root: str | None = None):
+    def __init__(self, root: str | None = None, catalog_uri: str | None = None):
         if root is None:
             from ..config import warehouse_root
             root = warehouse_root()
         self.root = C.warehouse_uri(root)
+        self.catalog_uri = catalog_uri   # None: DBLOG_ICEBERG_CATALOG, else the default
 
     @property
     def catalog(self):
-        return C.load(self.root)
+        return C.load(self.root, self.catalog_uri)
 
     def identifier(self, source: str, table: str) -> tuple[str, str]:
         return C.identifier(self.catalog, source, table)

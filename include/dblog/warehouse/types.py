@@ -18,7 +18,7 @@ from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, Dou
 MISSING = "_dblog_missing"
 BUCKET = "_dblog_bucket"   # the key-range bucket: the table's identity partition
 META = ("_dblog_position", "_dblog_op", "_dblog_origin", "_dblog_dump_id", "_dblog_merged_at", MISSING)
-_META_TYPES = ("string", "string", "string", "string", "timestamp", "array<string>")
+META_TYPES = ("string", "string", "string", "string", "timestamp", "array<string>")
 
 _SIMPLE: dict[str, IcebergType] = {
     "bigint": LongType(), "int": IntegerType(), "smallint": IntegerType(), "tinyint": IntegerType(),
@@ -54,7 +54,7 @@ def spark_type(t: IcebergType) -> str:
 
 def schema(columns: list[tuple[str, str]]) -> Schema:
     """A new table's schema: the data columns, then the metadata columns and the bucket."""
-    every = [*columns, *zip(META, _META_TYPES), (BUCKET, "int")]
+    every = [*columns, *zip(META, META_TYPES), (BUCKET, "int")]
     nested = iter(range(len(every) + 1, 2 * len(every) + 2))   # a list's element id follows the top level
     return Schema(*[NestedField(i, name, iceberg_type(t, lambda: next(nested)), required=False)
                     for i, (name, t) in enumerate(every, 1)])
