@@ -81,7 +81,9 @@ def data_files(pending: Pending, written: list[WrittenFile]) -> list:
 
 def commit(pending: Pending, written: list[WrittenFile], touched: set[int], properties: dict[str, str]) -> float:
     """Swap the touched buckets' files for the written ones on main and on the tombstone branch and
-    record `properties`, in one catalog commit. Returns the seconds the commit took."""
+    record `properties`, in one catalog commit. Returns the seconds it took (footers read,
+    manifests written, catalog swapped)."""
+    started = time.monotonic()
     tx = pending.tx
     new = data_files(pending, written)
     with overwrite(tx, "main", properties) as ow:
@@ -99,7 +101,6 @@ def commit(pending: Pending, written: list[WrittenFile], touched: set[int], prop
                 ow.delete_data_file(df)
             for df in new_dead:
                 ow.append_data_file(df)
-    started = time.monotonic()
     try:
         tx.commit_transaction()  # type: ignore[attr-defined]
     except (CommitFailedException, ValidationException) as exc:
