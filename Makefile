@@ -3,11 +3,11 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: install up down status test unit demo airflow merge verify bench load chaos soak lock clean
+.PHONY: install up down status test unit demo airflow merge verify bench load chaos soak growth lock clean
 
 # These run against the local services of `make up`: settings left unset (connections, staging and
 # warehouse roots) fall back to them. Elsewhere dblog refuses to guess and names what to set.
-test unit demo airflow merge verify bench load chaos soak: export DBLOG_LOCAL = 1
+test unit demo airflow merge verify bench load chaos soak growth: export DBLOG_LOCAL = 1
 
 install:
 	@bash scripts/install.sh
@@ -56,6 +56,10 @@ chaos: up
 SOAK_SECONDS ?= 1800
 soak: up
 	DBLOG_SOAK_SECONDS=$(SOAK_SECONDS) $(VENV)/pytest -q -s tests/e2e/test_capture_soak.py -k hands_over
+
+# make growth [COMMITS=2000]: thousands of commits with maintenance every eighth; snapshots, files and metadata stay bounded
+growth: up
+	DBLOG_GROWTH_COMMITS=$(or $(COMMITS),2000) $(VENV)/pytest -q -s tests/engine/test_snapshot_growth.py
 
 load: up
 	PYTHONPATH=include $(VENV)/python bench/load.py

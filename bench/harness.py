@@ -69,14 +69,16 @@ class LagProbe:
 
 
 class Harness:
-    def __init__(self, kind: str, ns: str, name: str):
+    def __init__(self, kind: str, ns: str, name: str, home: str | None = None, chroot: str | None = None):
+        """`home`, `chroot`: share a staged log, warehouse and ZooKeeper chroot with other sources
+        (one deployment); default: a source's own."""
         from dblog.staging import StagedLog
         from dblog.state import StateStore
         from dblog.warehouse.tables import Warehouse
         self.kind, self.ns, self.name = kind, ns, name
         self.slot = f"bench_{uuid.uuid4().hex[:8]}"
-        self.dir = tempfile.mkdtemp(prefix=f"dblog-bench-{name}-", dir=str(ROOT / ".local"))
-        chroot = f"/bench_{uuid.uuid4().hex[:8]}"
+        self.dir = home or tempfile.mkdtemp(prefix=f"dblog-bench-{name}-", dir=str(ROOT / ".local"))
+        chroot = chroot or f"/bench_{uuid.uuid4().hex[:8]}"
         self.env = {**env_for(name, uri(kind, ns, self.slot), chroot, f"{self.dir}/staged"),
                     "DBLOG_WAREHOUSE": f"{self.dir}/warehouse"}
         self.store = StateStore(f"127.0.0.1:{PORTS['ZK']}", chroot).start()

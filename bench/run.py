@@ -3,7 +3,7 @@ of several runs or a ratio against a baseline measured in the same run.
 
 Parts (DBLOG_BENCH_PARTS, comma-separated, default all, in this order):
   capture    1. capture rows/s against a bare read loop of the same library over the same log
-  freshness  1. source commit to visible in the warehouse, under the default merge schedule
+  freshness  1. source commit to visible in the warehouse: continuous merge, then scheduled merge, same load
   dump       2. full dump of a large table into the warehouse, idle source, against the baselines
   writes     3. the same under a concurrent write load (latency, lag, pauses, rows the copies get wrong)
   merge      4. merge scaling (N and 10N rows; a 1,000-key batch into 10N rows) against a rewrite
@@ -17,8 +17,10 @@ Sizes and settings (environment; defaults fit 2 cores / 24 GiB):
   DBLOG_BENCH_CHUNK_SIZE (default: dblog's)  DBLOG_BENCH_WRITE_RATE=1000 row changes/s
   DBLOG_BENCH_BASELINE_SECONDS=60      DBLOG_BENCH_CAPTURE_ROWS=100000  DBLOG_BENCH_MERGE_ROWS=1000000
   DBLOG_BENCH_SWEEP_ROWS=1000000       DBLOG_BENCH_SWEEP_SIZES=500,1000,2000,5000,10000,20000,50000
-  DBLOG_MERGE_EVERY_MINUTES=5 (the merge DAG's default)  DBLOG_BENCH_FRESHNESS_CYCLES=2
-  DBLOG_BENCH_FRESHNESS_RATE=50 inserts/s
+  DBLOG_MERGE_EVERY_MINUTES=5 (the scheduled merge)  DBLOG_MERGE_CONTINUOUS_EVERY_SECONDS (default dblog's)
+  DBLOG_BENCH_FRESHNESS_SECONDS=600 (continuous; 1800 for the memory figure)
+  DBLOG_BENCH_FRESHNESS_SCHEDULED_SECONDS=900 (0: skip)  DBLOG_BENCH_FRESHNESS_RATE=1000 row changes/s a source
+  DBLOG_BENCH_FRESHNESS_BIG_ROWS=1000000 (dumped at the start)
 """
 from __future__ import annotations
 
@@ -57,8 +59,10 @@ def part(name: str, kinds: list[str], spark_session) -> dict:
         return {k: capture_bench.run(k, int(env("CAPTURE_ROWS", "100000")), reps=reps) for k in kinds}
     if name == "freshness":
         import freshness_bench
-        return freshness_bench.run(kinds, 60 * tuned.merge.every_minutes,
-                                   int(env("FRESHNESS_CYCLES", "2")), float(env("FRESHNESS_RATE", "50")))
+        return freshness_bench.run(kinds, 60 * tuned.merge.every_minutes, float(env("FRESHNESS_SECONDS", "600")),
+                                   float(env("FRESHNESS_RATE", "1000")), int(env("FRESHNESS_BIG_ROWS", "1000000")),
+                                   float(env("FRESHNESS_SCHEDULED_SECONDS", "900")),
+                                   tuned.merge.continuous_every_seconds)
     if name == "dump":
         import dump_bench
         return {k: dump_bench.idle(k, spark_session(), rows, chunk, int(env("DUMP_REPS", "3"))) for k in kinds}

@@ -1,9 +1,9 @@
 """
-### dblog_maintenance: expire old snapshots, compact buckets, delete files nothing references
+### dblog_maintenance: expire old snapshots, compact buckets, delete files nothing references; keep the staged log bounded
 
 One task per source (`<source>.maintain`, in the worker's process, no Spark), each running
-`dblog maintain` on every warehouse table of the source. Each table is maintained under its
-merge lock, so it never races a merge of that table (other tables keep merging):
+`dblog maintain` on every warehouse table of the source, then on its staged log. Each table is
+maintained under its merge lock, so it never races a merge of that table (other tables keep merging):
 
 1. snapshots older than `keep_seconds` are expired (never a branch head: main and the tombstone
    branch stay readable; time travel reaches back that far);
@@ -12,11 +12,18 @@ merge lock, so it never races a merge of that table (other tables keep merging):
 3. files under the table's location that no kept snapshot references and that are older than
    `orphan_grace_seconds` are deleted: those of expired snapshots, and those a killed merge left.
 
+Then the staged log (without a `tables` choice: all of it, and the source's finished dumps):
+segments every table has merged past and older than `log_retention_seconds` are removed (the
+reach of `dblog export --from`; a chunk not merged yet, a dump still running keep what they
+need), finished dumps older than that with all their chunks merged go with their chunk files,
+and runs of small segments are rewritten as larger ones (`DBLOG_LOG_COMPACT_*`).
+
 Schedule: `DBLOG_MAINTENANCE_SCHEDULE` (default `@daily`; empty = trigger only); scheduled runs
 use the `DBLOG_WAREHOUSE_KEEP_SECONDS`, `DBLOG_ORPHAN_GRACE_SECONDS` and `DBLOG_COMPACT_MIN_FILES`
-settings. Triggered, `source` and `tables` narrow the run and `dry_run` only reports. Each table's
-line in the task log says what was done; metrics `dblog.maintenance.files_removed`, `.bytes_removed`
-and `.seconds` per source and table.
+settings (and `DBLOG_LOG_RETENTION_SECONDS`). Triggered, `source` and `tables` narrow the run and
+`dry_run` only reports. Each table's line, and the staged log's, in the task log says what was
+done; metrics `dblog.maintenance.files_removed`, `.bytes_removed` and `.seconds` per source and
+table, `dblog.staged.*` per source.
 """
 from __future__ import annotations
 
@@ -36,7 +43,7 @@ with DAG(
     dag_id="dblog_maintenance",
     doc_md=__doc__,
     description="Warehouse upkeep: expire old Iceberg snapshots, compact buckets of many files, delete "
-                "unreferenced files",
+                "unreferenced files; staged log retention and compaction",
     schedule=TUNED.warehouse.maintenance_schedule or None,  # empty: no schedule (trigger only)
     start_date=datetime(2026, 1, 1),
     catchup=False,
@@ -60,6 +67,11 @@ with DAG(
             TUNED.warehouse.compact_min_files, type="integer", title="Compact above (files)",
             description="Rewrite a bucket holding more data files than this as one file, "
                         f"{TUNED.range_text('warehouse.compact_min_files')}."),
+        "log_retention_seconds": Param(
+            TUNED.retention.window_seconds, type="number", title="Staged log retention (s)",
+            description="Remove staged changes every table merged, and finished dumps, once older than this, "
+                        f"{TUNED.range_text('retention.window_seconds')} seconds: `dblog export --from` reaches "
+                        "this far back."),
         "dry_run": Param(False, type="boolean", title="Dry run",
                          description="Only report what would be expired, compacted and deleted; change nothing."),
     },
@@ -69,4 +81,5 @@ with DAG(
             MaintainOperator(task_id="maintain", source_conn_id=source, selected_source="{{ params.source }}",
                              tables="{{ params.tables }}", keep_seconds="{{ params.keep_seconds }}",
                              orphan_grace_seconds="{{ params.orphan_grace_seconds }}",
-                             compact_min_files="{{ params.compact_min_files }}", dry_run="{{ params.dry_run }}")
+                             compact_min_files="{{ params.compact_min_files }}",
+                             log_retention_seconds="{{ params.log_retention_seconds }}", dry_run="{{ params.dry_run }}")

@@ -19,21 +19,26 @@ import logging
 import os
 import sys
 
-from dblog.cli import main
+from dblog.cli import SLICE_FAILED, main
 
 ERROR_PREFIX = "dblog: error: "
 
 
-class _Tee(io.StringIO):
-    """Passes everything on to `out` and keeps a copy."""
+class _Tee(io.TextIOBase):
+    """Passes everything on to `out` and keeps the `dblog: error:` lines (a continuous merge
+    writes for hours: only what the report needs is kept)."""
 
     def __init__(self, out) -> None:
         super().__init__()
-        self.out = out
+        self.out, self._line = out, ""
+        self.said: list[str] = []
 
     def write(self, text: str) -> int:
         self.out.write(text)
-        return super().write(text)
+        *done, self._line = (self._line + text).split("\n")
+        self.said += [line[len(ERROR_PREFIX):] for line in done if line.startswith(ERROR_PREFIX)]
+        del self.said[:-10]
+        return len(text)
 
     def flush(self) -> None:
         self.out.flush()
@@ -66,13 +71,18 @@ def run(argv: list[str]) -> int:
     stderr = _Tee(sys.stderr)
     try:
         argv = apply_settings(argv)
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
-            code = main(["merge", *argv])  # `dblog merge` prints a line per table: dropped here
+        # A single merge's line per table is dropped (the task logs its own from the report); a
+        # continuous merge's lines per cycle are the task's log while the slice runs.
+        quiet = contextlib.nullcontext() if "--continuous" in argv else contextlib.redirect_stdout(io.StringIO())
+        with quiet, contextlib.redirect_stderr(stderr):
+            code = main(["merge", *argv])
     except BaseException as exc:  # a bug, not bad input: the traceback follows on stderr
         _error(report, f"{type(exc).__name__}: {exc}")
         raise
+    if code == SLICE_FAILED:
+        return code   # the report holds every table's result, the failing ones with their error
     if code:
-        said = [line[len(ERROR_PREFIX):] for line in stderr.getvalue().splitlines() if line.startswith(ERROR_PREFIX)]
+        said = stderr.said + ([stderr._line[len(ERROR_PREFIX):]] if stderr._line.startswith(ERROR_PREFIX) else [])
         _error(report, said[-1] if said else f"dblog merge exited with code {code}")
     return code
 

@@ -165,6 +165,7 @@ class Standalone:
 
 
 SLICE_SECONDS = 20  # the standalone under test hands its capture over every 20 s
+MERGE_SLICE_SECONDS = 45  # ... and its continuous merge every 45 s
 
 
 def _free_port() -> int:
@@ -177,8 +178,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def standalone(services, airflow_home, tmp_path_factory):
     """`airflow standalone` on 127.0.0.1 with this project's DAGs, capturing a sample MariaDB
-    source of its own (its dblog_capture DAG runs, as in `make airflow`, in slices of
-    `SLICE_SECONDS` so that the tests see many handovers) and sending its metrics to a StatsD
+    source of its own (its dblog_capture and dblog_merge_continuous DAGs run, as in `make airflow`,
+    in slices of `SLICE_SECONDS` and `MERGE_SLICE_SECONDS` so that the tests see many handovers) and sending its metrics to a StatsD
     listener of the test's."""
     import signal
 
@@ -197,6 +198,7 @@ def standalone(services, airflow_home, tmp_path_factory):
            "DBLOG_WAREHOUSE": str(base / "warehouse"), "DBLOG_FULL_REFRESH_SCHEDULE": "",
            "DBLOG_VERIFY_SCHEDULE": "", "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT / 'include'}",
            "DBLOG_CAPTURE_SLICE_SECONDS": str(SLICE_SECONDS), "DBLOG_CAPTURE_WAIT_TIMEOUT": "90",
+           "DBLOG_MERGE_SLICE_SECONDS": str(MERGE_SLICE_SECONDS),
            "AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
            "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port)}
     airflow = str(Path(sys.executable).parent / "airflow")

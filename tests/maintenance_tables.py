@@ -103,6 +103,12 @@ class FakeStore:
     def __exit__(self, *exc):
         return False
 
+    def children(self, path):   # no dump registered
+        return []
+
+    def get(self, path):         # no checkpoint yet
+        return None
+
     def lease(self, path, owner, timeout):
         from dblog import state as paths
         if path in self.busy:

@@ -4,7 +4,9 @@ One capture per source is active: it holds the source's ZooKeeper lease, and a s
 blocks in `lease()` as a standby until the first dies. Events are buffered per table for at
 most `flush_rows` events or `flush_seconds`, always cut at a transaction end, then staged; only
 after every segment is durable does the checkpoint advance (invariant 2), in a ZooKeeper
-transaction that checks the lease (so a deposed capture cannot move it).
+transaction that checks the lease (so a deposed capture cannot move it). In between, the
+positions of the batch's watermarks go into the watermark index (`dblog.watermarks`), so every
+watermark at or before the checkpoint is indexed.
 """
 from __future__ import annotations
 
@@ -21,10 +23,10 @@ from datetime import datetime
 
 from . import repair
 from . import state as paths
+from . import watermarks
 from .events import RepairNeed
 from .faults import crash_point
 from .health import Heartbeat
-from .reconcile import watermark_positions
 from .retry import reconnecting
 from .settings import settings
 from .sources.base import WATERMARK_TABLE, Source, Transaction
@@ -103,6 +105,9 @@ class Capture:
         try:
             self._checkpoint = ensure_checkpoint(self.store, self.source)
             self.heartbeat.start(self.lease, self._checkpoint)
+            indexed = watermarks.backfill(self.store, self.lease, self.staged, self.source.name)
+            if indexed is not None:
+                log.info("%s: indexed the positions of %d staged watermarks", self.source.name, indexed)
             if self.repairer is not None:
                 self.repairer.start()
             deadline = None if duration is None else time.monotonic() + duration
@@ -124,7 +129,7 @@ class Capture:
         def attempt() -> None:
             if self.stop_event.is_set() or (deadline is not None and time.monotonic() >= deadline):
                 return
-            if until is not None and until in watermark_positions(self.staged, self.source.name):
+            if until is not None and watermarks.positions(self.store, self.staged, self.source.name, [until]):
                 return  # staged before the connection was lost
             self._loop(self._checkpoint.get("resume"), deadline, until)
 
@@ -183,6 +188,8 @@ class Capture:
             self.staged.write_segment(self.source.name, self.source.table_schema(table), rows)
             self.stats.segments += 1
             crash_point("capture.mid_flush")
+        # After every segment (an indexed watermark is a staged one), before the checkpoint.
+        watermarks.record(self.store, lease, self.source.name, batch.rows.get(WATERMARK_TABLE, ()))
         if batch.repairs:
             # Before the checkpoint passes the events: a crash repeats the request, never loses it.
             needs = repair.coalesce(batch.repairs)
@@ -284,7 +291,7 @@ def reset_checkpoint(store: StateStore, source: Source) -> None:
 def caught_up(store: StateStore, staged: StagedLog, source: str, mark: str) -> str | None:
     """The position of the sync watermark `mark` once the checkpoint has passed it, else None.
     From then on a merge covers every commit made before `sync_point` returned `mark`."""
-    position = watermark_positions(staged, source).get(mark)
+    position = watermarks.positions(store, staged, source, [mark]).get(mark)
     if position is None:
         return None
     checkpoint = store.get(paths.checkpoint_path(source)) or {}

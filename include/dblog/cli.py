@@ -26,6 +26,7 @@ from .dump import (
 )
 from .settings import settings
 from .sources.base import SourceError
+from .staged_maintain import size_text
 from .staging import StagedLog, StagingError
 from .state import Fenced, StateStore, dump_path
 from .status import source_status
@@ -195,9 +196,10 @@ def cmd_dump(args) -> int:
 
 def cmd_status(args) -> int:
     out = {}
+    staged = StagedLog(config.staging_root())
     with _store() as store:
         for sid in ([args.source] if args.source else config.source_ids()):
-            out[sid] = source_status(store, config.source(sid))
+            out[sid] = source_status(store, config.source(sid), staged)
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     else:
@@ -207,6 +209,9 @@ def cmd_status(args) -> int:
             lag = "unknown (no checkpoint yet)" if cap["lag_s"] is None else f"{cap['lag_s']}s"
             print(f"{sid}: capture {cap['state']}, leader {cap['leader'] or '-'}{standby}, position "
                   f"{cap['readable_position'] or '-'}, lag {lag}")
+            kept = st["staged"]
+            print(f"  staged log: {kept['files']} file(s), {size_text(kept['bytes'])}, oldest retained position "
+                  f"{kept['oldest'] or '-'}")
             for d in st["dumps"]:
                 tables = ", ".join(f"{t} {p['status']} {p['rows']} rows/{p['chunks']} chunks"
                                    for t, p in d["tables"].items() if p)
@@ -224,12 +229,12 @@ def cmd_export(args) -> int:
     staged = StagedLog(config.staging_root())
     with _store() as store:
         upto = paths.checkpoint_position(store, source.name)
-    out = open(args.output, "w") if args.output else sys.stdout
-    try:
-        lines = export(staged, source.name, table, out, upto, args.from_position)
-    finally:
-        if args.output:
-            out.close()
+        out = open(args.output, "w") if args.output else sys.stdout
+        try:
+            lines = export(store, staged, source.name, table, out, upto, args.from_position)
+        finally:
+            if args.output:
+                out.close()
     print(f"exported {lines} events of {table}", file=sys.stderr)
     return 0
 
@@ -246,28 +251,77 @@ def _table_of(source_id: str, table: str) -> str:
 
 def cmd_merge(args) -> int:
     from .spark.job import merge_source
-    from .spark.session import session
+    from .spark.session import LONG_RUNNING, session
     from .warehouse.tables import Warehouse
     _within("--bucket-rows", "merge.bucket_rows", args.bucket_rows)
+    if args.continuous:
+        if args.every is not None:
+            _within("--every", "merge.continuous_every_seconds", args.every)
+        if args.duration is not None and args.duration <= 0:
+            raise ValueError(f"--duration must be > 0 seconds, got {args.duration:g} (leave it out to run until stopped)")
+    elif args.duration is not None or args.every is not None:
+        raise ValueError("--duration and --every need --continuous (a single merge ends when it is done)")
     sources = [config.source(s) for s in (_listed(args.source) or config.source_ids())]
+    tables = {src.name: [_qualified(src, t) for t in _listed(args.table)] or None for src in sources}
     staged, warehouse = StagedLog(config.staging_root()), Warehouse(config.warehouse_root())
-    spark = session("dblog-merge", args.master)
+    spark = session("dblog-merge", args.master, LONG_RUNNING if args.continuous else None)
     results: list[dict] = []
     with _store() as store:
-        for src in sources:
-            tables = [_qualified(src, t) for t in _listed(args.table)] or None
-            for r in merge_source(spark, store, staged, warehouse, src.name, tables, bucket_rows=args.bucket_rows):
-                results.append({**vars(r), "dropped": r.dropped})
-                print(f"{src.name} {r.table}: snapshot {r.snapshot_id}, {r.log_events} log events, {r.chunks} chunks "
+        if args.continuous:
+            return _merge_continuously(args, spark, store, staged, warehouse, tables)
+        for source, chosen in tables.items():
+            for r in merge_source(spark, store, staged, warehouse, source, chosen, bucket_rows=args.bucket_rows):
+                results.append(r.report())
+                print(f"{source} {r.table}: snapshot {r.snapshot_id}, {r.log_events} log events, {r.chunks} chunks "
                       f"({r.chunk_rows} rows, {r.dropped} dropped in windows), {r.buckets_written}/{r.buckets} "
                       f"buckets written, {r.rows} rows, {r.seconds:.1f}s (commit {r.commit_seconds:.2f}s)" + (f" [{r.note}]" if r.note else ""))
                 if r.missing_rows or r.waiting:
                     print(f"  {r.missing_rows} row(s) hold values not proven yet (null, listed in _dblog_missing); "
                           f"{r.repairs_requested} key(s) sent to repair now; waiting: {json.dumps(r.waiting, default=str)}")
-    if args.report:
-        with open(args.report, "w") as f:
-            json.dump(results, f, default=str)
+    _write_report(args.report, results)
     return 0
+
+
+def _merge_continuously(args, spark, store, staged, warehouse, tables) -> int:
+    """`dblog merge --continuous`: merge every few seconds until --duration ends or SIGTERM/SIGINT
+    (the cycle under way finishes first)."""
+    import threading
+
+    from .spark.continuous import ContinuousMerge
+    stop = threading.Event()
+
+    def on_signal(*_):
+        if stop.is_set():   # asked twice: do not wait for the cycle under way
+            raise KeyboardInterrupt
+        stop.set()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    every = args.every if args.every is not None else settings().merge.continuous_every_seconds
+    print(f"continuous merge of {', '.join(tables)} every {every:g}s"
+          + ("" if args.duration is None else f" for {args.duration:g}s"), flush=True)
+    merge = ContinuousMerge(spark, store, staged, warehouse, tables, every=every, bucket_rows=args.bucket_rows,
+                            say=lambda line: print(line, flush=True), stop=stop)
+    report = merge.run(args.duration)
+    cycles = sorted(report.cycle_seconds)
+    print(f"slice done: {report.cycles} cycles, {report.busy_cycles} merged something (cycle time p50 "
+          f"{cycles[len(cycles) // 2] if cycles else 0:.1f}s, max {cycles[-1] if cycles else 0:.1f}s); "
+          + "; ".join(f"{t['source']} {t['table']}: {t['commits']} snapshots, {t['log_events']} log events, "
+                      f"{t['chunks']} chunks" for t in report.results()), flush=True)
+    _write_report(args.report, report.results())
+    if report.failures:   # the report keeps every table's result: what committed still counts
+        for (source, table), why in report.failures.items():
+            print(f"dblog: error: the continuous merge of {source} {table} kept failing: {why}", file=sys.stderr)
+        return SLICE_FAILED
+    return 0
+
+
+SLICE_FAILED = 3   # `dblog merge --continuous`: some table's last merge failed; its report says which
+
+
+def _write_report(path: str | None, results: list[dict]) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(results, f, default=str)
 
 
 def _listed(values: list[str] | None) -> list[str]:
@@ -319,25 +373,30 @@ def _verify_source(args, source, warehouse, compare_warehouse) -> bool | None:
 
 def cmd_maintain(args) -> int:
     """Expire old snapshots, compact buckets of many files and sweep unreferenced files, per table
-    under its merge lease (`dblog.warehouse.maintain`)."""
+    under its merge lease (`dblog.warehouse.maintain`); then the source's staged log: retention,
+    finished dumps, compaction (`dblog.staged_maintain`)."""
+    from .staged_maintain import maintain_staged
     from .warehouse.maintain import maintain_source
     from .warehouse.tables import Warehouse
     opts = {"keep_seconds": args.keep_seconds, "orphan_grace_seconds": args.orphan_grace,
             "compact_min_files": args.compact_min_files}
-    for (flag, setting), value in zip(MAINTAIN_FLAGS, opts.values()):
+    for (flag, setting), value in zip(MAINTAIN_FLAGS, [*opts.values(), args.log_retention]):
         if value is not None:
             _within(flag, setting, value)
-    warehouse = Warehouse(config.warehouse_root())
+    warehouse, staged = Warehouse(config.warehouse_root()), StagedLog(config.staging_root())
     with _store() as store:
         for sid in [args.source] if args.source else config.source_ids():  # default: every configured source
             tables = [_table_of(sid, t) for t in args.table] if args.table else None
             for report in maintain_source(store, warehouse, sid, tables, dry_run=args.dry_run, **opts):
                 print(report.line())
+            print(maintain_staged(store, staged, warehouse, sid, tables=tables, window_seconds=args.log_retention,
+                                  dry_run=args.dry_run).line())
     return 0
 
 
 MAINTAIN_FLAGS = [("--keep-seconds", "warehouse.keep_seconds"), ("--orphan-grace", "warehouse.orphan_grace_seconds"),
-                  ("--compact-min-files", "warehouse.compact_min_files")]
+                  ("--compact-min-files", "warehouse.compact_min_files"),
+                  ("--log-retention", "retention.window_seconds")]
 
 
 def cmd_warehouse(args) -> int:
@@ -496,6 +555,13 @@ def parser() -> argparse.ArgumentParser:
                    help=f"rows per warehouse bucket before it splits (default {tuned.cite('merge.bucket_rows')})")
     m.add_argument("--master", help="Spark master (default: spark-submit's, else DBLOG_SPARK_MASTER, else local[*])")
     m.add_argument("--report", help="write the per-table results to this file as JSON")
+    m.add_argument("--continuous", action="store_true", help="keep merging every --every seconds in one Spark "
+                   "session, until --duration ends or SIGTERM")
+    m.add_argument("--every", type=_finite, help="seconds between continuous merge cycles "
+                   f"({tuned.range_text('merge.continuous_every_seconds')}; default "
+                   f"{tuned.cite('merge.continuous_every_seconds')})")
+    m.add_argument("--duration", type=_finite, help="with --continuous: stop after this many seconds "
+                   "(default: run until stopped)")
     m.set_defaults(func=cmd_merge)
 
     v = sub.add_parser("verify", help="compare source and warehouse per key range; exit 1 on drift")
@@ -507,9 +573,11 @@ def parser() -> argparse.ArgumentParser:
     v.set_defaults(func=cmd_verify)
 
     mt = sub.add_parser("maintain", help="warehouse upkeep: expire old snapshots, compact buckets of many files, "
-                                         "delete files no snapshot references (per table, under its merge lock)")
+                                         "delete files no snapshot references (per table, under its merge lock); "
+                                         "staged log upkeep: retention, finished dumps, compaction of small segments")
     mt.add_argument("--source", help="connection id (default: every configured source)")
-    mt.add_argument("--table", action="append", help="table to maintain (repeatable; default: every warehouse table)")
+    mt.add_argument("--table", action="append", help="table to maintain (repeatable; default: every warehouse table, "
+                                                     "the whole staged log and its finished dumps)")
     mt.add_argument("--keep-seconds", type=_finite, help="expire snapshots older than this "
                     f"({tuned.range_text('warehouse.keep_seconds')}; default {tuned.cite('warehouse.keep_seconds')})")
     mt.add_argument("--orphan-grace", type=_finite, help="delete unreferenced files older than this many seconds "
@@ -517,6 +585,9 @@ def parser() -> argparse.ArgumentParser:
                     f"{tuned.cite('warehouse.orphan_grace_seconds')})")
     mt.add_argument("--compact-min-files", type=int, help="compact a bucket holding more data files than this "
                     f"(default {tuned.cite('warehouse.compact_min_files')})")
+    mt.add_argument("--log-retention", type=_finite, help="keep merged changes in the staged log this many seconds, "
+                    "the reach of `dblog export --from`, and finished dumps' chunks as long "
+                    f"({tuned.range_text('retention.window_seconds')}; default {tuned.cite('retention.window_seconds')})")
     mt.add_argument("--dry-run", action="store_true", help="report what would be done, change nothing")
     mt.set_defaults(func=cmd_maintain)
 

@@ -123,6 +123,25 @@ def read_progress(store: StateStore, source: str, dump_id: str, table: str) -> T
     return TableProgress.load(record, path)
 
 
+def chunk_numbers_below(progress: TableProgress) -> int | None:
+    """Once a worker has finished its table's part of the dump (done, or stopped by a cancel),
+    every chunk file of it is numbered below this, a deposed worker's late file included: its
+    successor numbered its own chunks past it. None while a worker may still stage more."""
+    if progress.status not in (DONE, CANCELLED):
+        return None
+    return progress.chunks if progress.next_chunk is None else progress.next_chunk
+
+
+def finished_chunks(store: StateStore, source: str, dump_id: str, table: str) -> int | None:
+    """`chunk_numbers_below` of the table's progress in the dump; None while unfinished, or when
+    its record is gone (a landed repair's) or unreadable: callers then look at the files."""
+    try:
+        progress = read_progress(store, source, dump_id, table)
+    except DumpError:
+        return None
+    return None if progress is None else chunk_numbers_below(progress)
+
+
 def split_cursor(record: dict, key_list: bool) -> dict:
     """A record with the one `last_key` of earlier versions (a key-list offset in a key-list dump,
     else the JSON of the last key staged) in the form of the two cursors."""

@@ -10,12 +10,13 @@ import json
 from typing import IO, Any
 
 from .events import ChangeEvent
-from .reconcile import watermark_positions
 from .rules import Chunk, DumpRecord, ordered_output, ready_window
 from .schema import to_json_value
 from .sources.base import WATERMARK_TABLE
 from .staged import ChunkMeta, Op, SegmentFile, chunk_rows, decode_events, key_columns
 from .staging import StagedLog
+from .state import StateStore
+from .watermarks import positions
 
 
 class ExportError(ValueError):
@@ -26,7 +27,7 @@ def _json(values: dict | None) -> dict | None:
     return None if values is None else {k: to_json_value(v) for k, v in values.items()}
 
 
-def export(staged: StagedLog, source: str, table: str, out: IO[str], upto: str | None,
+def export(store: StateStore, staged: StagedLog, source: str, table: str, out: IO[str], upto: str | None,
            from_position: str | None = None) -> int:
     """Write the stream from `from_position` (inclusive) up to the capture's checkpoint position
     `upto` (everything staged by then; a chunk once it is ready, `rules.chunk_ready`) to `out`;
@@ -40,13 +41,11 @@ def export(staged: StagedLog, source: str, table: str, out: IO[str], upto: str |
         if from_position < oldest:
             raise ExportError(f"position {from_position} is no longer in the staged log (oldest {oldest}); "
                               "export from a later position, or run a dump of the table to start afresh")
-    watermarks = watermark_positions(staged, source)
+    staged_chunks = [(data, meta) for data in map(staged.read_chunk, staged.chunk_files(source, table))
+                     if (meta := ChunkMeta.of(data)) is not None]
+    watermarks = positions(store, staged, source, [i for _, m in staged_chunks for i in (m.lw, m.hw)])
     chunks, key_cols = [], []
-    for path in staged.chunk_files(source, table):
-        data = staged.read_chunk(path)
-        meta = ChunkMeta.of(data)
-        if meta is None:
-            continue
+    for data, meta in staged_chunks:
         window = ready_window(table, watermarks.get(meta.lw), watermarks.get(meta.hw), upto)
         if window is not None and (from_position is None or window.high >= from_position):
             key_cols = key_columns(data.schema)

@@ -10,17 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .rules import DumpRecord, Window, merge_latest, ready_window, window_survivors
-from .sources.base import WATERMARK_TABLE
-from .staged import POSITION, ChunkMeta, chunk_rows, decode_events
+from .staged import ChunkMeta, chunk_rows, decode_events
 from .staging import StagedLog
-
-
-def watermark_positions(staged: StagedLog, source: str) -> dict[str, str]:
-    """Watermark value (UUID) -> position of its staged event."""
-    wm = staged.read_log(source, WATERMARK_TABLE)
-    if wm.num_rows == 0:
-        return {}
-    return dict(zip(wm["value"].to_pylist(), wm[POSITION].to_pylist()))
+from .watermarks import staged_positions
 
 
 @dataclass
@@ -54,8 +46,9 @@ def reconcile_chunk(staged: StagedLog, source: str, table: str, path: str,
 
 def rebuild(staged: StagedLog, source: str, table: str, upto: str | None) -> tuple[dict, list[ChunkResult]]:
     """The table's state from its staged log up to the checkpoint position `upto` and every
-    chunk ready by then: key -> (position, row)."""
-    watermarks = watermark_positions(staged, source)
+    chunk ready by then: key -> (position, row). Reads every staged watermark and chunk, as a
+    reference does (the merge asks the watermark index for the few it needs)."""
+    watermarks = staged_positions(staged, source)
     results = [reconcile_chunk(staged, source, table, p, watermarks, upto) for p in staged.chunk_files(source, table)]
     state: dict = {}
     if upto is not None:  # before the first checkpoint nothing staged is known to be complete

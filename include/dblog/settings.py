@@ -91,6 +91,10 @@ class Capture:
 
 @dataclass(frozen=True)
 class Merge:
+    mode: str = setting(
+        "continuous", "DBLOG_MERGE_MODE", "which merge keeps the warehouse: `continuous` (`dblog_merge_continuous`, "
+        "fresh within seconds) or `scheduled` (`dblog_merge` every `DBLOG_MERGE_EVERY_MINUTES`); the other DAG "
+        "is then trigger-only", choices=("continuous", "scheduled"))
     every_minutes: float = setting(
         5.0, "DBLOG_MERGE_EVERY_MINUTES", "schedule of the `dblog_merge` DAG", minimum=0.1, maximum=10_080)
     bucket_rows: int = setting(
@@ -99,6 +103,14 @@ class Merge:
     lock_timeout_seconds: float = setting(
         600.0, "DBLOG_MERGE_LOCK_TIMEOUT", "how long a merge waits for another merge of the same table",
         minimum=1, maximum=86_400)
+    continuous_every_seconds: float = setting(
+        2.0, "DBLOG_MERGE_CONTINUOUS_EVERY_SECONDS", "pause between two cycles of the continuous merge "
+        "(`dblog merge --continuous`, `dblog_merge_continuous`), chosen by the freshness benchmark",
+        minimum=0.1, maximum=3600)
+    continuous_slice_seconds: int = setting(
+        3600, "DBLOG_MERGE_SLICE_SECONDS", "length of one `dblog_merge_continuous` run (one warm Spark session); "
+        "each handover costs a Spark start, and asset events are sent at the end of a slice",
+        minimum=10, maximum=86_400)
 
 
 @dataclass(frozen=True)
@@ -122,6 +134,23 @@ class Warehouse:
     maintenance_schedule: str = setting(
         "@daily", "DBLOG_MAINTENANCE_SCHEDULE", "schedule of `dblog_maintenance` (empty: trigger only)",
         accepts=CRON)
+
+
+@dataclass(frozen=True)
+class Retention:
+    window_seconds: float = setting(
+        604_800.0, "DBLOG_LOG_RETENTION_SECONDS", "how long `dblog maintain` keeps merged changes in the staged log "
+        "(how far back `dblog export --from` reaches) and finished dumps' chunks", minimum=3600,
+        maximum=315_360_000)
+    compact_bytes: int = setting(
+        32 * 1024 * 1024, "DBLOG_LOG_COMPACT_BYTES", "`dblog maintain` rewrites runs of staged-log segments smaller "
+        "than this (bytes) as segments of about this size", minimum=1024 * 1024, maximum=1024 * 1024 * 1024)
+    compact_min_segments: int = setting(
+        10, "DBLOG_LOG_COMPACT_MIN_SEGMENTS", "fewest small segments rewritten as one", minimum=2,
+        maximum=1_000_000)
+    replaced_grace_seconds: float = setting(
+        3600.0, "DBLOG_LOG_REPLACED_GRACE_SECONDS", "segments a compaction replaced are removed once the compacted "
+        "one is this old (a merge that listed them before may still read them)", minimum=0, maximum=604_800)
 
 
 @dataclass(frozen=True)
@@ -183,6 +212,7 @@ class Settings:
     capture: Capture = field(default_factory=Capture)
     merge: Merge = field(default_factory=Merge)
     warehouse: Warehouse = field(default_factory=Warehouse)
+    retention: Retention = field(default_factory=Retention)
     spark: Spark = field(default_factory=Spark)
     zookeeper: ZooKeeper = field(default_factory=ZooKeeper)
     verify: Verify = field(default_factory=Verify)

@@ -15,6 +15,7 @@ import datetime as dt
 import uuid
 from dataclasses import dataclass, fields
 from enum import StrEnum
+from typing import Iterable
 
 import pyarrow as pa
 
@@ -86,7 +87,12 @@ _TEMPORARY = ".tmp-"
 
 @dataclass(frozen=True)
 class SegmentFile:
-    """A log segment's name: the first and last position it holds (encoded positions never hold `_`)."""
+    """A log segment's name: the first and last position it holds (encoded positions never hold `_`).
+
+    A segment holds every staged event of its table from its first position to its last: the
+    capture stages a stretch of the log per flush, and a compacted segment is the union of
+    consecutive ones. So a segment whose range lies within another's holds nothing the other
+    lacks (`hidden_segments`), and readers list only the outer one."""
     first: str
     last: str
 
@@ -100,6 +106,25 @@ class SegmentFile:
         if not (sep and first and last):
             raise ValueError(f"{path} is not a staged log segment (named first_last{SUFFIX})")
         return cls(first, last)
+
+    def within(self, other: "SegmentFile") -> bool:
+        return other.first <= self.first and self.last <= other.last
+
+
+def hidden_segments(names: Iterable[SegmentFile]) -> set[SegmentFile]:
+    """The segments whose range lies within another's (see SegmentFile): small segments a
+    compaction replaced, or a re-staged stretch inside an earlier segment."""
+    hidden: set[SegmentFile] = set()
+    reach: str | None = None  # the furthest last position of the segments starting earlier
+    ordered = sorted(set(names), key=lambda n: (n.first, n.last))
+    for i, name in enumerate(ordered):
+        if i + 1 < len(ordered) and ordered[i + 1].first == name.first:
+            hidden.add(name)  # the next one starts there too and reaches further
+        elif reach is not None and name.last <= reach:
+            hidden.add(name)
+        if reach is None or name.last > reach:
+            reach = name.last
+    return hidden
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,10 @@ renamed; on an object store, one upload of the encoded file), so whatever a read
 durable. The root may be any filesystem pyarrow writes (a path or a `file://`, `s3://`, `gs://`,
 `hdfs://` URI; see `storage`). Re-staging after a crash can repeat events;
 readers drop repeated positions, so duplicates are harmless.
+
+`dblog maintain` (`staged_maintain`) removes old segments and finished dumps' chunks, and rewrites
+runs of small segments as one (`write_compacted`); the replaced ones stay a while, and `segments`
+leaves out any segment within another's position range, so readers read each event from one file.
 """
 from __future__ import annotations
 
@@ -24,8 +28,8 @@ import pyarrow.parquet as pq
 
 from . import storage
 from .schema import TableSchema
-from .staged import (LOG_FIELDS, POSITION, ChunkFile, ChunkMeta, Op, SegmentFile, chunk_table, is_staged,
-                     log_table, temporary_name)
+from .staged import (LOG_FIELDS, POSITION, ChunkFile, ChunkMeta, Op, SegmentFile, chunk_table, hidden_segments,
+                     is_staged, log_table, temporary_name)
 
 
 def table_dir_name(table: str) -> str:
@@ -43,6 +47,16 @@ class StagingError(RuntimeError):
 def table_from_dir(name: str) -> str:
     """The inverse of `table_dir_name`."""
     return unquote(name)
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """A staged file as a listing shows it: a log segment (`dump_id` None) or a dump's chunk."""
+    path: str
+    table: str
+    size: int
+    mtime: float                 # unix seconds it was written (an object store's upload time)
+    dump_id: str | None = None
 
 
 @dataclass
@@ -94,6 +108,33 @@ class StagedLog:
                 pass
             raise
 
+    def write_compacted(self, source: str, table: str, data: pa.Table) -> str:
+        """Stage events of several segments as one (sorted, each position once: `dedupe_sorted`),
+        named by its first and last position; returns the file path."""
+        positions = data.column(POSITION)
+        name = SegmentFile(pc.min(positions).as_py(), pc.max(positions).as_py()).name
+        path = f"{self.log_dir(source, table)}/{name}"
+        self._atomic_write(path, data)
+        return path
+
+    def delete(self, paths: list[str]) -> None:
+        """Remove staged files (one already gone is no error), and, on a filesystem that has
+        directories, the dump and table directories of chunks left empty (merges list those)."""
+        for path in paths:
+            try:
+                self.fs.delete_file(path)
+            except FileNotFoundError:
+                pass
+        if self.direct:
+            return
+        dumps = {p.rsplit("/", 1)[0] for p in paths if p.startswith(f"{self.base}/") and "/chunks/" in p[len(self.base):]}
+        for directory in [*dumps, *{d.rsplit("/", 1)[0] for d in dumps}]:
+            try:
+                if not self.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True)):
+                    self.fs.delete_dir(directory)
+            except OSError:  # a chunk staged meanwhile, or gone already
+                pass
+
     def _atomic_write(self, path: str, table: pa.Table) -> None:
         directory = path.rsplit("/", 1)[0]
         tmp = f"{directory}/{temporary_name()}"
@@ -141,18 +182,23 @@ class StagedLog:
     def segments(self, source: str, table: str, low: str | None = None, high: str | None = None,
                  after: str | None = None) -> list[str]:
         """Segment files that may hold positions in [low, high], or in (after, high] (pruned by
-        their names)."""
+        their names). A segment within another's range is left out (`staged.hidden_segments`):
+        a compaction's inputs stay a while for readers that listed them before it."""
+        names = {path: SegmentFile.parse(path) for path in self._files(self.log_dir(source, table))}
+        hidden = hidden_segments(names.values())
         out = []
-        for path in self._files(self.log_dir(source, table)):
-            name = SegmentFile.parse(path)
-            if (low is None or name.last >= low) and (after is None or name.last > after) and \
-                    (high is None or name.first <= high):
+        for path, name in names.items():
+            if name not in hidden and (low is None or name.last >= low) and (after is None or name.last > after) \
+                    and (high is None or name.first <= high):
                 out.append(path)
         return out
 
     def read_log(self, source: str, table: str, low: str | None = None, high: str | None = None) -> pa.Table:
         """The table's staged events with low <= position <= high, sorted, each position once."""
-        parts = [pq.read_table(p, filesystem=self.fs) for p in self.segments(source, table, low, high)]
+        try:
+            parts = [pq.read_table(p, filesystem=self.fs) for p in self.segments(source, table, low, high)]
+        except FileNotFoundError:  # removed since listed (`dblog maintain`): what replaced it is listed now
+            parts = [pq.read_table(p, filesystem=self.fs) for p in self.segments(source, table, low, high)]
         if not parts:
             return pa.schema(LOG_FIELDS).empty_table()
         events = pa.concat_tables(parts, promote_options="permissive")  # columns added over time
@@ -162,6 +208,12 @@ class StagedLog:
             events = events.filter(pc.less_equal(events[POSITION], high))
         return dedupe_sorted(events, POSITION)
 
+    def chunk_dumps(self, source: str, table: str) -> list[str]:
+        """The ids of the dumps that staged chunks of `table` (one listing of directory names)."""
+        infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{source}/chunks/{table_dir_name(table)}",
+                                                        allow_not_found=True))
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+
     def chunk_files(self, source: str, table: str, dump_id: str | None = None) -> list[str]:
         if dump_id is not None:
             return self._files(self.chunk_dir(source, table, dump_id))
@@ -169,6 +221,22 @@ class StagedLog:
 
     def read_chunk(self, path: str) -> pa.Table:
         return pq.read_table(path, filesystem=self.fs)
+
+    def inventory(self, source: str) -> list[StagedFile]:
+        """Every staged file of the source, with its size and age: one recursive listing."""
+        prefix = f"{self.base}/{source}/"
+        infos = self.fs.get_file_info(pafs.FileSelector(prefix.rstrip("/"), allow_not_found=True, recursive=True))
+        out = []
+        for i in infos:
+            parts = i.path[len(prefix):].split("/")
+            if i.type != pafs.FileType.File or not is_staged(i.base_name) or len(parts) < 3:
+                continue
+            mtime = (i.mtime_ns or 0) / 1e9
+            if parts[0] == "log" and len(parts) == 3:
+                out.append(StagedFile(i.path, table_from_dir(parts[1]), i.size or 0, mtime))
+            elif parts[0] == "chunks" and len(parts) == 4:
+                out.append(StagedFile(i.path, table_from_dir(parts[1]), i.size or 0, mtime, parts[2]))
+        return sorted(out, key=lambda f: f.path)
 
     def chunk_tables(self, source: str) -> list[str]:
         infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{source}/chunks", allow_not_found=True))

@@ -12,20 +12,27 @@ Layout under the chroot (default `/dblog`), per source:
     /{source}/dumps/{id}/tables/{table}/lock  kazoo Lock: the worker dumping that table
     /{source}/dumps/{id}/merged/{table}     JSON: what merging the dump's chunks did (chunks, rows, dropped)
     /{source}/repairs/req-{seq}             JSON: rows to re-read (a table's keys, or all of it) and why
+    /{source}/watermarks/built              JSON: the index below holds every staged watermark (see dblog.watermarks)
+    /{source}/watermarks/index/{shard}/{id}  JSON: the position of the staged watermark event `id`
+    /{source}/staged/lock                   kazoo Lock: the `dblog maintain` tending the staged log
 
-Writes that a lease holder makes (checkpoints, progress) are fenced: they commit in one ZooKeeper
-transaction with a check that the holder's ephemeral lock node still exists, so a process that
-lost its session (and so its lock) can never overwrite its successor's state.
+Writes that a lease holder makes (checkpoints, progress, the watermark index) are fenced: they
+commit in one ZooKeeper transaction with a check that the holder's ephemeral lock node still
+exists, so a process that lost its session (and so its lock) can never overwrite its successor's
+state.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
+from urllib.parse import quote
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import ConnectionLoss, LockTimeout, NodeExistsError, NoNodeError, SessionExpiredError
+from kazoo.exceptions import (ConnectionLoss, LockTimeout, NodeExistsError, NoNodeError, RolledBackError,
+                              RuntimeInconsistency, SessionExpiredError)
 from kazoo.recipe.lock import Lock
 
 from .config import DEFAULT_CHROOT
@@ -154,6 +161,11 @@ class StateStore:
         except NoNodeError:
             return []
 
+    def modified(self, path: str) -> float | None:
+        """When the node was last written (unix seconds, ZooKeeper's clock); None if it does not exist."""
+        stat = self.call(self.zk.exists, path)
+        return None if stat is None else stat.mtime / 1000
+
     def create_new(self, path: str, value: Any) -> bool:
         """Create `path`; False if it already exists."""
         try:
@@ -175,6 +187,34 @@ class StateStore:
             self.call(self.zk.delete, path, recursive=recursive)
         except NoNodeError:
             pass
+
+    def get_many(self, paths: list[str]) -> dict[str, Any]:
+        """The value at each path (None where there is no node), the reads pipelined: one round
+        trip's latency for all of them rather than one each."""
+        def read() -> dict[str, Any]:
+            pending = [(p, self.zk.get_async(p)) for p in paths]
+            out = {}
+            for p, result in pending:
+                try:
+                    out[p] = _load(result.get()[0])
+                except NoNodeError:
+                    out[p] = None
+            return out
+        return self.call(read)
+
+    def delete_many(self, paths: list[str]) -> int:
+        """Delete the nodes (childless) at `paths`, pipelined; returns how many were there."""
+        def delete() -> int:
+            pending = [self.zk.delete_async(p) for p in paths]
+            gone = 0
+            for result in pending:
+                try:
+                    result.get()
+                    gone += 1
+                except NoNodeError:
+                    pass
+            return gone
+        return self.call(delete)
 
     # -- leases and fenced writes -------------------------------------------------------------
     def lease(self, path: str, identifier: str, timeout: float | None = None) -> Lease:
@@ -210,6 +250,37 @@ class StateStore:
             if isinstance(write, Exception):
                 raise write
             return
+
+    def fenced_create(self, lease: Lease, values: dict[str, Any], per_transaction: int = 500) -> None:
+        """Create a node per path with its value, in transactions that each also check `lease`
+        (Fenced if it is gone). A path that already exists keeps its value: the values are facts
+        that never change (a re-run after a crash writes the same ones). Parents are made as
+        needed. A ZooKeeper request is at most 1 MB, hence several transactions for many paths."""
+        node, items = lease.node_path, [(p, _dump(v)) for p, v in values.items()]
+        for start in range(0, len(items), per_transaction):
+            part = items[start:start + per_transaction]
+            while part:
+                def commit(ops: list[tuple[str, bytes]]):  # built anew on every attempt: a transaction commits once
+                    txn = self.zk.transaction()
+                    txn.check(node, 0)
+                    for path, data in ops:
+                        txn.create(path, data)
+                    return txn.commit()
+
+                check, *created = self.call(commit, part)
+                if isinstance(check, Exception) and not isinstance(check, RolledBackError):
+                    raise Fenced(f"write to {part[0][0]} refused: lease {lease.lock.path} is no longer held")
+                failed = [r for r in created if isinstance(r, Exception)
+                          and not isinstance(r, (RolledBackError, RuntimeInconsistency))]
+                if not failed:
+                    break
+                if not isinstance(failed[0], (NodeExistsError, NoNodeError)):
+                    raise failed[0]
+                # Rare (a first write under a parent, a re-run after a crash): settle all at once.
+                present = self.get_many([p for p, _ in part])
+                for parent in {p.rsplit("/", 1)[0] for p, _ in part if present[p] is None}:
+                    self.call(self.zk.ensure_path, parent)
+                part = [(p, d) for p, d in part if present[p] is None]
 
     def lock_holders(self, path: str) -> list[str]:
         return list(self.call(self.zk.Lock(path).contenders))
@@ -264,3 +335,24 @@ def repairs_path(source: str) -> str:
 
 def merge_lock(source: str, table: str) -> str:
     return f"/{source}/merge/{table}/lock"
+
+
+def watermark_index_path(source: str) -> str:
+    return f"/{source}/watermarks/index"
+
+
+def watermark_path(source: str, watermark: str) -> str:
+    """Where the position of watermark `watermark` (its value: a UUID) is indexed. Spread over
+    256 shards by a hash: a node's child list travels in one reply of at most 1 MB (about 25,000
+    names), and the index holds two entries per chunk ever dumped until retention removes them.
+    The id is %-escaped (dots too), so any value is one valid node name."""
+    shard = hashlib.sha1(watermark.encode()).hexdigest()[:2]
+    return f"{watermark_index_path(source)}/{shard}/{quote(watermark, safe='-_:').replace('.', '%2E')}"
+
+
+def watermark_index_built_path(source: str) -> str:
+    return f"/{source}/watermarks/built"
+
+
+def staged_maintenance_lock(source: str) -> str:
+    return f"/{source}/staged/lock"

@@ -1,19 +1,24 @@
-"""What `dblog status` reports: capture state, leader, position and lag; dumps and their progress.
+"""What `dblog status` reports: capture state, leader, position and lag; dumps and their progress;
+the staged log's size, file count and oldest retained position (`staged_maintain.staged_usage`).
 
 `page_snapshot` is the same picture for the DBLog page in Airflow: per source the capture's
-health, the recent dumps with progress, current rate and ETA, and the warehouse tables.
+health, the staged log, the recent dumps with progress, current rate and ETA, and the warehouse
+tables.
 """
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import asdict
+from typing import Callable
 
 from . import state as paths
 from .repair import waiting
 from .dump import CANCELLED, DONE, RUNNING, dump_status
 from .health import LAG_SAMPLE_S, capture_health
 from .sources.base import Source
+from .staged_maintain import StagedUsage, staged_usage
+from .staging import StagedLog
 from .state import StateStore
 
 
@@ -23,10 +28,10 @@ def capture_status(store: StateStore, source: Source) -> dict:
             "staged_at": health.last_flush, "head": source.head()}
 
 
-def source_status(store: StateStore, source: Source) -> dict:
+def source_status(store: StateStore, source: Source, staged: StagedLog) -> dict:
     dumps = [dump_status(store, source.name, d) for d in store.children(paths.dumps_path(source.name))]
     return {"kind": source.kind, "capture": capture_status(store, source), "dumps": dumps,
-            "repairs": waiting(store, source.name)}
+            "repairs": waiting(store, source.name), "staged": asdict(staged_usage(staged, source.name))}
 
 
 # -- the DBLog page ---------------------------------------------------------------------------
@@ -117,9 +122,10 @@ def recent_dumps(store: StateStore, source: str, limit: int = RECENT_DUMPS) -> l
 
 
 def page_snapshot(store: StateStore, sources: list[Source], warehouse, now: float | None = None,
-                  limit: int = RECENT_DUMPS) -> dict:
-    """Everything the DBLog page shows, as JSON-ready data: reads ZooKeeper and the warehouse
-    manifests only (no source database query, so a slow source never slows the page)."""
+                  limit: int = RECENT_DUMPS, usage: Callable[[str], StagedUsage | None] | None = None) -> dict:
+    """Everything the DBLog page shows, as JSON-ready data: reads ZooKeeper, the warehouse
+    manifests and, through `usage` (source -> `staged_usage`; the page keeps it a while), the
+    staged log's listing; no source database query, so a slow source never slows the page."""
     now = time.time() if now is None else now
     out = []
     for source in sources:
@@ -133,5 +139,11 @@ def page_snapshot(store: StateStore, sources: list[Source], warehouse, now: floa
             age, exact = data_age(summary["merged_at"], health.lag_history, now)
             tables.append({**summary, "data_age_s": age, "data_age_exact": exact})
         out.append({"id": source.name, "kind": source.kind, "capture": asdict(health), "dumps": dumps,
-                    "warehouse": tables, "repairs": waiting(store, source.name)})
+                    "warehouse": tables, "repairs": waiting(store, source.name),
+                    "staged": _staged(usage, source.name)})
     return {"generated_at": now, "sources": out}
+
+
+def _staged(usage: Callable[[str], StagedUsage | None] | None, source: str) -> dict | None:
+    found = None if usage is None else usage(source)
+    return None if found is None else asdict(found)

@@ -35,7 +35,8 @@ class _Counting:
     def execute(self, sql, params=None):
         self._cursor.execute(sql, params)
         match = self._re.search(sql)
-        if match and self._cursor.rowcount > 0:
+        # A SELECT's row count is rows read, not changed: the source logs nothing for it.
+        if match and self._cursor.rowcount > 0 and not sql.lstrip().upper().startswith("SELECT"):
             self._counts[match.group(1)] += self._cursor.rowcount
 
     def __getattr__(self, name):

@@ -10,6 +10,7 @@ import pytest
 pytestmark = pytest.mark.offline
 
 DAG_IDS = {"dblog_capture", "dblog_dump", "dblog_dump_control", "dblog_full_refresh", "dblog_maintenance", "dblog_merge",
+           "dblog_merge_continuous",
            "dblog_verify"}
 
 
@@ -152,6 +153,27 @@ def test_the_dblog_page_refuses_a_non_finite_throttle_before_it_reaches_zookeepe
         app._act("dblog_mariadb", "d1", "throttle", {"delay_s": float("nan")}, "someone")
     assert exc.value.status_code == 400, exc.value.detail
     assert exc.value.detail == "delay between chunks must be a finite number, got nan"
+
+
+def test_the_dblog_page_lists_the_staged_log_at_most_once_a_minute_and_shows_the_rest_when_it_cannot(
+        monkeypatch, tmp_path):
+    from dblog.staging import StagedLog
+    from dblog_airflow.hooks.dblog import DBLogHook
+    from dblog_airflow.ui import app
+    listed = []
+
+    class Counted(StagedLog):
+        def inventory(self, source):
+            listed.append(source)
+            return super().inventory(source)
+    monkeypatch.setattr(DBLogHook, "staged", staticmethod(lambda: Counted(str(tmp_path))))
+    usage = app._Usage()
+    assert usage("s1").files == usage("s1").files == 0 and listed == ["s1"], "a refresh every 3 s lists once"
+
+    def unreachable():
+        raise OSError("the bucket does not answer")
+    monkeypatch.setattr(DBLogHook, "staged", staticmethod(unreachable))
+    assert app._Usage()("s1") is None   # the page shows "-" there, and the capture, dumps and tables as ever
 
 
 def test_control_params_reject_an_unknown_action(dags):

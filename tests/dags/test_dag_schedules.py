@@ -38,7 +38,7 @@ def _automatic_runs(dag, monkeypatch, count: int, every: dt.timedelta) -> list:
     return runs
 
 
-@pytest.mark.parametrize("dag_id", ["dblog_capture", "dblog_merge", "dblog_full_refresh", "dblog_verify",
+@pytest.mark.parametrize("dag_id", ["dblog_capture", "dblog_merge_continuous", "dblog_full_refresh", "dblog_verify",
                                     "dblog_maintenance"])
 def test_consecutive_automatic_runs_of_a_scheduled_dag_get_distinct_logical_dates(dags, dag_id, monkeypatch):
     runs = _automatic_runs(dags[dag_id], monkeypatch, 5, dt.timedelta(seconds=20))

@@ -43,6 +43,7 @@ def test_a_dump_is_followed_paused_and_resumed_from_the_dblog_page(standalone):
         expect(source.locator(".capture-state")).to_have_text("capturing", timeout=120_000)
         expect(source.locator("dd.position")).to_have_text(re.compile(r"^\S+\.\d+:\d+$"))  # binlog file:offset
         expect(source.locator("dd.lag")).to_have_text(re.compile(r"^\d+(\.\d)? s$|^\d+ min"))
+        expect(source.locator("dd.staged")).to_have_text(re.compile(r" in [\d,]+ files$"))   # the staged log's size
 
         response = standalone.api("POST", "/dags/dblog_dump/dagRuns", json={
             "dag_run_id": run_id, "logical_date": None,

@@ -64,7 +64,7 @@ def test_a_chunk_whose_hw_is_staged_before_its_window_s_events_is_not_exported_u
     import datetime as dt
     import uuid
 
-    from dblog.reconcile import watermark_positions
+    from dblog.watermarks import staged_positions
     from dblog.staged import ChunkMeta, Op
 
     mariadb.workload(seed=61, rows=20).create()
@@ -86,7 +86,7 @@ def test_a_chunk_whose_hw_is_staged_before_its_window_s_events_is_not_exported_u
     # The capture's first flush holds all of it; it stages the watermark table first, then dies.
     capture = mariadb.spawn("capture", "--source", mariadb.source_id, env={"DBLOG_CRASH_AT": "capture.mid_flush@1"})
     assert capture.wait(timeout=120) == -9, capture.stderr.read()
-    assert hw in watermark_positions(staged, mariadb.source_id), "the crash came before the HW was staged"
+    assert hw in staged_positions(staged, mariadb.source_id), "the crash came before the HW was staged"
 
     def exported() -> list[dict]:
         out = mariadb.dblog("export", "--source", mariadb.source_id, "--table", "accounts", check=True).stdout

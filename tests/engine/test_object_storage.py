@@ -130,3 +130,50 @@ def test_kill_9_of_a_merge_on_s3_leaves_the_table_readable_and_a_re_run_converge
     assert swept.returncode == 0, swept.stderr
     referenced = {t.file.file_path.removeprefix("s3://") for t in warehouse.load(src.source_id, table).scan().plan_files()}
     assert files() == referenced, "the sweep left files on S3 that no snapshot references"
+
+
+def test_retention_and_compaction_of_a_staged_log_on_s3_keep_what_readers_see(s3):
+    """Objects have no rename and no directories: compaction uploads the union as one object, its
+    inputs stay listed-but-hidden until the grace, retention deletes objects (ZooKeeper and the
+    warehouse stood in for)."""
+    import datetime as dt
+    import uuid
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from staged_fakes import MemoryStore, MergedWarehouse
+
+    from dblog import state as paths
+    from dblog.events import ChangeEvent
+    from dblog.positions import Position
+    from dblog.schema import Column, TableSchema
+    from dblog.staged import Op, encode_event
+    from dblog.staged_maintain import maintain_staged
+    from dblog.staging import StagedLog
+
+    columns = (Column("id", "int", pa.int64()), Column("v", "text", pa.string()))
+    narrow, wide = (TableSchema("app.t", cols, ("id",)) for cols in (columns, columns + (Column("x", "int", pa.int32()),)))
+    staged, source = StagedLog(f"s3://r-{uuid.uuid4().hex[:8]}/staged"), "src"
+    when = dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc)
+    for n in range(1, 9):
+        schema = narrow if n < 5 else wide
+        staged.write_segment(source, schema, [encode_event(ChangeEvent(
+            source, "app.t", Op.INSERT, Position(1, n).encode(), (n,), {"id": n, "v": f"v{n}", **({"x": n} if n > 4 else {})},
+            commit_ts=when))])
+    store = MemoryStore({paths.checkpoint_path(source): {"position": Position(1, 99).encode()}})
+    options = {"window_seconds": 0, "compact_min_segments": 2, "compact_bytes": 1 << 20}
+    listed = staged.segments(source, "app.t")
+
+    report = maintain_staged(store, staged, MergedWarehouse(Position(1, 3).encode()), source,
+                             replaced_grace_seconds=3600, **options)
+
+    assert (report.segments_removed, report.segments_compacted, report.compacted_into) == (2, 6, 1)
+    assert staged.read_log(source, "app.t")["id"].to_pylist() == list(range(3, 9))
+    assert staged.read_log(source, "app.t")["x"].to_pylist() == [None, None, 5, 6, 7, 8]
+    [compacted] = staged.segments(source, "app.t")
+    assert compacted not in listed
+    assert sum(pq.read_table(p, filesystem=staged.fs).num_rows for p in listed[2:]) == 6, "a reader that listed first"
+    report = maintain_staged(store, staged, MergedWarehouse(Position(1, 3).encode()), source,
+                             replaced_grace_seconds=0, **options)
+    assert report.replaced_removed == 6 and report.files == 1
+    assert staged.read_log(source, "app.t")["id"].to_pylist() == list(range(3, 9))

@@ -9,7 +9,7 @@ from test_convergence import assert_converged
 
 from dblog import state as paths
 from dblog.config import deployment_id
-from dblog.reconcile import watermark_positions
+from dblog.watermarks import staged_positions
 from dblog.sources.base import WATERMARK_TABLE
 
 
@@ -35,7 +35,7 @@ def test_two_deployments_on_one_server_stage_only_their_own_watermarks_and_both_
             ids = env.staged().read_log(env.source_id, WATERMARK_TABLE)["id"].to_pylist()
             tags = {i.partition(":")[0] for i in ids if ":" in i}
             assert tags == {deployment_id(env.zk_uri)}, tags
-            assert watermark_positions(env.staged(), env.source_id)
+            assert staged_positions(env.staged(), env.source_id)
             assert_converged(env)
     finally:
         for proc in other.procs:

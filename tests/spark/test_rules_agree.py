@@ -3,11 +3,15 @@
 Each case is staged the way the capture and a dump stage it (real Parquet files in the staged
 row format); the job's own `merge_inputs` reads and composes them and `merge.merge_records`
 applies them, in one merge or in two, the second on the first one's stored warehouse rows.
+No capture ran, so the watermark positions come from the staged log (`watermarks.positions`
+before the index is built).
 """
 import datetime as dt
+import uuid
 
 import pyarrow as pa
 import pytest
+from conftest import PORTS
 from pyspark.sql import functions as F
 from rule_cases import CASES, T, WM, checkpoint, python_visible
 
@@ -16,6 +20,7 @@ from dblog.spark import merge as M
 from dblog.spark.job import MergeResult, merge_inputs
 from dblog.staged import ChunkMeta, Op, absent_row, encode_event
 from dblog.staging import StagedLog
+from dblog.state import StateStore
 from dblog.warehouse.state import Bucket, TableState
 
 SOURCE, DUMP = "s", "d1"
@@ -44,11 +49,18 @@ def stage(root, log, chunks, copies: int = 1) -> StagedLog:
     return staged
 
 
-def merge(spark, staged, upto, warehouse=None):
+@pytest.fixture
+def store(services):
+    store = StateStore(f"127.0.0.1:{PORTS['ZK']}", f"/test_{uuid.uuid4().hex[:8]}", timeout=3).start()
+    yield store
+    store.stop()
+
+
+def merge(spark, store, staged, upto, warehouse=None):
     """One merge up to the checkpoint `upto`, composed as the job composes it; the warehouse as
     (stored rows, table state) before and after."""
     stored, state = warehouse or (None, None)
-    inputs = merge_inputs(spark, staged, SOURCE, T, state, upto, MergeResult(SOURCE, T))
+    inputs = merge_inputs(spark, store, staged, SOURCE, T, state, upto, MergeResult(SOURCE, T))
     if inputs.records is None:
         return stored, state
     names = [c for c, _ in inputs.columns]
@@ -67,21 +79,21 @@ def visible(warehouse) -> dict:
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_the_spark_merge_and_the_python_rules_agree(spark, tmp_path, name):
+def test_the_spark_merge_and_the_python_rules_agree(spark, store, tmp_path, name):
     log, chunks, expected = CASES[name]
     staged = stage(tmp_path, log, chunks)
-    assert visible(merge(spark, staged, checkpoint(log))) == python_visible(log, chunks) == expected
+    assert visible(merge(spark, store, staged, checkpoint(log))) == python_visible(log, chunks) == expected
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_two_merges_split_mid_log_give_what_one_gives(spark, tmp_path, name):
+def test_two_merges_split_mid_log_give_what_one_gives(spark, store, tmp_path, name):
     log, chunks, expected = CASES[name]
     staged = stage(tmp_path, log, chunks)
     middle = sorted(e.position for e in log)[(len(log) - 1) // 2]
-    assert visible(merge(spark, staged, checkpoint(log), merge(spark, staged, middle))) == expected
+    assert visible(merge(spark, store, staged, checkpoint(log), merge(spark, store, staged, middle))) == expected
 
 
-def test_re_staged_events_and_chunks_change_nothing(spark, tmp_path):
+def test_re_staged_events_and_chunks_change_nothing(spark, store, tmp_path):
     log, chunks, expected = CASES["paper_k1_to_k6"]
     staged = stage(tmp_path, log, chunks, copies=2)
-    assert visible(merge(spark, staged, checkpoint(log))) == expected
+    assert visible(merge(spark, store, staged, checkpoint(log))) == expected

@@ -210,9 +210,10 @@ def test_each_table_is_maintained_under_its_merge_lease_and_an_unknown_table_is_
 
 
 @pytest.fixture
-def cli_env(warehouse, monkeypatch):
+def cli_env(warehouse, monkeypatch, tmp_path):
     from dblog import cli
     monkeypatch.setenv("DBLOG_WAREHOUSE", warehouse.root.removeprefix("file://"))
+    monkeypatch.setenv("DBLOG_STAGING", str(tmp_path / "staging"))
     monkeypatch.setenv("DBLOG_SOURCES", SRC)
     store = FakeStore()
     monkeypatch.setattr(cli, "_store", lambda: store)
@@ -234,18 +235,21 @@ def test_dblog_maintain_prints_one_line_per_table_and_its_dry_run_changes_nothin
     merge(warehouse, {0: [1, 3]}, upto="p2")
     head = warehouse.load(SRC, TABLE).metadata_location
     assert cli.main(["maintain", "--table", TABLE, "--keep-seconds", "0", "--orphan-grace", "0", "--dry-run"]) == 0
-    dry = capsys.readouterr().out
+    dry, staged_dry = capsys.readouterr().out.splitlines()
     assert re.fullmatch(rf"{SRC} {TABLE}: would expire 1 snapshot\(s\), compact 0 bucket\(s\), remove (\d+) "
-                        r"file\(s\) \(([\d,]+) bytes\), \d+\.\ds \(dry run\)\n", dry), dry
+                        r"file\(s\) \(([\d,]+) bytes\), \d+\.\ds \(dry run\)", dry), dry
+    assert staged_dry.startswith(f"{SRC} staged log: would remove 0 segment(s)") and staged_dry.endswith("(dry run)")
     assert warehouse.load(SRC, TABLE).metadata_location == head
     assert cli.main(["maintain", "--keep-seconds", "0", "--orphan-grace", "0"]) == 0
-    real = capsys.readouterr().out
+    real = capsys.readouterr().out.splitlines()[0]
     assert real.replace("expired", "would expire").replace("compacted", "compact").replace("removed", "remove") \
         .split(", ")[:3] == dry.split(", ")[:3], (dry, real)   # the dry run said what the run did
-    lock = f"/{SRC}/merge/{TABLE}/lock"
-    assert store.events == [("take", lock), ("release", lock)] * 2
+    lock, staged_lock = f"/{SRC}/merge/{TABLE}/lock", f"/{SRC}/staged/lock"
+    assert store.events == [("take", lock), ("release", lock), ("take", staged_lock), ("release", staged_lock)] * 2
     assert cli.main(["maintain", "--orphan-grace", "-1"]) == 2
     assert "--orphan-grace must be from 0 to 31,536,000, got -1.0" in capsys.readouterr().err
+    assert cli.main(["maintain", "--log-retention", "60"]) == 2
+    assert "--log-retention must be from 3,600 to 315,360,000, got 60.0" in capsys.readouterr().err
     assert cli.main(["maintain", "--table", "shop.nope"]) == 2
     assert "src has no warehouse table shop.nope" in capsys.readouterr().err
 

@@ -160,9 +160,21 @@ def test_dag_params_default_to_the_settings(parse_dags):
     assert dags["dblog_capture"].params["slice_seconds"] == tuned.capture.slice_seconds
     assert dags["dblog_dump"].params.get_param("keys").schema["maxItems"] == tuned.dump.max_keys
     assert dags["dblog_dump"].params.get_param("dump_id").schema["pattern"] == DUMP_ID.pattern
-    assert dags["dblog_merge"].schedule == timedelta(minutes=tuned.merge.every_minutes)
+    assert dags["dblog_merge_continuous"].params["every_seconds"] == tuned.merge.continuous_every_seconds
+    assert dags["dblog_merge_continuous"].params["merge_slice_seconds"] == tuned.merge.continuous_slice_seconds
+    assert tuned.merge.mode == "continuous"   # by default the continuous merge runs, the batch one when triggered
+    assert dags["dblog_merge_continuous"].schedule == "@continuous" and dags["dblog_merge"].schedule is None
     assert dags["dblog_verify"].schedule == tuned.verify.schedule
     assert dags["dblog_full_refresh"].schedule == tuned.full_refresh.schedule
+
+
+def test_the_scheduled_merge_mode_schedules_dblog_merge_and_leaves_the_continuous_one_to_triggers(
+        parse_dags, monkeypatch):
+    monkeypatch.setenv("DBLOG_MERGE_MODE", "scheduled")
+    monkeypatch.setenv("DBLOG_MERGE_EVERY_MINUTES", "7")
+    dags = parse_dags()
+    assert dags["dblog_merge"].schedule == timedelta(minutes=7)
+    assert dags["dblog_merge_continuous"].schedule is None
 
 
 def test_overridden_settings_move_the_dag_params_and_the_ranges_their_start_tasks_enforce(parse_dags, monkeypatch):

@@ -12,23 +12,7 @@ from dblog.dump import (CANCELLED, DONE, FAILED, PAUSED, PENDING, RUNNING, UNREA
                         dump_status, dumping, read_progress, record_chunk_rate)
 from dblog.sources.postgres import estimate_from_stats
 from dblog.status import data_age, dump_view, eta_seconds, lag_at, page_snapshot, progress_fraction
-
-
-class MemoryStore:
-    """The StateStore reads the page makes, over a dict; `holders` maps lock paths to contenders."""
-
-    def __init__(self, nodes: dict, holders: dict | None = None):
-        self.nodes, self.holders = nodes, holders or {}
-
-    def get(self, path):
-        return self.nodes.get(path)
-
-    def children(self, path):
-        prefix = path.rstrip("/") + "/"
-        return sorted({p[len(prefix):].split("/")[0] for p in self.nodes if p.startswith(prefix)})
-
-    def lock_holders(self, path):
-        return self.holders.get(path, [])
+from staged_fakes import MemoryStore
 
 
 # -- current rate ------------------------------------------------------------------------------
@@ -221,3 +205,22 @@ def test_the_snapshot_lists_capture_health_newest_dumps_first_and_warehouse_tabl
     assert [d["id"] for d in s["dumps"]] == ["new", "old"]
     assert s["warehouse"] == [{"table": "s.a", "snapshot_id": "3", "merged_at": 1000.0, "rows": 42, "tombstones": 0,
                                "buckets": 1, "log_upto": "x", "data_age_s": 11.5, "data_age_exact": True}]
+
+
+def test_the_snapshot_shows_each_source_s_staged_log_size_file_count_and_oldest_retained_position(tmp_path):
+    from dblog.staged_maintain import staged_usage
+    from dblog.staging import StagedLog
+    root = tmp_path / "staging" / "src"
+    for path, size in (("log/s.a/p3_p5.parquet", 10), ("log/s.a/p3_p4.parquet", 4),   # hidden within p3_p5
+                       ("log/s.b/p2_p9.parquet", 20), ("log/dblog.watermarks/p1_p9.parquet", 5),
+                       ("chunks/s.a/d1/00000000.parquet", 7), ("log/s.a/.tmp-x.parquet", 99)):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(b"x" * size)
+    staged = StagedLog(str(tmp_path / "staging"))
+    snap = page_snapshot(MemoryStore({}), [FakeSource()], FakeWarehouse(), now=1010.0,
+                         usage=lambda source: staged_usage(staged, source))
+    (s,) = snap["sources"]
+    assert {k: s["staged"][k] for k in ("files", "bytes", "segments", "chunk_files", "oldest")} == {
+        "files": 5, "bytes": 46, "segments": 4, "chunk_files": 1, "oldest": "p2"}
+    assert s["staged"]["tables"]["s.a"] == {"segments": 2, "bytes": 14, "oldest": "p3"}
+    assert page_snapshot(MemoryStore({}), [FakeSource()], FakeWarehouse(), now=1010.0)["sources"][0]["staged"] is None

@@ -5,7 +5,8 @@ in parallel), up to the capture's checkpoint position P (every event <= P is sta
 
 1. chunks not merged yet that are ready (`dblog.rules.chunk_ready`: both watermarks staged, the
    high one <= P, invariant 7) are reconciled against the staged log
-   (`spark.rules.window_survivors`: Algorithm 1 steps 5-7);
+   (`spark.rules.window_survivors`: Algorithm 1 steps 5-7); their watermarks' positions come from
+   the watermark index (`dblog.watermarks`), and only dumps with chunks left to merge are listed;
 2. log events after the last merge (<= P) and the survivors become records (`records.merge_input`;
    rows dropped in a window only fill values: `records.fill_records`);
 3. the key-range buckets those records fall in are read back and merged with them
@@ -31,8 +32,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .. import state as paths
-from ..dump import dumping
-from ..reconcile import watermark_positions
+from .. import watermarks
+from ..dump import dumping, finished_chunks
 from ..settings import settings
 from ..sources.base import WATERMARK_TABLE
 from ..staged import POSITION, ChunkFile, data_columns, key_columns
@@ -55,6 +56,10 @@ class MergeError(RuntimeError):
     """A merge cannot proceed; the message names the problem and the fix."""
 
 
+class MergeBusy(MergeError):
+    """Another merge of the table held its lock for longer than this merge would wait."""
+
+
 @dataclass
 class MergeResult:
     source: str
@@ -74,6 +79,8 @@ class MergeResult:
     note: str = ""
     dumps: dict[str, dict[str, int]] = field(default_factory=dict)  # dump id -> chunks, rows, dropped merged now
     newest_commit_ts: float | None = None   # unix time of the newest log event merged now (freshness)
+    oldest_commit_ts: float | None = None   # ... and of the oldest (it waited longest to become visible)
+    committed_at: float | None = None       # unix time the snapshot was committed (None: no commit)
     missing_rows: int = 0                   # warehouse rows with a value nothing proved yet (see rules.latest)
     repairs_requested: int = 0              # keys this merge asked to re-read (values it could not prove)
     waiting: dict | None = None             # repairs of this table not landed yet (repair.waiting)
@@ -83,6 +90,19 @@ class MergeResult:
         """Chunk rows dropped in their watermark window (a newer change came through the log)."""
         return self.chunk_rows - self.survivors
 
+    @property
+    def visible_after_s(self) -> float | None:
+        """How long the oldest change this merge made visible waited: its commit in the source
+        until this merge's snapshot (None when it committed no log event)."""
+        if self.committed_at is None or self.oldest_commit_ts is None:
+            return None
+        return max(0.0, self.committed_at - self.oldest_commit_ts)
+
+    def report(self, commits: int | None = None) -> dict:
+        """The merge's row in a merge report (`dblog merge --report`, read by the Airflow task)."""
+        return {**vars(self), "dropped": self.dropped, "visible_after_s": self.visible_after_s,
+                "commits": int(self.committed_at is not None) if commits is None else commits}
+
 
 @dataclass
 class MergeInputs:
@@ -91,6 +111,7 @@ class MergeInputs:
     key: list[str] = field(default_factory=list)
     ready: dict[str, set[int]] = field(default_factory=dict)   # dump id -> chunk numbers merged now
     fill_unchanged: bool = False
+    chunk_counts: dict[str, int] = field(default_factory=dict)  # learnt now: see TableState.chunk_counts
 
 
 def _read(spark: SparkSession, staged: StagedLog, files: list[str]) -> DataFrame:
@@ -134,20 +155,36 @@ def _rebuild(state: TableState | None, table: str) -> str:
            f"--table {table}`"
 
 
-def _pending_chunks(staged: StagedLog, source: str, table: str, state: TableState | None) -> dict[ChunkFile, str]:
+def _pending_chunks(store: StateStore, staged: StagedLog, source: str, table: str, state: TableState | None,
+                    out: MergeInputs) -> dict[ChunkFile, str]:
+    """Chunk files not merged yet. Only the dump directories are listed, then the files of the
+    dumps that may have some left: a finished dump (its chunk count known, `dump.finished_chunks`,
+    then kept in the table's state, as its ZooKeeper record may go) whose every chunk is merged
+    is passed over."""
     pending = {}
-    for path in staged.chunk_files(source, table):
-        name = ChunkFile.parse(path)
-        if state is None or not state.chunk_merged(name.dump_id, name.number):
-            pending[name] = path
+    for dump_id in staged.chunk_dumps(source, table):
+        count = state.chunk_counts.get(dump_id) if state is not None else None
+        if count is None:
+            count = finished_chunks(store, source, dump_id, table)
+            if count is not None:
+                out.chunk_counts[dump_id] = count
+        # A number skipped at a takeover has no file unless the deposed worker's late write
+        # came: such a dump never counts as merged, and its files are listed every time.
+        if state is not None and count is not None and state.merged_below(dump_id, count):
+            continue
+        for path in staged.chunk_files(source, table, dump_id):
+            name = ChunkFile.parse(path)
+            if state is None or not state.chunk_merged(name.dump_id, name.number):
+                pending[name] = path
     return pending
 
 
-def _ready_chunks(spark: SparkSession, staged: StagedLog, source: str, pending: dict[ChunkFile, str],
-                  upto: str, out: MergeInputs, result: MergeResult) -> tuple[DataFrame | None, str | None]:
+def _ready_chunks(spark: SparkSession, store: StateStore, staged: StagedLog, source: str,
+                  pending: dict[ChunkFile, str], upto: str, out: MergeInputs,
+                  result: MergeResult) -> tuple[DataFrame | None, str | None]:
     """The rows of pending chunks that are ready by `upto`, with their windows, and the lowest LW."""
     chunks = _read(spark, staged, list(pending.values()))
-    windows = chunk_windows(chunks, watermark_positions(staged, source))
+    windows = chunk_windows(chunks, lambda ids: watermarks.positions(store, staged, source, ids))
     ready = [w for w in windows if w.ready(upto) and ChunkFile(w.dump_id, w.chunk) in pending]
     for w in ready:
         out.ready.setdefault(w.dump_id, set()).add(w.chunk)
@@ -170,16 +207,16 @@ def _dump_totals(result: MergeResult, dump_id: str) -> dict[str, int]:
     return result.dumps.setdefault(dump_id, {"chunks": 0, "rows": 0, "dropped": 0})
 
 
-def merge_inputs(spark: SparkSession, staged: StagedLog, source: str, table: str, state: TableState | None,
-                 upto: str, result: MergeResult) -> MergeInputs:
+def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, source: str, table: str,
+                 state: TableState | None, upto: str, result: MergeResult) -> MergeInputs:
     """The records to merge: log events after the last merge and reconciled chunk rows, <= upto."""
     out = MergeInputs()
     done_upto = state.log_upto if state else None
-    pending = _pending_chunks(staged, source, table, state)
+    pending = _pending_chunks(store, staged, source, table, state, out)
     chunks = None
     low = done_upto  # None: nothing merged yet, every staged event is new
     if pending:
-        chunks, chunk_low = _ready_chunks(spark, staged, source, pending, upto, out, result)
+        chunks, chunk_low = _ready_chunks(spark, store, staged, source, pending, upto, out, result)
         if chunk_low is not None and low is not None:
             low = min(low, chunk_low)  # the windows may reach back before the last merge
     # Without chunk windows to cover, only segments with events after the last merge matter.
@@ -201,8 +238,7 @@ def merge_inputs(spark: SparkSession, staged: StagedLog, source: str, table: str
                            None if chunks is None else M.align(chunks, out.columns),
                            out.key, [c for c, _ in out.columns], after=done_upto)
     out.records, out.fill_unchanged = composed.records, composed.fill_unchanged
-    if composed.newest_commit_ts is not None:
-        result.newest_commit_ts = composed.newest_commit_ts
+    result.newest_commit_ts, result.oldest_commit_ts = composed.newest_commit_ts, composed.oldest_commit_ts
     return out
 
 
@@ -220,7 +256,7 @@ def merge_table(spark: SparkSession, store: StateStore, staged: StagedLog, wareh
     try:
         lease = store.lease(paths.merge_lock(source, table), f"{socket.gethostname()}:{os.getpid()}", lock_timeout)
     except paths.LeaseTimeout as exc:
-        raise MergeError(f"another merge of {source}/{table} holds its lock for more than {lock_timeout:.0f}s; "
+        raise MergeBusy(f"another merge of {source}/{table} holds its lock for more than {lock_timeout:.0f}s; "
                          "wait for it, or check `dblog status` for a stuck worker") from exc
     try:
         _merge(spark, store, staged, warehouse, result, bucket_rows, lease)
@@ -246,7 +282,7 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
         result.note = "nothing staged yet: start the capture first"
         return
     result.upto = upto
-    inputs = merge_inputs(spark, staged, source, table, state, upto, result)
+    inputs = merge_inputs(spark, store, staged, source, table, state, upto, result)
     if inputs.records is None and not inputs.ready:
         result.note = "up to date"
         return
@@ -262,7 +298,8 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
     except CommitError as exc:
         raise MergeError(str(exc)) from exc
     new = TableState(source, table, key, columns, base.buckets, log_upto=max(upto, base.log_upto or ""),
-                     chunks=dict(base.chunks), merged_at=time.time())
+                     chunks=dict(base.chunks), chunk_counts={**base.chunk_counts, **inputs.chunk_counts},
+                     merged_at=time.time())
     files, touched = [], set()
     if inputs.records is not None:
         done = rewrite(spark, base, pending, inputs.records, upto, purge, bucket_rows, inputs.fill_unchanged)
@@ -280,6 +317,7 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
         # A merge whose lease lapsed (a long pause) must not commit: maintenance may have swept its files.
         lease.check()
         result.commit_seconds = commit(pending, files, touched, new.properties())
+        result.committed_at = time.time()
     except CommitError as exc:
         raise MergeError(f"{source}/{table}: {exc}") from exc
     _record_dumps(store, lease, result)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import reduce
+from typing import Callable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -34,11 +35,12 @@ class ChunkWindow:
         return chunk_ready(self.low, self.high, upto)
 
 
-def chunk_windows(chunks: DataFrame, positions: dict[str, str]) -> list[ChunkWindow]:
-    """The window of each chunk among `chunks` (staged chunk rows), given the watermark positions
-    staged so far (one small collect)."""
-    return [ChunkWindow(r[DUMP_ID], r[CHUNK], r[LW], r[HW], positions.get(r[LW]), positions.get(r[HW]), r["count"])
-            for r in chunks.groupBy(DUMP_ID, CHUNK, LW, HW).count().collect()]
+def chunk_windows(chunks: DataFrame, positions: Callable[[set[str]], dict[str, str]]) -> list[ChunkWindow]:
+    """The window of each chunk among `chunks` (staged chunk rows) (one small collect), with the
+    positions `positions` finds for their watermark ids (`watermarks.positions`: those staged)."""
+    found = chunks.groupBy(DUMP_ID, CHUNK, LW, HW).count().collect()
+    at = positions({r[LW] for r in found} | {r[HW] for r in found})
+    return [ChunkWindow(r[DUMP_ID], r[CHUNK], r[LW], r[HW], at.get(r[LW]), at.get(r[HW]), r["count"]) for r in found]
 
 
 def with_windows(chunks: DataFrame, ready: list[ChunkWindow]) -> DataFrame:
@@ -55,6 +57,7 @@ class MergeInput:
     records: DataFrame
     fill_unchanged: bool               # some event left values out: the merge rule fills them
     newest_commit_ts: float | None     # unix time of the newest new event (freshness)
+    oldest_commit_ts: float | None = None  # ... and of the oldest: it waited longest to become visible
 
 
 def merge_input(events: DataFrame | None, chunks: DataFrame | None, key: list[str], columns: list[str],
@@ -63,14 +66,16 @@ def merge_input(events: DataFrame | None, chunks: DataFrame | None, key: list[st
     the earliest ready window's LW on (each position once); those after `after`, the last merge's
     position, are new, the older ones only drop chunk rows. `chunks`: the ready chunks' rows with
     their windows (`with_windows`). Both carry exactly the warehouse's `columns`; one at least is given."""
-    parts, fill, newest = [], False, None
+    parts, fill, newest, oldest = [], False, None, None
     if events is not None:
         new = events if after is None else events.where(F.col(POSITION) > after)
         # A delete's left-out columns need no fill: a tombstone has no values.
         (seen,) = new.agg(F.max(F.when(F.col(OP) != Op.DELETE, F.size(UNCHANGED))).alias("unchanged"),
-                          F.max(F.unix_micros(COMMIT_TS)).alias("newest")).collect()
+                          F.max(F.unix_micros(COMMIT_TS)).alias("newest"),
+                          F.min(F.unix_micros(COMMIT_TS)).alias("oldest")).collect()
         fill = (seen["unchanged"] or 0) > 0
         newest = None if seen["newest"] is None else seen["newest"] / 1e6
+        oldest = None if seen["oldest"] is None else seen["oldest"] / 1e6
         parts.append(log_records(new, key, columns))
     if chunks is not None:
         parts.append(dump_records(window_survivors(chunks, events, key), columns))
@@ -79,7 +84,7 @@ def merge_input(events: DataFrame | None, chunks: DataFrame | None, key: list[st
     if not parts:
         raise ValueError("a merge input needs staged events or chunks")
     records = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
-    return MergeInput(records, fill, newest)
+    return MergeInput(records, fill, newest, oldest)
 
 
 def _no_unchanged():

@@ -17,6 +17,15 @@ SETTINGS = {
     "spark.ui.showConsoleProgress": "false",
 }
 
+# A session that runs for hours keeps less history: Spark's UI state grows with every query.
+LONG_RUNNING = {
+    "spark.sql.ui.retainedExecutions": "50",
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.ui.retainedTasks": "10000",
+    "spark.ui.dagGraph.retainedRootRDDs": "100",
+}
+
 
 def session(app: str = "dblog", master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
     """`master` None: whatever spark-submit set, else `DBLOG_SPARK_MASTER`, else local[*]."""

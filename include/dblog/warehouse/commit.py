@@ -17,6 +17,7 @@ from pyiceberg.manifest import ManifestContent
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _ManifestMergeManager, _OverwriteFiles
 
+from ..faults import crash_point
 from .catalog import BRANCH, FORMAT
 
 MERGE_MANIFESTS_AT = 8   # manifests of a snapshot before they are merged into one
@@ -101,6 +102,7 @@ def commit(pending: Pending, written: list[WrittenFile], touched: set[int], prop
                 ow.delete_data_file(df)
             for df in new_dead:
                 ow.append_data_file(df)
+    crash_point("merge.before_commit")   # manifests written, the catalog not swapped yet
     try:
         tx.commit_transaction()  # type: ignore[attr-defined]
     except (CommitFailedException, ValidationException) as exc:

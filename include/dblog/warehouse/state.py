@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from .catalog import FORMAT
 
+LOG_UPTO = "dblog.log-upto"   # the staged log position a snapshot merged up to
+
 
 @dataclass
 class Bucket:
@@ -30,6 +32,8 @@ class TableState:
     buckets: list[Bucket] = field(default_factory=list)
     log_upto: str | None = None                    # every staged event <= this is merged
     chunks: dict[str, list[list[int]]] = field(default_factory=dict)  # dump id -> merged ranges
+    # dump id -> its chunks are numbered below this (`dump.chunk_numbers_below`), once it finished
+    chunk_counts: dict[str, int] = field(default_factory=dict)
     snapshot_id: int | None = None
     merged_at: float | None = None
     rows: int = 0
@@ -43,6 +47,15 @@ class TableState:
     def chunk_merged(self, dump_id: str, chunk: int) -> bool:
         return any(lo <= chunk <= hi for lo, hi in self.chunks.get(dump_id, []))
 
+    def merged_below(self, dump_id: str, count: int) -> bool:
+        """Every chunk number of the dump below `count` is merged."""
+        covered = -1
+        for lo, hi in sorted(self.chunks.get(dump_id, [])):
+            if lo > covered + 1:
+                break
+            covered = max(covered, hi)
+        return covered >= count - 1
+
     def add_chunks(self, dump_id: str, numbers: set[int]) -> None:
         merged = {n for lo, hi in self.chunks.get(dump_id, []) for n in range(lo, hi + 1)} | numbers
         self.chunks[dump_id] = to_ranges(merged)
@@ -53,8 +66,9 @@ class TableState:
     def properties(self) -> dict[str, str]:
         """The `dblog.*` summary properties of a snapshot holding this state (all of them, every
         time: summaries are not inherited)."""
-        return {"dblog.format": FORMAT, "dblog.log-upto": self.log_upto or "",
+        return {"dblog.format": FORMAT, LOG_UPTO: self.log_upto or "",
                 "dblog.chunks": json.dumps(self.chunks, separators=(",", ":")),
+                "dblog.chunk-counts": json.dumps(self.chunk_counts, separators=(",", ":")),
                 "dblog.buckets": json.dumps([[b.id, b.lo] for b in self.buckets], separators=(",", ":")),
                 "dblog.missing": json.dumps({str(b.id): b.missing_rows for b in self.buckets if b.missing_rows}),
                 "dblog.merged-at": repr(self.merged_at or 0.0)}
@@ -67,8 +81,9 @@ class TableState:
                              f"{FORMAT!r}; this dblog is older or newer than the one that wrote the table")
         missing = {int(k): v for k, v in json.loads(props.get("dblog.missing") or "{}").items()}
         buckets = [Bucket(i, lo, missing_rows=missing.get(i, 0)) for i, lo in json.loads(props["dblog.buckets"])]
-        return cls(source, table, key, columns, buckets, props.get("dblog.log-upto") or None,
-                   json.loads(props.get("dblog.chunks") or "{}"), merged_at=float(props.get("dblog.merged-at", 0)))
+        return cls(source, table, key, columns, buckets, props.get(LOG_UPTO) or None,
+                   json.loads(props.get("dblog.chunks") or "{}"), json.loads(props.get("dblog.chunk-counts") or "{}"),
+                   merged_at=float(props.get("dblog.merged-at", 0)))
 
 
 def to_ranges(numbers: set[int]) -> list[list[int]]:

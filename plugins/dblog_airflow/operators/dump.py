@@ -86,6 +86,15 @@ def _maintenance_rules(s) -> dict[str, tuple[Callable[[Any], bool], str]]:
         "compact_min_files": (within("warehouse.compact_min_files", whole=True), "compact buckets of more files "
                               f"than a whole number from {s.range_text('warehouse.compact_min_files')} (default "
                               f"{s.warehouse.compact_min_files})"),
+        "merge_slice_seconds": (within("merge.continuous_slice_seconds"), "a continuous merge slice lasts "
+                                f"{s.range_text('merge.continuous_slice_seconds')} seconds (default "
+                                f"{s.merge.continuous_slice_seconds}); each handover starts Spark anew"),
+        "every_seconds": (within("merge.continuous_every_seconds"), "merge cycles come every "
+                          f"{s.range_text('merge.continuous_every_seconds')} seconds (default "
+                          f"{s.merge.continuous_every_seconds:g})"),
+        "log_retention_seconds": (within("retention.window_seconds"), "keep merged changes and finished dumps in "
+                                  f"the staged log {s.range_text('retention.window_seconds')} seconds (default "
+                                  f"{s.retention.window_seconds:g})"),
     }
 
 

@@ -1,5 +1,6 @@
-"""Warehouse maintenance of one source's tables (`dblog maintain`): expire old snapshots, compact
-buckets of many files, delete files no snapshot references; each table under its merge lock."""
+"""Maintenance of one source (`dblog maintain`): its warehouse tables (expire old snapshots, compact
+buckets of many files, delete files no snapshot references; each table under its merge lock),
+then its staged log (retention, finished dumps, compaction of small segments)."""
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -14,43 +15,65 @@ from dblog_airflow.operators.dump import ALL_SOURCES, check_run, fail
 
 
 class MaintainOperator(BaseOperator):
-    """Maintains the tables of `source_conn_id` (`tables`: empty = every warehouse table; a named
-    table the warehouse lacks fails the task) and returns one report per table. Skips when the
-    run's `selected_source` names another source. None options: the `DBLOG_*` settings."""
+    """Maintains the tables of `source_conn_id` (`tables`: empty = every warehouse table, the whole
+    staged log and its finished dumps; a named table the warehouse lacks fails the task), then its
+    staged log, and returns `{"tables": one report per table, "staged_log": the staged log's}`.
+    Skips when the run's `selected_source` names another source. None options: the `DBLOG_*`
+    settings."""
 
     template_fields: Sequence[str] = ("selected_source", "tables", "keep_seconds", "orphan_grace_seconds",
-                                      "compact_min_files", "only_report")
+                                      "compact_min_files", "log_retention_seconds", "only_report")
 
     def __init__(self, *, source_conn_id: str, selected_source: str | None = None, tables: Any = None,
                  keep_seconds: Any = None, orphan_grace_seconds: Any = None, compact_min_files: Any = None,
-                 dry_run: Any = False, zookeeper_conn_id: str = ZOOKEEPER_CONN_ID, **kwargs: Any) -> None:
+                 log_retention_seconds: Any = None, dry_run: Any = False,
+                 zookeeper_conn_id: str = ZOOKEEPER_CONN_ID, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source_conn_id, self.selected_source, self.tables = source_conn_id, selected_source, tables
         self.keep_seconds, self.orphan_grace_seconds = keep_seconds, orphan_grace_seconds
         self.compact_min_files, self.zookeeper_conn_id = compact_min_files, zookeeper_conn_id
+        self.log_retention_seconds = log_retention_seconds
         self.only_report = dry_run   # not `self.dry_run`: BaseOperator.dry_run() is a method
 
-    def execute(self, context) -> list[dict]:
+    def execute(self, context) -> dict:
+        from dblog.staged_maintain import maintain_staged
         from dblog.warehouse.maintain import maintain_source
         if self.selected_source not in (None, "", ALL_SOURCES, self.source_conn_id):
             raise AirflowSkipException(f"this run maintains {self.selected_source} only")
         opts = {"keep_seconds": self.keep_seconds, "orphan_grace_seconds": self.orphan_grace_seconds,
                 "compact_min_files": self.compact_min_files}
-        check_run(self, context, tables=self.tables, **opts)
+        check_run(self, context, tables=self.tables, log_retention_seconds=self.log_retention_seconds, **opts)
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
         warehouse = hook.warehouse()
         tables = self._tables(hook, warehouse)
         with hook.store() as store:
             reports = maintain_source(store, warehouse, self.source_conn_id, tables, dry_run=bool(self.only_report),
                                       **{k: v for k, v in opts.items() if v is not None})
+            for r in reports:
+                self.log.info("%s", r.line())
+            staged = maintain_staged(store, hook.staged(), warehouse, self.source_conn_id, tables=tables,
+                                     window_seconds=self.log_retention_seconds, dry_run=bool(self.only_report))
+            self.log.info("%s", staged.line())
+        if not self.only_report:
+            self._send(reports, staged)
+        return {"tables": [asdict(r) for r in reports], "staged_log": asdict(staged)}
+
+    @staticmethod
+    def _send(reports: list, staged) -> None:
         for r in reports:
-            self.log.info("%s", r.line())
-            if not r.dry_run:
-                subject, tags = (r.source, r.table), {"source": r.source, "table": r.table}
-                metrics.incr("maintenance.files_removed", r.files_removed, subject, **tags)
-                metrics.incr("maintenance.bytes_removed", r.bytes_removed, subject, **tags)
-                metrics.timing("maintenance.seconds", r.seconds, subject, **tags)
-        return [asdict(r) for r in reports]
+            subject, tags = (r.source, r.table), {"source": r.source, "table": r.table}
+            metrics.incr("maintenance.files_removed", r.files_removed, subject, **tags)
+            metrics.incr("maintenance.bytes_removed", r.bytes_removed, subject, **tags)
+            metrics.timing("maintenance.seconds", r.seconds, subject, **tags)
+        source = (staged.source,)
+        removed = staged.segments_removed + staged.chunk_files_removed + staged.replaced_removed
+        metrics.incr("staged.files_removed", removed, source, source=staged.source)
+        metrics.incr("staged.bytes_removed", staged.bytes_removed, source, source=staged.source)
+        metrics.incr("staged.segments_compacted", staged.segments_compacted, source, source=staged.source)
+        metrics.incr("staged.dumps_removed", staged.dumps_removed, source, source=staged.source)
+        metrics.gauge("staged.files", staged.files, source, source=staged.source)
+        metrics.gauge("staged.bytes", staged.bytes, source, source=staged.source)
+        metrics.timing("staged.seconds", staged.seconds, source, source=staged.source)
 
     def _tables(self, hook: DBLogHook, warehouse) -> list[str] | None:
         """The named tables as `schema.table` (None: every table), each one the warehouse has."""

@@ -17,11 +17,12 @@ import os
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset, AssetAlias
+from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from dblog_airflow import metrics
@@ -117,16 +118,20 @@ class MergeOperator(SparkSubmitOperator):
                 super().execute(context)
             except Exception as exc:  # spark-submit exited non-zero: the job's report says why
                 said = _read(report) if os.path.exists(report) else None
-                reason = said.get("error") if isinstance(said, dict) else None
-                if not reason:
-                    raise
-                self.log.error("merge failed: %s", reason)  # listed with the failed task's errors in the UI
-                raise AirflowException(f"merge failed: {reason}") from exc  # retried: a lock may be free then
+                if not isinstance(said, list):   # a list: a slice whose failing tables it names (see below)
+                    reason = said.get("error") if isinstance(said, dict) else None
+                    if not reason:
+                        raise
+                    self.log.error("merge failed: %s", reason)  # listed with the failed task's errors in the UI
+                    raise AirflowException(f"merge failed: {reason}") from exc  # retried: a lock may be free then
             results = _read(report)
+            for r in results:
+                if r.get("error"):
+                    self.log.error("%s %s: merge kept failing: %s", r["source"], r["table"], r["error"])
         finished = time.time()
         alias = context["outlet_events"][AssetAlias(WAREHOUSE_ALIAS)]
-        for r in results:
-            if r["snapshot_id"] is not None and (r["log_events"] or r["chunks"]):
+        for r in results:  # one event per table that committed: per run, however many snapshots it made
+            if r["snapshot_id"] is not None and r["commits"]:
                 alias.add(warehouse_asset(r["source"], r["table"]),
                           extra={"identifier": [r["source"], r["table"]], "snapshot_id": r["snapshot_id"],
                                  "rows": r["rows"], "upto": r["upto"],
@@ -157,13 +162,17 @@ class MergeOperator(SparkSubmitOperator):
         settings into `tmp` (a private temporary directory); returns the job's report path."""
         settings = write_private(os.path.join(tmp, "settings.json"), job_settings(sources, self.zookeeper_conn_id))
         report = os.path.join(tmp, "report.json")
-        self.application_args = [*(self.application_args or []),
+        self.application_args = [*(self.application_args or []), *self.mode_arguments(),
                                  *job_arguments(sources, _listed(self.tables), self.bucket_rows, report, settings)]
         self.conf = self._quiet_driver(dict(self.conf or {}), tmp)
         # No connection in the environment either: on YARN and Kubernetes the Spark provider passes
         # env_vars on spark-submit's command line, which it logs, and env_vars is a rendered field.
         self.env_vars = {"PYSPARK_PYTHON": sys.executable, **(self.env_vars or {})}
         return report
+
+    def mode_arguments(self) -> list[str]:
+        """Arguments that make the job more than one merge (none: it merges once)."""
+        return []
 
     def _report_captures(self, sources: list[str]) -> None:
         """Each source's capture lag and state as metrics, from here too: a stopped capture sends
@@ -229,10 +238,67 @@ class MergeOperator(SparkSubmitOperator):
             metrics.gauge("merge.rows_awaiting_repair", r.get("missing_rows", 0), subject, **tags)
             if r.get("newest_commit_ts") is not None:
                 metrics.gauge("merge.freshness_seconds", max(0.0, now - r["newest_commit_ts"]), subject, **tags)
+            if r.get("visible_after_s") is not None:
+                metrics.gauge("merge.visible_after_seconds", r["visible_after_s"], subject, **tags)
         for source, total in seconds.items():
             metrics.timing("merge.duration_seconds", total, (source,), source=source)
+
+
+class SliceCheckOperator(BaseOperator):
+    """Fails, naming each table and why, when a continuous merge slice (`merge_task_id`) ended with
+    tables whose merges kept failing. A task of its own: the slice's task succeeds, so the tables
+    that did merge keep their asset events, and the run still shows red."""
+
+    def __init__(self, *, merge_task_id: str = "merge", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.merge_task_id = merge_task_id
+
+    def execute(self, context) -> None:
+        results = context["ti"].xcom_pull(task_ids=self.merge_task_id) or []
+        failing = [f"{r['source']} {r['table']}: {r['error']}" for r in results if r.get("error")]
+        if failing:
+            raise AirflowException("the continuous merge kept failing on " + "; ".join(failing))
+        self.log.info("every table merged without failing: %d table(s)", len(results))
+
+
+def _number(value: Any, otherwise: Any = None) -> Any:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return otherwise
 
 
 def _read(report: str) -> Any:
     with open(report) as f:
         return json.load(f)
+
+
+class ContinuousMergeOperator(MergeOperator):
+    """`dblog merge --continuous` for one slice (`slice_seconds`): one warm Spark session merging
+    every `every_seconds`; its lines per cycle are the task log. At the end, one asset event per
+    table that committed in the slice, and the slice's metrics. A slice overrunning twice its length
+    by 10 minutes is hung and fails (`execution_timeout`), so its retry starts afresh."""
+
+    template_fields: Sequence[str] = (*MergeOperator.template_fields, "slice_seconds", "every_seconds")
+
+    def __init__(self, *, slice_seconds: Any = None, every_seconds: Any = None, **kwargs: Any) -> None:
+        tuned = settings().merge
+        self.slice_seconds = tuned.continuous_slice_seconds if slice_seconds is None else slice_seconds
+        self.every_seconds = tuned.continuous_every_seconds if every_seconds is None else every_seconds
+        kwargs.setdefault("name", "dblog-merge-continuous")
+        super().__init__(**kwargs)
+
+    def render_template_fields(self, context, jinja_env=None) -> None:
+        super().render_template_fields(context, jinja_env)
+        # The slice's length is known once its params are rendered; the timeout follows it.
+        seconds = _number(self.slice_seconds)
+        if self.execution_timeout is None and seconds is not None:
+            self.execution_timeout = timedelta(seconds=2 * seconds + 600)
+
+    def execute(self, context) -> list[dict]:  # type: ignore[override]
+        check_run(self, context, merge_slice_seconds=_number(self.slice_seconds, self.slice_seconds),
+                  every_seconds=_number(self.every_seconds, self.every_seconds))
+        return super().execute(context)
+
+    def mode_arguments(self) -> list[str]:
+        return ["--continuous", "--duration", str(float(self.slice_seconds)), "--every", str(float(self.every_seconds))]

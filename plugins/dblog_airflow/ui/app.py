@@ -3,6 +3,7 @@
 
     GET  /dblog/                                  the page (HTML + vanilla JS, refreshes from the JSON below)
     GET  /dblog/api/status                        `dblog.status.page_snapshot` of every source in DBLOG_SOURCES
+                                                  (the staged log's size as listed at most `USAGE_TTL_S` ago)
     POST /dblog/api/dumps/{source}/{dump_id}/{action}   pause | resume | cancel | throttle
                                                   (JSON body for throttle: {"chunk_size": n, "delay_s": s})
 
@@ -33,6 +34,9 @@ PREFIX = "/dblog"
 READ = Depends(requires_access_dag("GET", param_dag_id="dblog_dump"))
 ACT = Depends(requires_access_dag("POST", DagAccessEntity.RUN, param_dag_id="dblog_dump_control"))
 STORE_OUTAGE_S = 5.0  # a page request waits this long for a lost ZooKeeper connection, not the engine's 120 s
+# A staged log between two compactions holds a file per table per second of capture: listed at most
+# once a minute, not on every 3 s refresh (on an object store, a request per thousand files).
+USAGE_TTL_S = 60.0
 
 log = logging.getLogger(__name__)
 app = FastAPI(title="DBLog", docs_url=None, redoc_url=None, openapi_url=None)
@@ -75,6 +79,34 @@ class _Clients:
 clients = _Clients()
 
 
+class _Usage:
+    """`dblog.staged_maintain.staged_usage` per source, kept `USAGE_TTL_S` seconds."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[str, tuple[float, Any]] = {}
+
+    def __call__(self, source: str):
+        import time
+
+        from dblog.staged_maintain import staged_usage
+        from dblog_airflow.hooks.dblog import DBLogHook
+        with self._lock:
+            at, usage = self._seen.get(source, (0.0, None))
+        if usage is None or time.monotonic() - at > USAGE_TTL_S:
+            try:
+                usage = staged_usage(DBLogHook.staged(), source)
+            except Exception as exc:  # the rest of the page still shows; the log says why this part does not
+                log.warning("DBLog page: cannot list the staged log of %s: %s", source, exc)
+                return None
+            with self._lock:
+                self._seen[source] = (time.monotonic(), usage)
+        return usage
+
+
+usage = _Usage()
+
+
 def _sources() -> tuple[list, list[dict]]:
     """Each configured source through its Airflow connection; a broken one is reported, not fatal."""
     from dblog.config import source_ids
@@ -113,7 +145,7 @@ def status() -> dict:
     from dblog_airflow.hooks.dblog import DBLogHook
     sources, errors = _sources()
     try:
-        snapshot = page_snapshot(clients.store(), sources, DBLogHook.warehouse())
+        snapshot = page_snapshot(clients.store(), sources, DBLogHook.warehouse(), usage=usage)
     except Exception as exc:
         clients.reset()
         log.warning("DBLog page: status failed: %s", exc)

@@ -1,0 +1,106 @@
+"""The continuous merge's loop without Spark: which tables a cycle merges, and what a slice
+reports (the merge of one table is `job.merge_table`, replaced here by a recording stand-in)."""
+from __future__ import annotations
+
+import pytest
+
+from dblog.spark import continuous as C
+from dblog.spark.job import MergeBusy, MergeError, MergeResult
+
+
+class Deployment:
+    """Checkpoints per source and what each table's merge does next (a result or an exception)."""
+
+    def __init__(self, monkeypatch, tables: dict[str, list[str]]):
+        self.checkpoints = {s: "p1" for s in tables}
+        self.tables, self.merged, self.next = tables, [], {}
+        monkeypatch.setattr(C.paths, "checkpoint_position", lambda store, source: self.checkpoints[source])
+        monkeypatch.setattr(C, "staged_tables", lambda staged, source: self.tables[source])
+        monkeypatch.setattr(C, "merge_table", self.merge_table)
+
+    def merge_table(self, spark, store, staged, warehouse, source, table, **options):
+        self.merged.append((source, table))
+        outcome = self.next.pop((source, table), None)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome or MergeResult(source, table, note="up to date")
+
+    def loop(self, said: list[str]) -> C.ContinuousMerge:
+        return C.ContinuousMerge(None, None, None, None, {s: None for s in self.tables}, every=1, say=said.append)
+
+
+def committed(source: str, table: str, events: int, snapshot: int) -> MergeResult:
+    return MergeResult(source, table, snapshot_id=snapshot, log_events=events, rows=10, upto="p9",
+                       committed_at=100.0, oldest_commit_ts=97.5)
+
+
+def test_a_source_whose_checkpoint_stayed_put_is_skipped_until_the_full_pass_is_due(monkeypatch):
+    d = Deployment(monkeypatch, {"a": ["t1", "t2"], "b": ["u"]})
+    loop, report = d.loop([]), C.SliceReport()
+    loop.cycle(report)
+    assert d.merged == [("a", "t1"), ("a", "t2"), ("b", "u")]
+    d.merged.clear()
+    d.checkpoints["b"] = "p2"
+    loop.cycle(report)
+    assert d.merged == [("b", "u")]   # a's checkpoint did not move: nothing listed, nothing merged
+    monkeypatch.setattr(C, "FULL_PASS_S", 0.0)
+    d.merged.clear()
+    loop.cycle(report)
+    assert d.merged == [("a", "t1"), ("a", "t2"), ("b", "u")]   # a chunk staged after its HW is not left behind
+
+
+def test_a_table_another_merge_holds_is_taken_by_the_next_cycle_without_failing_the_slice(monkeypatch):
+    d = Deployment(monkeypatch, {"a": ["t1", "t2"]})
+    loop, report = d.loop(said := []), C.SliceReport()
+    d.next[("a", "t1")] = MergeBusy("another merge of a/t1 holds its lock")
+    loop.cycle(report)
+    d.merged.clear()
+    loop.cycle(report)   # same checkpoint, but t1 was not merged up to it
+    assert d.merged == [("a", "t1"), ("a", "t2")]
+    assert report.failures == {} and not said
+
+
+def test_a_failing_table_is_retried_said_once_and_fails_the_slice_while_the_others_merge(monkeypatch):
+    d = Deployment(monkeypatch, {"a": ["bad", "good"]})
+    loop, report = d.loop(said := []), C.SliceReport()
+    for n in range(3):
+        d.next[("a", "bad")] = MergeError("the primary key of bad changed")
+        d.next[("a", "good")] = committed("a", "good", 5, 100 + n)
+        d.checkpoints["a"] = f"p{n + 2}"
+        loop.cycle(report)
+    failures = [line for line in said if "merge failed" in line]
+    assert len(failures) == 1 and "the primary key of bad changed" in failures[0]
+    assert report.failures == {("a", "bad"): "the primary key of bad changed"}
+    good = report.tables[("a", "good")].report()
+    assert (good["commits"], good["log_events"], good["snapshot_id"]) == (3, 15, 102)
+    assert good["visible_after_s"] == pytest.approx(2.5)
+    d.next[("a", "good")] = committed("a", "good", 1, 103)
+    d.checkpoints["a"] = "p9"
+    loop.cycle(report)   # the bad table merged this time
+    assert report.failures == {}
+
+
+def test_one_line_per_commit_names_the_snapshot_and_how_long_the_oldest_change_waited(monkeypatch):
+    d = Deployment(monkeypatch, {"a": ["t"]})
+    loop, report = d.loop(said := []), C.SliceReport()
+    d.next[("a", "t")] = committed("a", "t", 7, 42)
+    loop.cycle(report)
+    assert said == ["a t: snapshot 42, 7 log events, 0 chunks (0 rows, 0 dropped in windows), 10 rows, merged in "
+                    "0.0s; its oldest change waited 2.5s to be visible"]
+
+
+def test_a_merge_interval_of_zero_is_refused():
+    with pytest.raises(MergeError, match="interval must be > 0"):
+        C.ContinuousMerge(None, None, None, None, {}, every=0)
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["merge", "--every", "2"], "--duration and --every need --continuous"),
+    (["merge", "--duration", "60"], "--duration and --every need --continuous"),
+    (["merge", "--continuous", "--duration", "0"], "--duration must be > 0 seconds, got 0"),
+    (["merge", "--continuous", "--every", "0"], "--every"),
+])
+def test_dblog_merge_refuses_options_that_cannot_work_before_touching_anything(argv, said, capsys):
+    from dblog import cli
+    assert cli.main(argv) == 2
+    assert said in capsys.readouterr().err
