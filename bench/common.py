@@ -90,3 +90,13 @@ def env_for(name: str, uri: str, zk_chroot: str, staging: str) -> dict:
 def spawn(args: list[str], env: dict) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True)
+
+
+def grid_key(size: int, parallelism: int) -> str:
+    """A sweep cell's name in results: chunk size x parallelism."""
+    return f"{size}x{parallelism}"
+
+
+def parse_key(key: str) -> tuple[int, int]:
+    size, _, parallelism = str(key).partition("x")
+    return int(size), int(parallelism or 1)

@@ -95,7 +95,7 @@ class Harness:
         return LagProbe(self.src, self.store, self.name)
 
     def dump(self, table: str, chunk_size: int, delay: float = 0.0, probe: LagProbe | None = None,
-             samples: list | None = None) -> tuple[int, float]:
+             samples: list | None = None, parallelism: int = 1) -> tuple[int, float]:
         """Run a dump of `table` to the end; returns (rows, seconds). With `samples`, appends
         {t, rows} every second (rows staged so far, from the dump's progress)."""
         from dblog import state as paths
@@ -103,7 +103,8 @@ class Harness:
         log = Path(tempfile.mkstemp(prefix="dump-", suffix=".log", dir=self.dir)[1])
         with log.open("w") as err:  # a file, not a pipe: a full pipe would block the worker's logging
             worker = subprocess.Popen([sys.executable, *CLI, "dump", "--table", table, "--source", self.name,
-                                       "--chunk-size", str(chunk_size), "--delay", str(delay)], env=self.env,
+                                       "--chunk-size", str(chunk_size), "--delay", str(delay),
+                                       "--parallelism", str(parallelism)], env=self.env,
                                       stdout=subprocess.PIPE, stderr=err, text=True)
         next_sample = started
         while worker.poll() is None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from common import parse_key
+
 NAMES = {"mysql": "MariaDB 10.11", "postgres": "PostgreSQL 15"}
 TOOLS = {"ours": "**dblog** (dump + merge into the warehouse)", "plain": "plain `SELECT *` → Parquet",
          "spark_jdbc": "Spark JDBC (parallel) → Parquet", "dlt": "dlt `sql_database` → Parquet"}
@@ -110,14 +112,17 @@ def sweep(doc: dict) -> list[str]:
     for kind, r in doc["result"].items():
         if kind == "recommended":
             continue
-        out += [f"**5. Chunk size sweep: {NAMES[kind]}** ({r['rows']:,} rows, {r['rate']:g} row changes/s "
-                f"alongside, write p99 without a dump {r['no_dump_write_ms_p99']} ms; medians of {r['reps']}; "
-                f"recommended: {r['recommended']:,})", ""]
-        out += _table(["chunk rows", "dump rows/s", "write p99 ms", "vs no dump"],
-                      [[int(s), v["rows_per_s"], v["write_ms_p99"], v["write_p99_vs_no_dump"]]
-                       for s, v in r["sizes"].items()]) + [""]
-    out += [f"Recommended for every source, and dblog's default chunk size: **{doc['result']['recommended']:,}** "
-            "rows (the smallest within 10% of the best throughput on each source).", ""]
+        # Results before the parallelism dimension keyed chunk sizes alone ("sizes").
+        grid = r.get("grid") or {f"{s}x1": v for s, v in r["sizes"].items()}
+        out += [f"**5. Chunk size x parallelism sweep: {NAMES[kind]}** ({r['rows']:,} rows, {r['rate']:g} row "
+                f"changes/s alongside, write p99 without a dump {r['no_dump_write_ms_p99']} ms; medians of "
+                f"{r['reps']}; recommended: {r['recommended']})", ""]
+        out += _table(["chunk rows", "parallelism", "dump rows/s", "write p99 ms", "vs no dump"],
+                      [[*parse_key(k), v["rows_per_s"], v["write_ms_p99"], v["write_p99_vs_no_dump"]]
+                       for k, v in grid.items()]) + [""]
+    out += [f"Recommended for every source, and dblog's defaults (chunk size x parallelism): "
+            f"**{doc['result']['recommended']}** (the smallest window within 10% of the best throughput on each "
+            "source).", ""]
     return out
 
 

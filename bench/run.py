@@ -7,7 +7,7 @@ Parts (DBLOG_BENCH_PARTS, comma-separated, default all, in this order):
   dump       2. full dump of a large table into the warehouse, idle source, against the baselines
   writes     3. the same under a concurrent write load (latency, lag, pauses, rows the copies get wrong)
   merge      4. merge scaling (N and 10N rows; a 1,000-key batch into 10N rows) against a rewrite
-  sweep      5. chunk size sweep
+  sweep      5. chunk size x parallelism sweep
 Each part writes bench/results/<part>.json; then bench/results/bench.md (the tables, also
 printed) and bench/results/writes.png (scenario 3 over time) are made from whatever is there.
 
@@ -16,7 +16,8 @@ Sizes and settings (environment; defaults fit 2 cores / 24 GiB):
   DBLOG_BENCH_REPS=3 (scenarios 1, 5)  DBLOG_BENCH_DUMP_REPS=3 (scenario 2; each run is ~6 min a source)
   DBLOG_BENCH_CHUNK_SIZE (default: dblog's)  DBLOG_BENCH_WRITE_RATE=1000 row changes/s
   DBLOG_BENCH_BASELINE_SECONDS=60      DBLOG_BENCH_CAPTURE_ROWS=100000  DBLOG_BENCH_MERGE_ROWS=1000000
-  DBLOG_BENCH_SWEEP_ROWS=1000000       DBLOG_BENCH_SWEEP_SIZES=500,1000,2000,5000,10000,20000,50000
+  DBLOG_BENCH_SWEEP_ROWS=1000000       DBLOG_BENCH_SWEEP_SIZES=2000,5000,20000,50000
+  DBLOG_BENCH_SWEEP_PARALLELISM=1,2,4,8
   DBLOG_MERGE_EVERY_MINUTES=5 (the scheduled merge)  DBLOG_MERGE_CONTINUOUS_EVERY_SECONDS (default dblog's)
   DBLOG_BENCH_FRESHNESS_SECONDS=600 (continuous; 1800 for the memory figure)
   DBLOG_BENCH_FRESHNESS_SCHEDULED_SECONDS=900 (0: skip)  DBLOG_BENCH_FRESHNESS_RATE=1000 row changes/s a source
@@ -77,10 +78,12 @@ def part(name: str, kinds: list[str], spark_session) -> dict:
             out["s3"] = merge_bench.run(spark_session(), rows, zk, s3=True)
         return out
     import sweep_bench
-    sizes = [int(s) for s in env("SWEEP_SIZES", "500,1000,2000,5000,10000,20000,50000").split(",")]
-    out = {k: sweep_bench.run(k, int(env("SWEEP_ROWS", "1000000")), sizes, rate, 30.0, reps) for k in kinds}
-    return {**out, "recommended": sweep_bench.recommend(*[{s: v["rows_per_s"] for s, v in r["sizes"].items()}
-                                                          for r in out.values()])}
+    sizes = [int(s) for s in env("SWEEP_SIZES", "2000,5000,20000,50000").split(",")]
+    parallelisms = tuple(int(p) for p in env("SWEEP_PARALLELISM", "1,2,4,8").split(","))
+    out = {k: sweep_bench.run(k, int(env("SWEEP_ROWS", "1000000")), sizes, rate, 30.0, reps, parallelisms)
+           for k in kinds}
+    best = sweep_bench.recommend(*[sweep_bench.rates_of(r) for r in out.values()])
+    return {**out, "recommended": sweep_bench.grid_key(*best)}
 
 
 def main() -> int:

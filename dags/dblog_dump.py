@@ -10,6 +10,7 @@ Trigger it from the UI (**Trigger DAG** shows the form) or the REST API with a c
 | `exclude` | with every table: tables to leave out, one per line |
 | `keys` | primary keys to re-read (a repair), with exactly one table: `[1, 2]` or `[[1, "a"]]` (in the form: one per line) |
 | `chunk_size` | rows per chunk, 1 to `DBLOG_MAX_CHUNK_SIZE` (one short SELECT between a low and a high watermark) |
+| `parallelism` | key ranges of `chunk_size` rows a window reads at once, each on its own connection, 1 to `DBLOG_MAX_PARALLELISM` |
 | `delay_seconds` | pause between chunks, 0 to `DBLOG_MAX_DELAY_SECONDS`, to spare a busy source |
 | `dump_id` | optional name (letters, digits, `._-`); to pause/resume/cancel it use **dblog_dump_control** |
 
@@ -31,8 +32,8 @@ from airflow.sdk import DAG, Param
 
 from dblog.config import source_ids
 from dblog.settings import DUMP_ID, settings
-from dblog_airflow.groups import (chunk_size_param, delay_param, dump_source, exclude_param, source_param,
-                                  tables_param)
+from dblog_airflow.groups import (chunk_size_param, delay_param, dump_source, exclude_param, parallelism_param,
+                                  source_param, tables_param)
 from dblog_airflow.operators.merge import MergeOperator
 
 SOURCES = source_ids()
@@ -55,6 +56,7 @@ with DAG(
                       description='With one table: one key per line (7, "abc" or [1, "a"] for a composite '
                                   f"key), at most {MAX_KEYS:,}; empty = whole tables."),
         "chunk_size": chunk_size_param(),
+        "parallelism": parallelism_param(),
         "delay_seconds": delay_param(),
         "dump_id": Param(None, type=["null", "string"], pattern=DUMP_ID.pattern,
                          title="Dump id (optional)",
@@ -64,7 +66,7 @@ with DAG(
     groups = [dump_source(s, selected_source="{{ params.source }}", tables="{{ params.tables }}",
                           keys="{{ params['keys'] }}", chunk_size="{{ params.chunk_size }}",
                           delay_seconds="{{ params.delay_seconds }}", dump_id="{{ params.dump_id }}",
-                          exclude="{{ params.exclude }}")
+                          exclude="{{ params.exclude }}", parallelism="{{ params.parallelism }}")
               for s in SOURCES]
     groups >> MergeOperator(task_id="merge", sources="{{ params.source }}", tables="{{ params.tables }}",
                             trigger_rule="none_failed_min_one_success")

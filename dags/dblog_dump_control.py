@@ -4,7 +4,7 @@
 The dump's table tasks read these settings between chunks, so a change takes effect within one
 chunk: `pause` holds them (without a worker slot being freed: pause for minutes, cancel for
 longer), `resume` continues from the last chunk, `cancel` ends the dump (its tasks end skipped),
-`throttle` sets a new chunk size and/or delay. `status` only prints the progress.
+`throttle` sets a new chunk size, parallelism and/or delay. `status` only prints the progress.
 Dump ids are in the `dblog_dump` run's `start` task log and XCom `dump` (or `dblog status`).
 A conf key that is not a param (a misspelling), a value out of range or an unknown dump fails the
 `control` task with the reason, and nothing changes.
@@ -37,10 +37,13 @@ with DAG(
                          description="The id a dblog_dump run's start task logged (XCom `dump`), or `dblog status`."),
         "action": Param("status", type="string", enum=list(DumpControlOperator.ACTIONS), title="Action",
                         description="pause or resume the table tasks, cancel the dump, throttle it (new chunk "
-                                    "size and/or delay), or only show its progress (status)."),
+                                    "size, parallelism and/or delay), or only show its progress (status)."),
         "chunk_size": Param(None, type=["null", "integer"], title="New chunk size (throttle)",
                             description=f"Rows per chunk, {TUNED.range_text('dump.chunk_size')}; empty keeps "
                                         "the current one."),
+        "parallelism": Param(None, type=["null", "integer"], title="New parallelism (throttle)",
+                             description=f"Key ranges a window reads at once, {TUNED.range_text('dump.parallelism')}; "
+                                         "empty keeps the current one."),
         "delay_seconds": Param(None, type=["null", "number"], title="New delay between chunks (throttle)",
                                description=f"0 to {TUNED.dump.max_delay_seconds} seconds; empty keeps the "
                                            "current one."),
@@ -48,4 +51,4 @@ with DAG(
 ) as dag:
     DumpControlOperator(task_id="control", source_conn_id="{{ params.source }}", dump_id="{{ params.dump_id }}",
                         action="{{ params.action }}", chunk_size="{{ params.chunk_size }}",
-                        delay_seconds="{{ params.delay_seconds }}")
+                        delay_seconds="{{ params.delay_seconds }}", parallelism="{{ params.parallelism }}")

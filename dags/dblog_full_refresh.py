@@ -20,8 +20,8 @@ from airflow.sdk import DAG
 
 from dblog.config import source_ids
 from dblog.settings import settings
-from dblog_airflow.groups import (chunk_size_param, delay_param, dump_source, exclude_param, source_param,
-                                  tables_param)
+from dblog_airflow.groups import (chunk_size_param, delay_param, dump_source, exclude_param, parallelism_param,
+                                  source_param, tables_param)
 from dblog_airflow.operators.merge import MergeOperator
 
 SOURCES = source_ids()
@@ -43,12 +43,13 @@ with DAG(
         "tables": tables_param("re-reads"),
         "exclude": exclude_param(),
         "chunk_size": chunk_size_param(TUNED.chunk_size),
+        "parallelism": parallelism_param(),
         "delay_seconds": delay_param(TUNED.delay_seconds),
     },
 ) as dag:
     groups = [dump_source(s, selected_source="{{ params.source }}", tables="{{ params.tables }}",
                           chunk_size="{{ params.chunk_size }}", delay_seconds="{{ params.delay_seconds }}",
-                          exclude="{{ params.exclude }}")
+                          exclude="{{ params.exclude }}", parallelism="{{ params.parallelism }}")
               for s in SOURCES]
     groups >> MergeOperator(task_id="merge", sources="{{ params.source }}", tables="{{ params.tables }}",
                             trigger_rule="none_failed_min_one_success")

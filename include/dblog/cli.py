@@ -152,7 +152,8 @@ def _dump_spec(args) -> DumpSpec | None:
     if args.exclude and not args.all:
         raise DumpError("--exclude goes with --all (with --table, name only the tables to dump)")
     return DumpSpec(tables=args.table or [], keys=_keys(args.keys), chunk_size=args.chunk_size,
-                    delay_s=0.0 if args.delay is None else args.delay, dump_id=args.dump_id,
+                    delay_s=0.0 if args.delay is None else args.delay, parallelism=args.parallelism,
+                    dump_id=args.dump_id,
                     exclude=_listed(args.exclude))
 
 
@@ -161,7 +162,8 @@ def cmd_dump(args) -> int:
     if args.action in ("pause", "resume", "cancel", "throttle"):
         if not args.dump_id:
             raise DumpError(f"`dblog dump {args.action}` needs the dump id (see `dblog status`)")
-        changes = control_changes(args.action, args.chunk_size, args.delay)  # checked before ZooKeeper
+        changes = control_changes(args.action, args.chunk_size, args.delay,  # checked before ZooKeeper
+                                  args.parallelism)
         with _store() as store:
             print(json.dumps(set_control(store, source.name, args.dump_id, **changes)))
         return 0
@@ -533,6 +535,10 @@ def parser() -> argparse.ArgumentParser:
                                                   f"(default {tuned.cite('dump.chunk_size')})")
     d.add_argument("--delay", type=float,
                    help=f"seconds between chunks, 0 to {tuned.dump.max_delay_seconds} (default 0)")
+    d.add_argument("--parallelism", type=int,
+                   help=f"key ranges a window reads at once, each on its own connection (a window reads about "
+                        f"chunk size x parallelism rows), {tuned.range_text('dump.parallelism')} "
+                        f"(default {tuned.cite('dump.parallelism')})")
     d.add_argument("--create-only", action="store_true", help="register the dump, print its id, do not run it")
     d.set_defaults(func=cmd_dump)
 

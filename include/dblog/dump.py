@@ -29,6 +29,7 @@ from .sources.base import WATERMARK_TABLE, Source, SourceError, SourceUnavailabl
 from .staged import ChunkMeta, Op, absent_row
 from .staging import StagedLog, StagingError
 from .state import Lease, StateStore
+from .windows import WindowReader, plan_window
 
 log = logging.getLogger("dblog.dump")
 RUNNING, PAUSED, CANCELLED = "running", "paused", "cancelled"
@@ -48,8 +49,9 @@ class DumpError(ValueError):
 class DumpSpec:
     tables: list[str] = field(default_factory=list)   # empty: every table of the source
     keys: list | None = None                          # JSON key values, for one table (repair)
-    chunk_size: int | None = None                     # None: the setting's default
+    chunk_size: int | None = None                     # rows per split; None: the setting's default
     delay_s: float = 0.0
+    parallelism: int | None = None                    # splits read at once per window; None: the setting's
     dump_id: str | None = None
     reason: str | None = None                         # why it runs, when the product started it (a repair)
     exclude: list[str] = field(default_factory=list)  # with every table: tables to leave out
@@ -57,6 +59,8 @@ class DumpSpec:
     def __post_init__(self) -> None:
         if self.chunk_size is None:
             self.chunk_size = settings().dump.chunk_size
+        if self.parallelism is None:
+            self.parallelism = settings().dump.parallelism
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,15 @@ def check_finite(value, what: str) -> None:
         raise DumpError(f"{what} must be a finite number, got {value!r}")
 
 
+def check_parallelism(value) -> None:
+    """The one rule for how many splits a window reads at once (each on its own connection)."""
+    check_finite(value, "parallelism")
+    most = settings().dump.max_parallelism
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+        raise DumpError(f"parallelism (splits read at once per window, each on its own connection) must be a "
+                        f"whole number from 1 to {most} (DBLOG_MAX_PARALLELISM), got {value!r}")
+
+
 def check_delay(value) -> None:
     """The one rule for the delay between chunks."""
     check_finite(value, "delay between chunks")
@@ -193,6 +206,7 @@ def validate(source: Source, spec: DumpSpec) -> DumpPlan:
     A dump of every table leaves out (`DumpPlan.skipped`) the tables it cannot dump, such as one
     without a primary key, and those in `spec.exclude`; named tables must all be dumpable."""
     check_chunk_size(spec.chunk_size)
+    check_parallelism(spec.parallelism)
     check_delay(spec.delay_s)
     _check_options(spec)
     qualified = _tables_named(source, spec)
@@ -321,7 +335,8 @@ def create_dump(store: StateStore, source: Source, spec: DumpSpec) -> str:
         raise DumpError(f"dump {dump_id} already exists on {source.name}; pick another id or resume it "
                         f"with `dblog dump run {dump_id}`")
     store.put(paths.control_path(source.name, dump_id),
-              {"state": RUNNING, "chunk_size": spec.chunk_size, "delay_s": float(spec.delay_s)})
+              {"state": RUNNING, "chunk_size": spec.chunk_size, "delay_s": float(spec.delay_s),
+               "parallelism": spec.parallelism})
     for s in schemas:
         store.put(paths.table_progress_path(source.name, dump_id, s.name),
                   asdict(TableProgress(s.name, estimated_rows=estimates[s.name])))
@@ -331,19 +346,21 @@ def create_dump(store: StateStore, source: Source, spec: DumpSpec) -> str:
 ACTIONS = ("pause", "resume", "cancel", "throttle")
 
 
-def control_changes(action: str, chunk_size=None, delay_s=None) -> dict:
+def control_changes(action: str, chunk_size=None, delay_s=None, parallelism=None) -> dict:
     """What an action does to a dump's control node (the CLI, the control DAG and the DBLog page);
     the values are checked here, so a bad throttle is refused before ZooKeeper is reached."""
     if action not in ACTIONS:
         raise DumpError(f"action {action!r} is not one of {', '.join(ACTIONS)}")
     if action == "throttle":
-        if chunk_size is None and delay_s is None:
-            raise DumpError("throttle needs a new chunk size and/or delay between chunks")
+        if chunk_size is None and delay_s is None and parallelism is None:
+            raise DumpError("throttle needs a new chunk size, delay between chunks and/or parallelism")
         if chunk_size is not None:
             check_chunk_size(chunk_size)
         if delay_s is not None:
             check_delay(delay_s)
-        return {"chunk_size": chunk_size, "delay_s": delay_s}
+        if parallelism is not None:
+            check_parallelism(parallelism)
+        return {"chunk_size": chunk_size, "delay_s": delay_s, "parallelism": parallelism}
     return {"state": {"pause": PAUSED, "resume": RUNNING, "cancel": CANCELLED}[action]}
 
 
@@ -358,6 +375,8 @@ def set_control(store: StateStore, source: str, dump_id: str, **changes) -> dict
         check_chunk_size(changes["chunk_size"])
     if "delay_s" in changes:
         check_delay(changes["delay_s"])
+    if "parallelism" in changes:
+        check_parallelism(changes["parallelism"])
     current.update(changes)
     store.put(paths.control_path(source, dump_id), current)
     return current
@@ -393,6 +412,7 @@ class TableDump:
         self.slot = hashlib.sha1(f"{dump_id}/{table}".encode()).hexdigest()
         self._changed = threading.Event()
         self._control_seen: dict | None = None
+        self.reader = WindowReader(source)
 
     def run(self, lease_timeout: float | None = 0) -> TableProgress:
         try:
@@ -407,6 +427,7 @@ class TableDump:
         try:
             return self._chunks(lease)
         finally:
+            self.reader.close()
             lease.release()
 
     def _control(self) -> dict:
@@ -457,7 +478,8 @@ class TableDump:
             chunk_no = progress.chunks if progress.next_chunk is None else progress.next_chunk
             working_since = time.monotonic()  # after _control(): time paused is not working time
             chunk, schema = reconnecting(  # a source restart pauses the dump, it does not fail it
-                self.source, partial(self._read_chunk, schema, keys, progress, chunk_no, control["chunk_size"]),
+                self.source, partial(self._read_chunk, schema, keys, progress, chunk_no, control["chunk_size"],
+                                     control.get("parallelism") or 1),
                 f"chunk {chunk_no} of {self.table}", give_up_after=reconnect_for)
             if chunk is None:
                 progress.status, progress.finished_at = DONE, time.time()
@@ -489,9 +511,9 @@ class TableDump:
         return progress
 
     def _read_chunk(self, schema: TableSchema, keys: list[tuple] | None, progress: TableProgress, number: int,
-                    limit: int) -> tuple[ChunkRead | None, TableSchema]:
-        """LW, one bounded SELECT from the progress cursor, HW. Returns the chunk (None at the end)
-        and the schema it was read with."""
+                    limit: int, parallelism: int) -> tuple[ChunkRead | None, TableSchema]:
+        """One window (see `windows`): plan its splits from the progress cursor, LW, read them
+        all, HW. Returns the chunk (None at the end) and the schema it was read with."""
         if keys is not None:
             batch = keys[progress.list_offset:progress.list_offset + limit]
             if not batch:
@@ -500,12 +522,12 @@ class TableDump:
             after = None if progress.after_key is None else \
                 normalize_key(decode_key(json.loads(progress.after_key), schema), schema)
             upto = None if progress.upto_key is None else decode_key(json.loads(progress.upto_key), schema)
+            splits = plan_window(self.source, schema, after, upto, limit, parallelism)
         lw, hw = str(uuid.uuid4()), str(uuid.uuid4())
         self.source.write_watermark(self.slot, lw)
         # Columns added before LW are read; a write of one inside the window drops the row anyway.
         schema = self.source.table_schema(schema.name, refresh=True)
-        found = self.source.select_keys(schema, batch) if keys is not None else \
-            self.source.select_chunk(schema, after, limit, upto)
+        found = self.source.select_keys(schema, batch) if keys is not None else self.reader.read(schema, splits)
         self.source.write_watermark(self.slot, hw)
         read_ts = dt.datetime.now(dt.timezone.utc)
         if keys is None and not found:

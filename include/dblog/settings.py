@@ -50,6 +50,13 @@ class Dump:
     chunk_size: int = setting(
         20_000, "DBLOG_CHUNK_SIZE", "rows per dump chunk when a dump names none (CLI, `dblog_dump` form, "
         "repairs), chosen by the chunk size sweep (Performance)", minimum=1, maximum="dump.max_chunk_size")
+    parallelism: int = setting(
+        1, "DBLOG_DUMP_PARALLELISM", "splits a dump window reads at once, each on its own connection "
+        "(a window reads about chunk size x parallelism rows), when a dump names none",
+        minimum=1, maximum="dump.max_parallelism")
+    max_parallelism: int = setting(
+        16, "DBLOG_MAX_PARALLELISM", "most splits a user may ask one window to read at once: each holds a "
+        "source connection while the window is open", minimum=1, maximum=256)
     max_chunk_size: int = setting(
         100_000, "DBLOG_MAX_CHUNK_SIZE", "largest chunk a user may ask for: one chunk's SELECT stays short",
         minimum=1, maximum=10_000_000)

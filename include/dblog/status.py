@@ -49,13 +49,15 @@ def progress_fraction(rows: int, estimated: int | None, status: str) -> float | 
 
 
 def eta_seconds(rows: int, estimated: int | None, rate: float | None, chunk_size: int | None,
-                delay_s: float | None) -> float | None:
+                delay_s: float | None, parallelism: int | None = 1) -> float | None:
     """Seconds left: the remaining rows at the current reading rate, plus the throttle delay after
-    each remaining chunk (the rate excludes both pauses and delays). None when unknown."""
+    each remaining window of `parallelism` chunk-size splits (the rate excludes both pauses and
+    delays). None when unknown."""
     if not estimated or not rate or rate <= 0:
         return None
     remaining = max(estimated - rows, 0)
-    chunks = math.ceil(remaining / chunk_size) if chunk_size else 0
+    window = (chunk_size or 0) * (parallelism or 1)
+    chunks = math.ceil(remaining / window) if window else 0
     return round(remaining / rate + chunks * (delay_s or 0.0), 1)
 
 
@@ -86,7 +88,8 @@ def table_view(table: str, progress: dict | None, merged: dict | None, control: 
             "fraction": progress_fraction(p["rows"], p.get("estimated_rows"), status),
             "rows_per_s": rate,
             "eta_s": 0.0 if status == DONE else eta_seconds(p["rows"], p.get("estimated_rows"), rate,
-                                                            control.get("chunk_size"), control.get("delay_s")),
+                                                            control.get("chunk_size"), control.get("delay_s"),
+                                                            control.get("parallelism")),
             "dropped": (merged or {}).get("dropped"), "merged_rows": (merged or {}).get("rows")}
 
 
@@ -104,6 +107,7 @@ def dump_view(status: dict) -> dict:
     dropped = [t["dropped"] for t in tables if t["dropped"] is not None]
     return {"id": status["id"], "source": status["source"], "state": state, "created_at": status["created_at"],
             "key_list": status["key_list"], "chunk_size": control.get("chunk_size"),
+            "parallelism": control.get("parallelism", 1),
             "delay_s": control.get("delay_s"), "tables": tables, "failed_tables": status["failed"],
             "error": status.get("error"),  # why the dump cannot be shown (an unreadable progress record)
             "rows": rows, "estimated_rows": estimated,

@@ -21,13 +21,13 @@ def dump_pool(source_id: str) -> str:
 
 def dump_source(source_id: str, *, selected_source: str | None = None, tables: Any = None, keys: Any = None,
                 chunk_size: Any = None, delay_seconds: Any = 0.0, dump_id: Any = None,
-                exclude: Any = None) -> TaskGroup:
+                exclude: Any = None, parallelism: Any = None) -> TaskGroup:
     """start (check the run, validate, register) -> one throttled dump task per table -> wait for the
     capture. The start task of each group checks the run's conf, so a bad conf fails every group."""
     with TaskGroup(group_id=source_id, tooltip=f"dump {source_id}") as group:
         start = StartDumpOperator(task_id="start", source_conn_id=source_id, selected_source=selected_source,
                                   tables=tables, keys=keys, chunk_size=chunk_size, delay_seconds=delay_seconds,
-                                  dump_id=dump_id, exclude=exclude, retries=0)
+                                  dump_id=dump_id, exclude=exclude, parallelism=parallelism, retries=0)
         dumps = DumpTableOperator.partial(task_id="dump_table", source_conn_id=source_id, pool=dump_pool(source_id),
                                           map_index_template="{{ task.table }}").expand_kwargs(start.output)
         start >> dumps >> wait_for_capture(source_id)
@@ -67,6 +67,14 @@ def chunk_size_param(default: int | None = None, title: str = "Chunk size (rows)
     return Param(s.dump.chunk_size if default is None else default, type="integer", title=title,
                  description=f"Rows per chunk, {s.range_text('dump.chunk_size')}: one short SELECT between a low "
                              "and a high watermark.")
+
+
+def parallelism_param(default: int | None = None) -> Param:
+    s = settings()
+    return Param(s.dump.parallelism if default is None else default, type="integer", title="Parallelism",
+                 description=f"Key ranges a window reads at once, {s.range_text('dump.parallelism')}, each on its "
+                             "own source connection: a window reads about chunk size x parallelism rows between "
+                             "its low and high watermark. Higher dumps faster and loads the source more.")
 
 
 def delay_param(default: float = 0.0) -> Param:

@@ -104,8 +104,8 @@ def test_a_conf_check_names_each_misspelled_key_and_out_of_range_value_with_its_
     text = "; ".join(problems)
     assert "unknown param 'table' (did you mean 'tables'?)" in text
     assert "unknown param 'chunksize' (did you mean 'chunk_size'?)" in text
-    assert ("unknown param 'zzz' (the params are chunk_size, delay_seconds, dump_id, exclude, keys, source, "
-            "tables)") in text
+    assert ("unknown param 'zzz' (the params are chunk_size, delay_seconds, dump_id, exclude, keys, "
+            "parallelism, source, tables)") in text
     assert "chunk_size = 0: a chunk reads 1 to 100,000 rows" in text
     assert "delay_seconds = -1: set 0 (no pause) to 3600 seconds" in text
     assert len(problems) == 5, problems

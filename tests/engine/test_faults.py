@@ -65,13 +65,13 @@ def test_a_dump_whose_zookeeper_session_expires_stops_before_staging_and_its_suc
     store.stop(); observer.stop()
 
 
-def _dump_under_writes(src, dump_id: str):
+def _dump_under_writes(src, dump_id: str, parallelism: int = 1):
     """Capture, a writer and a throttled dump of both tables, all running."""
     src.workload(seed=33, rows=3000).create()
     capture = src.start_capture()
     writer = src.spawn_workload(seconds=3600, seed=34, rows=3000)
     dump = src.spawn("dump", "start", dump_id, "--source", src.source_id, "--all", "--chunk-size", "40",
-                     "--delay", "0.05")
+                     "--delay", "0.05", "--parallelism", str(parallelism))
     store = src.store()
     progress = paths.table_progress_path(src.source_id, dump_id, src.table("accounts"))
     wait_for(lambda: (store.get(progress) or {}).get("chunks", 0) >= 5 or dump.poll() is not None, 120,
@@ -101,8 +101,8 @@ def test_a_zookeeper_restart_pauses_the_capture_and_a_dump_which_carry_on_and_co
     assert_converged(mariadb)
 
 
-def test_a_source_restart_pauses_the_capture_and_a_dump_which_resume_and_converge(src):
-    capture, writer, dump = _dump_under_writes(src, "source-restart")
+def test_a_source_restart_pauses_the_capture_and_a_dump_reading_parallel_windows_which_resume_and_converge(src):
+    capture, writer, dump = _dump_under_writes(src, "source-restart", parallelism=3)
     service("stop", src.kind)
     writer.wait()  # the application lost its connection too
     service("start", src.kind)

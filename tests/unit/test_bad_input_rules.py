@@ -66,7 +66,14 @@ def test_a_throttle_is_checked_where_it_is_built_before_any_state_is_reached(chu
     """The CLI, the control DAG and the DBLog page all build a throttle with control_changes."""
     with pytest.raises(DumpError, match=message):
         control_changes("throttle", chunk_size, delay_s)
-    assert control_changes("throttle", 500, 0.5) == {"chunk_size": 500, "delay_s": 0.5}
+    assert control_changes("throttle", 500, 0.5) == {"chunk_size": 500, "delay_s": 0.5, "parallelism": None}
+
+
+@pytest.mark.parametrize("value", [0, 17, 2.5, True, float("nan"), "4"])
+def test_a_parallelism_outside_one_to_the_maximum_is_refused_by_name(value):
+    with pytest.raises(DumpError, match="parallelism"):
+        control_changes("throttle", parallelism=value)
+    assert control_changes("throttle", parallelism=16)["parallelism"] == 16
 
 
 class StubSource:

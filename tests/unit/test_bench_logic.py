@@ -40,6 +40,12 @@ def test_one_chunk_size_is_recommended_for_all_sources_when_they_disagree():
     assert (recommend(mariadb), recommend(postgres), recommend(mariadb, postgres)) == (10_000, 20_000, 20_000)
 
 
+def test_the_recommended_window_is_the_fewest_rows_then_the_fewest_connections_within_ten_percent():
+    rates = {(20_000, 1): 90, (5000, 4): 150, (20_000, 2): 148, (10_000, 2): 140, (2000, 8): 100}
+    assert recommend(rates) == (10_000, 2)  # 20,000 rows on 2 connections beats 5000 x 4
+    assert recommend({(5000, 4): 150, (20_000, 1): 150}) == (20_000, 1)
+
+
 class FakeStore:
     def __init__(self):
         self.position = ""

@@ -70,13 +70,29 @@ class Dialect:
         schema, _, table = name.partition(".")
         return f"{self.quote(schema)}.{self.quote(table)}"
 
-    def chunk_query(self, schema: TableSchema, after_key: tuple | None, limit: int,
+    def chunk_query(self, schema: TableSchema, after_key: tuple | None, limit: int | None,
                     upto_key: tuple | None = None) -> tuple[str, list]:
-        """Next `limit` rows with after_key < key <= upto_key, in key order (keyset pagination).
-
-        Composite keys use row-value comparison, which both families serve from the key index.
-        """
+        """Rows with after_key < key <= upto_key in key order, at most `limit` (None: all of them;
+        a split whose upper key bounds it). Keyset pagination: composite keys use row-value
+        comparison, which both families serve from the key index."""
         cols = ", ".join(self.quote(c) for c in schema.column_names)
+        where, params = self._key_range(schema, after_key, upto_key)
+        keys = ", ".join(self.quote(c) for c in schema.key)
+        if limit is None:
+            return f"SELECT {cols} FROM {self.table(schema.name)}{where} ORDER BY {keys}", params
+        return f"SELECT {cols} FROM {self.table(schema.name)}{where} ORDER BY {keys} LIMIT %s", [*params, int(limit)]
+
+    def boundary_query(self, schema: TableSchema, after_key: tuple | None, upto_key: tuple | None,
+                       rows: int) -> tuple[str, list]:
+        """The key `rows` rows past after_key (at most upto_key): only key columns, so the key
+        index answers it without reading the rows."""
+        keys = ", ".join(self.quote(c) for c in schema.key)
+        where, params = self._key_range(schema, after_key, upto_key)
+        return (f"SELECT {keys} FROM {self.table(schema.name)}{where} ORDER BY {keys} LIMIT 1 OFFSET %s",
+                [*params, int(rows) - 1])
+
+    def _key_range(self, schema: TableSchema, after_key: tuple | None,
+                   upto_key: tuple | None) -> tuple[str, list[Any]]:
         keys = ", ".join(self.quote(c) for c in schema.key)
         key_expr = f"({keys})" if len(schema.key) > 1 else keys
         marks = f"({', '.join(['%s'] * len(schema.key))})" if len(schema.key) > 1 else "%s"
@@ -88,9 +104,7 @@ class Dialect:
         if upto_key is not None:
             conditions.append(f"{key_expr} <= {marks}")
             params.extend(upto_key)
-        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-        params.append(int(limit))
-        return f"SELECT {cols} FROM {self.table(schema.name)}{where} ORDER BY {keys} LIMIT %s", params
+        return (f" WHERE {' AND '.join(conditions)}" if conditions else ""), params
 
     def last_key_query(self, schema: TableSchema) -> str:
         keys = ", ".join(self.quote(c) for c in schema.key)
@@ -115,7 +129,7 @@ class Source(abc.ABC):
 
     def __init__(self, name: str):
         self.name = name
-        self._conn: Any = None  # the driver's connection (pymysql or psycopg2)
+        self._conn: Any = None  # the driver's connection (mysqlclient or psycopg2)
         self._lock = threading.Lock()
         self._schemas: dict[str, TableSchema] = {}
         self._known: dict[str, frozenset[str]] = {}  # table -> its columns, excluded ones included
@@ -273,10 +287,17 @@ class Source(abc.ABC):
         """Run one autocommitted READ COMMITTED SELECT."""
         return self._run(sql, params)
 
-    def select_chunk(self, schema: TableSchema, after_key: tuple | None, limit: int,
+    def select_chunk(self, schema: TableSchema, after_key: tuple | None, limit: int | None,
                      upto_key: tuple | None = None) -> list[tuple]:
         """Rows as tuples in schema column order."""
         return self.fetch(*self.dialect.chunk_query(schema, after_key, limit, upto_key))
+
+    def key_after(self, schema: TableSchema, after_key: tuple | None, rows: int,
+                  upto_key: tuple | None = None) -> tuple | None:
+        """The key `rows` rows past after_key (at most upto_key), a split boundary; None when
+        fewer rows are left."""
+        found = self.fetch(*self.dialect.boundary_query(schema, after_key, upto_key, rows))
+        return tuple(found[0]) if found else None
 
     def check_readable(self, schema: TableSchema) -> None:
         """A LIMIT 0 read: fail before a dump starts if the capture user may not SELECT the table."""

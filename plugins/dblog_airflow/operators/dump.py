@@ -59,6 +59,9 @@ def value_rules() -> dict[str, tuple[Callable[[Any], bool], str]]:
         "chunk_size": (lambda v: _passes("check_chunk_size", v),
                        f"a chunk reads {s.range_text('dump.chunk_size')} rows; set a whole number in that range "
                        f"(default {s.dump.chunk_size})"),
+        "parallelism": (lambda v: _passes("check_parallelism", v),
+                        f"a window reads {s.range_text('dump.parallelism')} key ranges at once, each on its own "
+                        f"connection; set a whole number in that range (default {s.dump.parallelism})"),
         "delay_seconds": (lambda v: _passes("check_delay", v),
                           f"set 0 (no pause) to {s.dump.max_delay_seconds} seconds between chunks"),
         "slice_seconds": (lambda v: _number(v) and low <= v <= high,
@@ -149,11 +152,11 @@ def _keys(keys: Any) -> list | None:
 
 
 def dump_spec(tables: Any = None, keys: Any = None, chunk_size: Any = None, delay_seconds: Any = 0.0,
-              dump_id: str | None = None, exclude: Any = None):
+              dump_id: str | None = None, exclude: Any = None, parallelism: Any = None):
     """The engine's DumpSpec from a run's rendered params (the form leaves empty fields as None or "")."""
     from dblog.dump import DumpSpec
     return DumpSpec(tables=list(tables or []), keys=_keys(keys), chunk_size=chunk_size, delay_s=delay_seconds,
-                    dump_id=dump_id or None, exclude=list(exclude or []))
+                    dump_id=dump_id or None, exclude=list(exclude or []), parallelism=parallelism)
 
 
 class StartDumpOperator(BaseOperator):
@@ -165,26 +168,29 @@ class StartDumpOperator(BaseOperator):
     skips (DAGs with one task group per source use it to run only the group the user picked)."""
 
     template_fields: Sequence[str] = ("source_conn_id", "selected_source", "tables", "keys", "chunk_size",
-                                      "delay_seconds", "dump_id", "exclude")
+                                      "delay_seconds", "parallelism", "dump_id", "exclude")
 
     def __init__(self, *, source_conn_id: str, tables: Any = None, keys: Any = None, chunk_size: Any = None,
                  delay_seconds: Any = 0.0, dump_id: str | None = None, selected_source: str | None = None,
-                 exclude: Any = None, zookeeper_conn_id: str = ZOOKEEPER_CONN_ID, **kwargs: Any) -> None:
+                 exclude: Any = None, parallelism: Any = None, zookeeper_conn_id: str = ZOOKEEPER_CONN_ID,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source_conn_id, self.selected_source = source_conn_id, selected_source
         self.tables, self.keys, self.exclude = tables, keys, exclude
         self.chunk_size, self.delay_seconds, self.dump_id = chunk_size, delay_seconds, dump_id
+        self.parallelism = parallelism
         self.zookeeper_conn_id = zookeeper_conn_id
 
     def execute(self, context) -> list[dict]:
         from dblog.dump import create_dump
         from dblog.state import dump_path
         check_run(self, context, tables=self.tables, chunk_size=self.chunk_size, delay_seconds=self.delay_seconds,
-                  exclude=self.exclude)
+                  exclude=self.exclude, parallelism=self.parallelism)
         if self.selected_source and self.selected_source not in (ALL_SOURCES, self.source_conn_id):
             raise AirflowSkipException(f"this run dumps {self.selected_source}, not {self.source_conn_id}")
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
-        spec = dump_spec(self.tables, self.keys, self.chunk_size, self.delay_seconds, self.dump_id, self.exclude)
+        spec = dump_spec(self.tables, self.keys, self.chunk_size, self.delay_seconds, self.dump_id, self.exclude,
+                         self.parallelism)
         try:
             source = hook.get_source()
             with hook.store() as store:
@@ -197,7 +203,7 @@ class StartDumpOperator(BaseOperator):
         for s in skipped:  # WARNING: the log view's filter and the task's log show what was left out
             self.log.warning("skipped %s: %s", s["table"], s["reason"])
         summary = (f"dump {dump_id} on {source.name}: {len(tables)} table(s) {', '.join(tables)}, chunk size "
-                   f"{spec.chunk_size}, delay {spec.delay_s}s" + (f", {len(spec.keys)} keys" if spec.keys else "")
+                   f"{spec.chunk_size}, parallelism {spec.parallelism}, delay {spec.delay_s}s" + (f", {len(spec.keys)} keys" if spec.keys else "")
                    + (f"; skipped {', '.join(s['table'] for s in skipped)}" if skipped else ""))
         self.log.info("%s", summary)
         self.log.info("dump id: %s (pause, resume, cancel or throttle it with dblog_dump_control)", dump_id)
@@ -251,24 +257,27 @@ class DumpTableOperator(BaseOperator):
 class DumpControlOperator(BaseOperator):
     """Pause, resume, cancel or re-throttle a running dump (its table tasks obey within a chunk)."""
 
-    template_fields: Sequence[str] = ("source_conn_id", "dump_id", "action", "chunk_size", "delay_seconds")
+    template_fields: Sequence[str] = ("source_conn_id", "dump_id", "action", "chunk_size", "delay_seconds",
+                                      "parallelism")
     ACTIONS = ("status", "pause", "resume", "cancel", "throttle")
 
     def __init__(self, *, source_conn_id: str, dump_id: str, action: str, chunk_size: Any = None,
-                 delay_seconds: Any = None, zookeeper_conn_id: str = ZOOKEEPER_CONN_ID, **kwargs: Any) -> None:
+                 delay_seconds: Any = None, parallelism: Any = None, zookeeper_conn_id: str = ZOOKEEPER_CONN_ID,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source_conn_id, self.dump_id, self.action = source_conn_id, dump_id, action
-        self.chunk_size, self.delay_seconds = chunk_size, delay_seconds
+        self.chunk_size, self.delay_seconds, self.parallelism = chunk_size, delay_seconds, parallelism
         self.zookeeper_conn_id = zookeeper_conn_id
 
     def execute(self, context) -> dict:
         from dblog.dump import DumpError, control_changes, dump_status, set_control
-        check_run(self, context, chunk_size=self.chunk_size, delay_seconds=self.delay_seconds)
+        check_run(self, context, chunk_size=self.chunk_size, delay_seconds=self.delay_seconds,
+                  parallelism=self.parallelism)
         if self.action not in self.ACTIONS:
             fail(self.log, f"action {self.action!r} is not one of {', '.join(self.ACTIONS)}")
         try:
             changes = {} if self.action == "status" else control_changes(self.action, self.chunk_size,
-                                                                        self.delay_seconds)
+                                                                        self.delay_seconds, self.parallelism)
         except DumpError as exc:
             fail(self.log, f"{exc}; set one and trigger again")
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
@@ -286,8 +295,9 @@ class DumpControlOperator(BaseOperator):
         if not status["tables"]:
             fail(self.log, f"no dump {self.dump_id!r} on {self.source_conn_id}: the dump id is in the XCom `dump` "
                            "and the log of a dblog_dump run's start task (or `dblog status`)")
-        self.log.info("dump %s on %s: %s (chunk size %s, delay %ss)", self.dump_id, self.source_conn_id,
-                      status["state"], status["control"].get("chunk_size"), status["control"].get("delay_s"))
+        self.log.info("dump %s on %s: %s (chunk size %s, parallelism %s, delay %ss)", self.dump_id,
+                      self.source_conn_id, status["state"], status["control"].get("chunk_size"),
+                      status["control"].get("parallelism", 1), status["control"].get("delay_s"))
         for table, p in status["tables"].items():
             self.log.info("  %s: %s, %d chunks, %d rows", table, p["status"], p["chunks"], p["rows"])
         return status

@@ -5,7 +5,7 @@
     GET  /dblog/api/status                        `dblog.status.page_snapshot` of every source in DBLOG_SOURCES
                                                   (the staged log's size as listed at most `USAGE_TTL_S` ago)
     POST /dblog/api/dumps/{source}/{dump_id}/{action}   pause | resume | cancel | throttle
-                                                  (JSON body for throttle: {"chunk_size": n, "delay_s": s})
+                                                  (JSON body for throttle: {"chunk_size": n, "delay_s": s, "parallelism": p})
 
 Airflow does not authenticate plugin apps (a mount inherits none of the core API's dependencies),
 so every route but the icon depends on Airflow's own authentication: `get_user` resolves the JWT
@@ -173,8 +173,9 @@ async def control(source: str, dump_id: str, action: str, request: Request, user
         body = await request.json()
     except ValueError:
         raise HTTPException(400, "the body is not valid JSON") from None
-    if not isinstance(body, dict) or set(body) - {"chunk_size", "delay_s"}:
-        raise HTTPException(400, 'the body is a JSON object with at most "chunk_size" and "delay_s", got '
+    if not isinstance(body, dict) or set(body) - {"chunk_size", "delay_s", "parallelism"}:
+        raise HTTPException(400, 'the body is a JSON object with at most "chunk_size", "delay_s" and '
+                                 f'"parallelism", got '
                                  f"{str(body)[:200]}")
     from starlette.concurrency import run_in_threadpool
     return await run_in_threadpool(_act, source, dump_id, action, body, user.get_name())
@@ -184,7 +185,7 @@ def _act(source: str, dump_id: str, action: str, body: dict[str, Any], who: str)
     from dblog.dump import DumpError, control_changes, dump_status, set_control
     from dblog.status import dump_view
     try:
-        changes = control_changes(action, body.get("chunk_size"), body.get("delay_s"))
+        changes = control_changes(action, body.get("chunk_size"), body.get("delay_s"), body.get("parallelism"))
         store = clients.store()
         set_control(store, source, dump_id, **changes)  # validates: its DumpError is the user's answer
         view = dump_view(dump_status(store, source, dump_id))
