@@ -75,7 +75,7 @@ class Dialect:
         """Rows with after_key < key <= upto_key in key order, at most `limit` (None: all of them;
         a split whose upper key bounds it). Keyset pagination: composite keys use row-value
         comparison, which both families serve from the key index."""
-        cols = ", ".join(self.quote(c) for c in schema.column_names)
+        cols = self.select_list(schema)
         where, params = self._key_range(schema, after_key, upto_key)
         keys = ", ".join(self.quote(c) for c in schema.key)
         if limit is None:
@@ -111,8 +111,12 @@ class Dialect:
         desc = ", ".join(f"{self.quote(c)} DESC" for c in schema.key)
         return f"SELECT {keys} FROM {self.table(schema.name)} ORDER BY {desc} LIMIT 1"
 
+    def select_list(self, schema: TableSchema) -> str:
+        """The columns a chunk read selects, in schema order."""
+        return ", ".join(self.quote(c) for c in schema.column_names)
+
     def keys_query(self, schema: TableSchema, keys: Sequence[tuple]) -> tuple[str, list]:
-        cols = ", ".join(self.quote(c) for c in schema.column_names)
+        cols = self.select_list(schema)
         key_cols = ", ".join(self.quote(c) for c in schema.key)
         one = "(" + ", ".join(["%s"] * len(schema.key)) + ")"
         sql = (f"SELECT {cols} FROM {self.table(schema.name)} WHERE ({key_cols}) IN "

@@ -29,7 +29,7 @@ from pymysqlreplication.row_event import (
 from ..events import ChangeEvent, RepairNeed
 from ..positions import binlog_file_index, mysql_position
 from ..positions import encode as encode_position
-from ..schema import Column, decimal_type, normalize_key
+from ..schema import Column, TableSchema, decimal_type, normalize_key
 from ..staged import Op
 from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
                    SourceUnavailable, Transaction, UnreadableEvent)
@@ -43,8 +43,22 @@ _BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 _GONE = {2002, 2003, 2006, 2013, 2055, 1053, 1927}
 
 
+_BIT = re.compile(r"bit\((\d+)\)")
+
+
 class MySQLDialect(Dialect):
     quote_char = "`"
+
+    def select_list(self, schema: TableSchema) -> str:
+        """BIT columns as the zero-padded bit string the binlog decoder gives (the driver returns
+        raw bytes), so a dumped and a captured row stage the same value. Aliased apart, so ORDER
+        BY a key column still sorts by its own type."""
+        out = []
+        for i, c in enumerate(schema.columns):
+            bits = _BIT.fullmatch(c.source_type.lower())
+            out.append(f"LPAD(BIN({self.quote(c.name)}), {int(bits.group(1))}, '0') AS `_dblog_bit_{i}`" if bits
+                       else self.quote(c.name))
+        return ", ".join(out)
 
 
 def arrow_type(data_type: str, column_type: str, precision, scale) -> pa.DataType:
@@ -344,26 +358,40 @@ class MySQLSource(Source):
         if isinstance(ev, PartialUpdateRowsEvent):
             # MySQL 8 binlog_row_value_options=PARTIAL_JSON: a JSON column may hold a diff, not a value.
             second |= {c.name for c in ev.columns if c.type == FIELD_TYPE.JSON}
-        out, partial = [], []
+        sets = {c.name: c.set_values for c in ev.columns or () if c.type == FIELD_TYPE.SET and c.set_values}
+        out: list[ChangeEvent] = []
+        partial: list[ChangeEvent] = []
+        misread: list[ChangeEvent] = []
         for i, row in enumerate(ev.rows):
             pos = encode_position(file_index, log_pos, i)
             if isinstance(ev, WriteRowsEvent):
-                event = row_event(self.name, schema, Op.INSERT, pos, None, row["values"], set(), first)
+                after, bad = without_misread(set_texts(row["values"], row.get("none_sources"), sets))
+                event = row_event(self.name, schema, Op.INSERT, pos, None, after, set(), first | bad)
             elif isinstance(ev, UpdateRowsEvent):
-                event = row_event(self.name, schema, Op.UPDATE, pos, row["before_values"], row["after_values"],
-                                  first, second)
+                before, bad_before = without_misread(set_texts(row["before_values"], row.get("before_none_sources"),
+                                                               sets))
+                after, bad = without_misread(set_texts(row["after_values"], row.get("after_none_sources"), sets))
+                event = row_event(self.name, schema, Op.UPDATE, pos, before, after, first | bad_before, second | bad)
             else:
-                event = row_event(self.name, schema, Op.DELETE, pos, row["values"], None, first, set())
+                before, bad_before = without_misread(set_texts(row["values"], row.get("none_sources"), sets))
+                bad = set()
+                event = row_event(self.name, schema, Op.DELETE, pos, before, None, first | bad_before, set())
             out.append(event)
-            if event.unchanged and event.op != Op.DELETE:
+            if bad:
+                misread.append(event)
+            elif event.unchanged and event.op != Op.DELETE:
                 partial.append(event)
+        # The merge fills what it can from the row's previous version; a repair dump re-reads the
+        # rows, so no value rests on a guess.
         needs = []
         if partial:
-            # The merge fills what it can from the row's previous version; a repair dump re-reads
-            # the rows, so no value rests on a guess.
             needs.append(RepairNeed(table, f"partial row image (binlog_row_image MINIMAL or NOBLOB in the writing "
                                            f"session): {', '.join(partial[0].unchanged)} not in the event",
                                     partial[0].position, tuple(dict.fromkeys(e.key for e in partial))))
+        if misread:
+            needs.append(RepairNeed(table, "a negative TIME with fractional seconds, which the binlog decoder "
+                                           f"misreads by up to a second: {', '.join(misread[0].unchanged)}",
+                                    misread[0].position, tuple(dict.fromkeys(e.key for e in misread))))
         return out, needs
 
     def _statement_writes(self, log_file: str, ev, tables: list[str]) -> list[RepairNeed]:
@@ -433,6 +461,32 @@ def absent(names: list[str], bitmap) -> set[str]:
     if bitmap is None:
         return set()
     return {n for i, n in enumerate(names) if not BitGet(bitmap, i)}
+
+
+def set_texts(image: dict | None, none_sources: dict | None, sets: dict[str, list[str]]) -> dict | None:
+    """SET values as the server's text form, which a chunk read gets: members in definition
+    order, the empty set as '' (the binlog decoder gives a Python set, and None for empty)."""
+    if not sets or image is None:
+        return image
+    out = dict(image)
+    for name, members in sets.items():
+        value = out.get(name)
+        if isinstance(value, set):
+            out[name] = ",".join(m for m in members if m in value)
+        elif value is None and (none_sources or {}).get(name) == "empty set":
+            out[name] = ""
+    return out
+
+
+def without_misread(image: dict | None) -> tuple[dict | None, set[str]]:
+    """A row image without its negative TIME values with fractional seconds, and their columns:
+    mysql-replication decodes those wrong (-12:34:56.000001 as -12:34:56.999999), so they are
+    staged as values the event leaves out and the row is re-read, never staged misread."""
+    bad = {c for c, v in (image or {}).items()
+           if isinstance(v, dt.timedelta) and v < dt.timedelta(0) and v.microseconds}
+    if not bad or image is None:
+        return image, set()
+    return {**image, **{c: None for c in bad}}, bad
 
 
 def row_event(source: str, schema, op: str, pos: str, before: dict | None, after: dict | None,

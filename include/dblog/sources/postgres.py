@@ -13,7 +13,7 @@ import pyarrow as pa
 from ..events import ChangeEvent, RepairNeed
 from ..positions import encode as encode_position
 from ..positions import int_to_lsn, lsn_to_int, postgres_position
-from ..schema import Column, decimal_type, normalize_key
+from ..schema import Column, TableSchema, decimal_type, normalize_key
 from ..staged import Op
 from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
                    SourceUnavailable, Transaction)
@@ -65,9 +65,21 @@ def estimate_from_stats(reltuples: float | None, live: int | None) -> int | None
     return 0 if reltuples == 0 and live == 0 else None
 
 
+class PostgresDialect(Dialect):
+    def select_list(self, schema: TableSchema) -> str:
+        """Columns staged as strings are read as the server's text output, the form pgoutput
+        streams them in: psycopg2 would parse json(b), arrays, intervals and ranges into Python
+        objects whose string form differs (key order, escapes, brackets), and a merge would flip
+        such a row between its dumped and its captured value. Aliased apart, so ORDER BY a key
+        column still sorts by its own type."""
+        return ", ".join(f"{self.quote(c.name)}::text AS {self.quote(f'_dblog_text_{i}')}"
+                         if pa.types.is_string(c.arrow_type) else self.quote(c.name)
+                         for i, c in enumerate(schema.columns))
+
+
 class PostgresSource(Source):
     kind = "postgres"
-    dialect = Dialect()
+    dialect = PostgresDialect()
 
     def __init__(self, name: str, host: str, port: int, user: str, password: str, database: str,
                  schema: str = "public", slot: str | None = None, publication: str = "dblog"):

@@ -1,0 +1,72 @@
+"""A dump's read of a row stages the same values the capture stages for it, for every column
+kind a user has: a merge keeps per key whichever came last, so any difference between the two
+paths would flip a row's value with no change at the source (and `verify` would report drift)."""
+import pytest
+from conftest import settle
+from dblog.staged import ChunkMeta
+from test_convergence import assert_converged
+
+KINDS = {
+    "mariadb": ("CREATE TABLE {ns}.kinds (id BIGINT UNSIGNED PRIMARY KEY, d DECIMAL(38,18), dt DATETIME(6), "
+                "ts TIMESTAMP(6) NULL, tm TIME(6), b VARBINARY(20), bt BIT(10), e ENUM('a','b','x y'), "
+                "s SET('r','q','p'), j JSON, txt TEXT, f DOUBLE, yr YEAR, dd DATE, ti TINYINT, nul INT NULL) "
+                "DEFAULT CHARSET=utf8mb4",
+                "INSERT INTO {ns}.kinds VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"),
+    "postgres": ("CREATE TABLE {ns}.kinds (id BIGINT PRIMARY KEY, d NUMERIC(38,18), dt TIMESTAMP(6), "
+                 "ts TIMESTAMPTZ, tm TIME(6), b BYTEA, bt BIT VARYING(10), e TEXT, s TEXT[], j JSONB, txt TEXT, "
+                 "f DOUBLE PRECISION, yr SMALLINT, dd DATE, ti SMALLINT, nul INT)",
+                 "INSERT INTO {ns}.kinds VALUES (%s, %s, %s, %s, %s, %s, %s::bit varying, %s, %s, %s, %s, %s, %s, "
+                 "%s, %s, %s)"),
+}
+HOSTILE = "it's \"quoted\"; -- DROP TABLE x; \\ back\tslash\n é 中文 🦆 \x01"
+
+
+def rows(kind: str) -> list[tuple]:
+    big = 18446744073709551615 if kind == "mariadb" else 9223372036854775807
+    bits = b"\x02\xaa" if kind == "mariadb" else "1010101010"
+    sets = "p,r" if kind == "mariadb" else ["p", "r"]  # MariaDB: r,p in the definition's order
+    zone = "" if kind == "mariadb" else "+00"  # the session of both is UTC
+    one = (1, "12345678901234567890.123456789012345678", "2024-02-29 23:59:59.123456",
+           f"2024-02-29 23:59:59.654321{zone}", "-12:34:56.000001" if kind == "mariadb" else "12:34:56.000001",
+           b"\x00\xff\x10'", bits, "x y", sets, '{"a": [1, 2.5, null], "b": "\\u00e9", "c": {"d": true}}',
+           HOSTILE, 1.5e-300, 2024, "0001-01-01", -128, None)
+    two = (big, "-0.000000000000000001", "1970-01-01 00:00:00.000001", f"2038-01-19 03:14:07.999999{zone}",
+           "00:00:00", b"", bits, "a", "" if kind == "mariadb" else [], "[]", "", -0.0, 1901, "9999-12-31", 127, 7)
+    nulls = (2,) + (None,) * 15
+    return [one, two, nulls]
+
+
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_a_dumped_row_stages_exactly_the_values_the_capture_staged_for_it_for_every_column_kind(src, parallelism):
+    create, insert = (s.format(ns=src.namespace) for s in KINDS[src.kind])
+    src.sql(create)
+    src.start_capture()
+    admin = src.admin()
+    try:
+        admin.cursor().executemany(insert, rows(src.kind))
+        admin.commit()
+    finally:
+        admin.close()
+    table = src.table("kinds")
+    src.dblog("dump", "--source", src.source_id, "--table", "kinds", "--chunk-size", "1",
+              "--parallelism", str(parallelism), check=True)
+    settle(src)
+    staged = src.staged()
+    log = staged.read_log(src.source_id, table)
+    columns = [c for c in log.column_names if not c.startswith("_")]
+    captured = {r["id"]: r for r in log.select(columns).to_pylist()}
+    unknown = {k: set(u or ()) for k, u in zip(log["id"].to_pylist(), log["_unchanged"].to_pylist())}
+    # The binlog decoder misreads a negative TIME with fractional seconds: the capture stages it
+    # as a value the event leaves out and asks for the row to be re-read, never the misread value.
+    assert unknown == {k: ({"tm"} if src.kind == "mariadb" and k == 1 else set()) for k in unknown}
+    dumped = {}
+    for path in staged.chunk_files(src.source_id, table):
+        chunk = staged.read_chunk(path)
+        assert ChunkMeta.of(chunk) is not None
+        dumped.update({r["id"]: r for r in chunk.select(columns).to_pylist()})
+    assert captured.keys() == dumped.keys() and len(captured) == 3
+    for key, row in captured.items():
+        differs = {c: (row[c], dumped[key][c]) for c in columns if c not in unknown[key]
+                   and (row[c] != dumped[key][c] or type(row[c]) is not type(dumped[key][c]))}
+        assert not differs, f"key {key}: capture vs dump {differs}"
+    assert_converged(src, ["kinds"])
