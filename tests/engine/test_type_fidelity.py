@@ -14,9 +14,10 @@ KINDS = {
                 "INSERT INTO {ns}.kinds VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"),
     "postgres": ("CREATE TABLE {ns}.kinds (id BIGINT PRIMARY KEY, d NUMERIC(38,18), dt TIMESTAMP(6), "
                  "ts TIMESTAMPTZ, tm TIME(6), b BYTEA, bt BIT VARYING(10), e TEXT, s TEXT[], j JSONB, txt TEXT, "
-                 "f DOUBLE PRECISION, yr SMALLINT, dd DATE, ti SMALLINT, nul INT)",
+                 "f DOUBLE PRECISION, yr SMALLINT, dd DATE, ti SMALLINT, nul INT, ch CHAR(5), ip INET, "
+                 "iv INTERVAL, r TSTZRANGE, tz TIMETZ)",
                  "INSERT INTO {ns}.kinds VALUES (%s, %s, %s, %s, %s, %s, %s::bit varying, %s, %s, %s, %s, %s, %s, "
-                 "%s, %s, %s)"),
+                 "%s, %s, %s, %s, %s, %s, %s, %s)"),
 }
 HOSTILE = "it's \"quoted\"; -- DROP TABLE x; \\ back\tslash\n é 中文 🦆 \x01"
 
@@ -33,6 +34,11 @@ def rows(kind: str) -> list[tuple]:
     two = (big, "-0.000000000000000001", "1970-01-01 00:00:00.000001", f"2038-01-19 03:14:07.999999{zone}",
            "00:00:00", b"", bits, "a", "" if kind == "mariadb" else [], "[]", "", -0.0, 1901, "9999-12-31", 127, 7)
     nulls = (2,) + (None,) * 15
+    if kind == "postgres":  # padded chars, an address without its mask, an interval, a range, a zoned time
+        one += ("ab", "192.168.1.5", "1 day 02:03:04.5", "[2024-01-01 00:00:00+00,2024-02-01 00:00:00+00)",
+                "12:34:56.000001+02")
+        two += ("", "::1", "-3 mons", "empty", "00:00:00+00")
+        nulls += (None,) * 5
     return [one, two, nulls]
 
 

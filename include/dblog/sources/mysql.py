@@ -38,9 +38,10 @@ _INTS = {"tinyint", "smallint", "mediumint", "int", "integer", "year"}
 _BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 
 
-# Can't connect (2002: libmariadb, TCP included; 2003: PyMySQL, the binlog reader's driver), server
-# gone, lost connection (2055: with the system error), server shutdown, connection killed.
-_GONE = {2002, 2003, 2006, 2013, 2055, 1053, 1927}
+# Can't connect (2002: libmariadb, TCP included; 2003: PyMySQL, the binlog reader's driver), unknown
+# host (2005: a stopped container's name stops resolving), server gone, lost connection (2055: with
+# the system error), server shutdown, connection killed.
+_GONE = {2002, 2003, 2005, 2006, 2013, 2055, 1053, 1927}
 
 
 _BIT = re.compile(r"bit\((\d+)\)")
@@ -112,10 +113,13 @@ class MySQLSource(Source):
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         return conn
 
-    _disconnects = (MySQLdb.OperationalError, MySQLdb.InterfaceError)
+    # The binlog reader's driver (PyMySQL) raises its own classes for the same failures.
+    _disconnects = (MySQLdb.OperationalError, MySQLdb.InterfaceError, pymysql.err.OperationalError,
+                    pymysql.err.InterfaceError)
 
     def _lost_connection(self, exc: BaseException) -> bool:
-        return isinstance(exc, MySQLdb.InterfaceError) or bool(exc.args and exc.args[0] in _GONE)
+        return isinstance(exc, (MySQLdb.InterfaceError, pymysql.err.InterfaceError)) or bool(
+            exc.args and exc.args[0] in _GONE)
 
     def _usable(self, conn) -> bool:
         try:
@@ -362,18 +366,21 @@ class MySQLSource(Source):
         out: list[ChangeEvent] = []
         partial: list[ChangeEvent] = []
         misread: list[ChangeEvent] = []
+
+        def image(values_key: str, sources_key: str, row: dict) -> tuple[dict | None, set[str]]:
+            return without_misread(set_texts(row[values_key], row.get(sources_key), sets), table, schema.key)
+
         for i, row in enumerate(ev.rows):
             pos = encode_position(file_index, log_pos, i)
             if isinstance(ev, WriteRowsEvent):
-                after, bad = without_misread(set_texts(row["values"], row.get("none_sources"), sets))
+                after, bad = image("values", "none_sources", row)
                 event = row_event(self.name, schema, Op.INSERT, pos, None, after, set(), first | bad)
             elif isinstance(ev, UpdateRowsEvent):
-                before, bad_before = without_misread(set_texts(row["before_values"], row.get("before_none_sources"),
-                                                               sets))
-                after, bad = without_misread(set_texts(row["after_values"], row.get("after_none_sources"), sets))
+                before, bad_before = image("before_values", "before_none_sources", row)
+                after, bad = image("after_values", "after_none_sources", row)
                 event = row_event(self.name, schema, Op.UPDATE, pos, before, after, first | bad_before, second | bad)
             else:
-                before, bad_before = without_misread(set_texts(row["values"], row.get("none_sources"), sets))
+                before, bad_before = image("values", "none_sources", row)
                 bad = set()
                 event = row_event(self.name, schema, Op.DELETE, pos, before, None, first | bad_before, set())
             out.append(event)
@@ -478,7 +485,7 @@ def set_texts(image: dict | None, none_sources: dict | None, sets: dict[str, lis
     return out
 
 
-def without_misread(image: dict | None) -> tuple[dict | None, set[str]]:
+def without_misread(image: dict | None, table: str, key: tuple[str, ...]) -> tuple[dict | None, set[str]]:
     """A row image without its negative TIME values with fractional seconds, and their columns:
     mysql-replication decodes those wrong (-12:34:56.000001 as -12:34:56.999999), so they are
     staged as values the event leaves out and the row is re-read, never staged misread."""
@@ -486,6 +493,11 @@ def without_misread(image: dict | None) -> tuple[dict | None, set[str]]:
            if isinstance(v, dt.timedelta) and v < dt.timedelta(0) and v.microseconds}
     if not bad or image is None:
         return image, set()
+    if bad & set(key):
+        raise UnreadableEvent(f"a row event of {table} carries a negative TIME with fractional seconds in its "
+                              f"primary key ({', '.join(sorted(bad & set(key)))}), which the binlog decoder "
+                              "misreads: dblog cannot tell which row changed, so it stopped before staging it. "
+                              "Fix: exclude the table from the capture, or use a key without such values.")
     return {**image, **{c: None for c in bad}}, bad
 
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 from ..events import ChangeEvent, RepairNeed
 from ..positions import encode as encode_position
 from ..positions import int_to_lsn, lsn_to_int, postgres_position
-from ..schema import Column, TableSchema, decimal_type, normalize_key
+from ..schema import Column, decimal_type, normalize_key
 from ..staged import Op
 from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
                    SourceUnavailable, Transaction)
@@ -65,21 +65,21 @@ def estimate_from_stats(reltuples: float | None, live: int | None) -> int | None
     return 0 if reltuples == 0 and live == 0 else None
 
 
-class PostgresDialect(Dialect):
-    def select_list(self, schema: TableSchema) -> str:
-        """Columns staged as strings are read as the server's text output, the form pgoutput
-        streams them in: psycopg2 would parse json(b), arrays, intervals and ranges into Python
-        objects whose string form differs (key order, escapes, brackets), and a merge would flip
-        such a row between its dumped and its captured value. Aliased apart, so ORDER BY a key
-        column still sorts by its own type."""
-        return ", ".join(f"{self.quote(c.name)}::text AS {self.quote(f'_dblog_text_{i}')}"
-                         if pa.types.is_string(c.arrow_type) else self.quote(c.name)
-                         for i, c in enumerate(schema.columns))
+# Types staged as strings that psycopg2 would otherwise parse into Python objects whose string form
+# is not the server's text (json key order and escapes, arrays as lists, intervals, ranges, time
+# with a zone): read as the text output itself, the form pgoutput streams them in, so a dumped
+# row stages what the capture stages for it.
+_AS_TEXT = ("SELECT array_agg(oid::int) FROM pg_type WHERE typcategory IN ('A', 'R') "
+            "OR typname IN ('json', 'jsonb', 'interval', 'time', 'timetz')")
+
+
+def _server_text(value, cursor):
+    return value
 
 
 class PostgresSource(Source):
     kind = "postgres"
-    dialect = PostgresDialect()
+    dialect = Dialect()
 
     def __init__(self, name: str, host: str, port: int, user: str, password: str, database: str,
                  schema: str = "public", slot: str | None = None, publication: str = "dblog"):
@@ -101,6 +101,11 @@ class PostgresSource(Source):
                         "the server runs.") from exc
         if not extra:
             conn.autocommit = True  # every statement its own READ COMMITTED transaction
+            with conn.cursor() as cur:
+                cur.execute(_AS_TEXT)
+                (oids,), = cur.fetchall()
+            psycopg2.extensions.register_type(psycopg2.extensions.new_type(tuple(oids), "DBLOG_TEXT", _server_text),
+                                              conn)
         return conn
 
     _disconnects = (psycopg2.OperationalError, psycopg2.InterfaceError)

@@ -1,0 +1,43 @@
+"""The window planner's rule, over a key list standing in for the key index."""
+import bisect
+
+from dblog.windows import Split, plan_window
+
+
+class KeyIndex:
+    """`Source.key_after` over a sorted key list; counts the queries it answers."""
+
+    def __init__(self, keys):
+        self.keys, self.queries = sorted(keys), 0
+
+    def key_after(self, schema, after, rows, upto=None):
+        self.queries += 1
+        start = 0 if after is None else bisect.bisect_right(self.keys, after)
+        i = start + rows - 1
+        if i >= len(self.keys) or (upto is not None and self.keys[i] > upto):
+            return None
+        return self.keys[i]
+
+
+def test_one_split_is_the_classic_chunk_and_asks_the_index_nothing():
+    index = KeyIndex([(k,) for k in range(100)])
+    assert plan_window(index, None, (9,), None, 20, 1) == [Split((9,), None, 20)]
+    assert index.queries == 0
+
+
+def test_splits_end_every_n_keys_and_the_last_is_open_and_bounded_by_the_row_count():
+    index = KeyIndex([(k,) for k in range(0, 1000, 10)])
+    assert plan_window(index, None, None, None, 5, 3) == [
+        Split(None, (40,)), Split((40,), (90,)), Split((90,), None, 5)]
+    assert index.queries == 2
+
+
+def test_near_the_end_a_window_plans_only_the_splits_the_rows_left_fill():
+    index = KeyIndex([(k,) for k in range(12)])
+    assert plan_window(index, None, (3,), (11,), 5, 4) == [Split((3,), (8,)), Split((8,), (11,), 5)]
+
+
+def test_boundaries_never_pass_the_dump_s_upper_key():
+    index = KeyIndex([(k,) for k in range(100)])
+    splits = plan_window(index, None, None, (6,), 5, 4)
+    assert splits == [Split(None, (4,)), Split((4,), (6,), 5)]
