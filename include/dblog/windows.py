@@ -53,6 +53,7 @@ class WindowReader:
         self.source = source
         self._clones: list[Source] = []
         self._pool: ThreadPoolExecutor | None = None
+        self._workers = 0
 
     def read(self, schema: TableSchema, splits: list[Split]) -> list[tuple]:
         """Every split's rows, in split order (so in key order). If any read fails, the others
@@ -63,10 +64,10 @@ class WindowReader:
             return self.source.select_chunk(schema, s.after, s.limit, s.upto)
         while len(self._clones) < len(splits) - 1:
             self._clones.append(self.source.clone())
-        if self._pool is None or self._pool._max_workers < len(splits):
+        if self._pool is None or self._workers < len(splits):  # a throttle raised the parallelism
             if self._pool is not None:
                 self._pool.shutdown()
-            self._pool = ThreadPoolExecutor(max_workers=len(splits), thread_name_prefix="dblog-split")
+            self._pool, self._workers = ThreadPoolExecutor(len(splits), thread_name_prefix="dblog-split"), len(splits)
         readers = [self.source, *self._clones]
         futures = [self._pool.submit(reader.select_chunk, schema, s.after, s.limit, s.upto)
                    for reader, s in zip(readers, splits)]
@@ -79,7 +80,7 @@ class WindowReader:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown()
-            self._pool = None
+            self._pool, self._workers = None, 0
         for clone in self._clones:
             clone.close()
         self._clones = []

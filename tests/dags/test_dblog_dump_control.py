@@ -10,7 +10,8 @@ def test_the_control_dag_pauses_throttles_resumes_and_cancels_a_dump(mariadb, de
                             check=True).stdout.strip()
     airflow = deploy(mariadb)
     steps = (("pause", {}, {"state": "paused"}),
-             ("throttle", {"chunk_size": 7, "delay_seconds": 0.5}, {"state": "paused", "chunk_size": 7, "delay_s": 0.5}),
+             ("throttle", {"chunk_size": 7, "delay_seconds": 0.5, "parallelism": 3},
+              {"state": "paused", "chunk_size": 7, "delay_s": 0.5, "parallelism": 3}),
              ("resume", {}, {"state": "running", "chunk_size": 7}),
              ("status", {}, {"state": "running"}),
              ("cancel", {}, {"state": "cancelled"}))

@@ -81,6 +81,7 @@ def test_a_dump_is_followed_paused_and_resumed_from_the_dblog_page(standalone):
         paused_at = _rows(row)
         row.get_by_label(f"Chunk size for {dump_id}").fill("200")
         row.get_by_label(f"Delay (s) for {dump_id}").fill("0")
+        row.get_by_label(f"Parallelism for {dump_id}").fill("2")
         row.get_by_role("button", name="Throttle").click()
         expect(row.get_by_role("status")).to_have_text("throttle: done")
         row.get_by_role("button", name="Resume").click()
@@ -94,4 +95,4 @@ def test_a_dump_is_followed_paused_and_resumed_from_the_dblog_page(standalone):
     with src.store() as store:
         from dblog.state import control_path
         assert store.get(control_path(src.source_id, dump_id)) == {"state": "running", "chunk_size": 200,
-                                                                   "delay_s": 0}
+                                                                   "delay_s": 0, "parallelism": 2}
