@@ -55,15 +55,15 @@ def copy(tool: str, h: Harness, spark, chunk_size: int) -> dict:
     return baseline(tool, h.kind, spark, f"{h.dir}/{tool}")
 
 
-def idle(kind: str, spark, rows: int, chunk_size: int, reps: int) -> dict:
+def idle(kind: str, spark, rows: int, chunk_size: int, reps: int, tools: tuple[str, ...] = TOOLS) -> dict:
     """Scenario 2. Returns per tool: median rows/s, ratio to the plain SELECT, rows differing."""
     bigtable.create(kind, NS, rows)
     h = Harness(kind, NS, f"bench_{kind}")
     h.start_capture()
-    runs: dict[str, list[dict]] = {t: [] for t in TOOLS}
+    runs: dict[str, list[dict]] = {t: [] for t in tools}
     try:
         for rep in range(reps):
-            for tool in TOOLS:
+            for tool in tools:
                 if tool == "ours" and rep:  # a fresh warehouse and dump each time
                     h.close(); h = Harness(kind, NS, f"bench_{kind}"); h.start_capture()
                 print(f"    {tool} (run {rep + 1}/{reps})", flush=True)
@@ -74,10 +74,11 @@ def idle(kind: str, spark, rows: int, chunk_size: int, reps: int) -> dict:
     finally:
         h.close()
     out = {"rows": rows, "chunk_size": chunk_size, "reps": reps, "tools": {}}
-    plain = median([r["rows"] / r["seconds"] for r in runs["plain"]])
+    rates = {tool: median([r["rows"] / r["seconds"] for r in rs]) for tool, rs in runs.items()}
     for tool, rs in runs.items():
-        rate = median([r["rows"] / r["seconds"] for r in rs])
-        out["tools"][tool] = {"rows_per_s": round(rate), "vs_plain": round(rate / plain, 3),
+        rate = rates[tool]
+        out["tools"][tool] = {"rows_per_s": round(rate), **{f"vs_{b}": round(rate / rates[b], 3) for b in
+                                                            ("plain", "spark_jdbc") if b in rates},
                               "seconds": round(median([r["seconds"] for r in rs]), 1),
                               "rows_differing": max(r["differ"]["total"] for r in rs)}
         if tool == "ours":

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from dblog import state as paths
 from dblog.positions import encode
-from dblog.schema import Column, TableSchema
+from dblog.schema import Column, TableSchema, encode_key
 from dblog.sources.base import WATERMARK_TABLE
 from dblog.spark.job import merge_table
 from dblog.staged import CHUNK_FIELDS, OP, POSITION, ChunkFile, ChunkMeta, Op, SegmentFile, arrow_schema
@@ -53,16 +53,18 @@ def _rows(ids: np.ndarray, salt: int) -> dict:
 
 def stage_dump(staged: StagedLog, rows: int, first_pos: int) -> int:
     """Chunk files for ids 1..rows and their watermark events; returns the last position used."""
-    dump_id, pos, marks = f"d{uuid.uuid4().hex[:6]}", first_pos, []
+    dump_id, pos, marks, after = f"d{uuid.uuid4().hex[:6]}", first_pos, [], None
     for number, start in enumerate(range(1, rows + 1, CHUNK)):
         ids = np.arange(start, min(start + CHUNK, rows + 1), dtype="int64")
+        last = encode_key((int(ids[-1]),))   # each chunk reads the keys after the one before's last, as a dump does
         lw, hw = str(uuid.uuid4()), str(uuid.uuid4())
         marks += [(lw, encode(pos, 0, 0)), (hw, encode(pos + 1, 0, 0))]
         pos += 2
         cols = _rows(ids, 0)
         n = len(ids)
         # Column by column (what `staged.chunk_table` writes, without a Python tuple per row).
-        meta = {**ChunkMeta(dump_id, number, lw, hw).columns(), OP: Op.READ}
+        meta = {**ChunkMeta(dump_id, number, lw, hw, key_from=after, key_to=last).columns(), OP: Op.READ}
+        after = last
         table = pa.Table.from_arrays([cols[c] for c in SCHEMA.column_names] +
                                      [pa.array([meta.get(f.name)] * n, f.type) for f in CHUNK_FIELDS],
                                      schema=arrow_schema(SCHEMA, CHUNK_FIELDS))

@@ -61,8 +61,9 @@ def dump(doc: dict) -> list[str]:
         for tool, v in r["tools"].items():
             extra = f" (dump {v['dump_s']} s at {v['dump_rows_per_s']:,} rows/s, catch-up {v['catch_up_s']} s, " \
                     f"merge {v['merge_s']} s)" if tool == "ours" else ""
-            rows.append([TOOLS[tool], f"{v['seconds']}{extra}", v["rows_per_s"], v["vs_plain"], v["rows_differing"]])
-        out += _table(["tool", "seconds", "rows/s", "vs plain", "rows differing"], rows) + [""]
+            rows.append([TOOLS[tool], f"{v['seconds']}{extra}", v["rows_per_s"], v.get("vs_plain", ""),
+                         v.get("vs_spark_jdbc", ""), v["rows_differing"]])
+        out += _table(["tool", "seconds", "rows/s", "vs plain", "vs Spark JDBC", "rows differing"], rows) + [""]
     return out
 
 

@@ -16,7 +16,8 @@ import math
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field, fields
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, fields, replace
 from functools import partial
 from typing import Callable
 
@@ -468,47 +469,40 @@ class TableDump:
         progress.status = RUNNING
         progress.started_at = progress.started_at or time.time()
         self.store.fenced_put(lease, self.progress_path, asdict(progress))  # a successor sees RUNNING
-        started, rows_this_run = time.monotonic(), 0
         reconnect_for = settings().dump.reconnect_seconds  # then the dump fails; a re-run resumes
-        while True:
-            control = self._control()
-            if control["state"] == CANCELLED:
-                progress.status = CANCELLED
-                break
-            chunk_no = progress.chunks if progress.next_chunk is None else progress.next_chunk
-            working_since = time.monotonic()  # after _control(): time paused is not working time
-            chunk, schema = reconnecting(  # a source restart pauses the dump, it does not fail it
-                self.source, partial(self._read_chunk, schema, keys, progress, chunk_no, control["chunk_size"],
-                                     control.get("parallelism") or 1),
-                f"chunk {chunk_no} of {self.table}", give_up_after=reconnect_for)
-            if chunk is None:
-                progress.status, progress.finished_at = DONE, time.time()
-                break
-            rows = chunk.rows
-            crash_point("dump.after_high_watermark")
-            lease.check()  # a worker that lost its lease stops before it stages (see the takeover rule)
-            try:
-                self.staged.write_chunk(self.source.name, schema, chunk.meta, chunk.rows, chunk.ops)
-            except StagingError as exc:
-                # Progress stays at the last staged chunk and the lease goes with this worker, so
-                # `dump_status` reports the table failed and a re-run continues from there.
-                raise StagingError(f"{exc} Then resume dump {self.dump_id} with `dblog dump run {self.dump_id}` "
-                                   f"(Airflow: clear its task), or cancel it (`dblog dump cancel "
-                                   f"{self.dump_id}`).") from exc
-            crash_point("dump.after_staging")
-            record_chunk_rate(progress, len(rows), time.monotonic() - working_since)
-            progress.chunks, progress.rows = progress.chunks + 1, progress.rows + len(rows)
-            progress.next_chunk = chunk_no + 1
-            progress.after_key, progress.list_offset = chunk.after_key, chunk.list_offset
-            rows_this_run += len(rows)
-            progress.rows_per_s = rows_this_run / max(time.monotonic() - started, 1e-9)
+        # Window n+1 is read while window n is staged (one staging thread): `reading` is the
+        # cursor of what was read, `progress` of what is staged and recorded (fenced, in order).
+        reading, staging = replace(progress), _Staging(self, lease, progress)
+        try:
+            while True:
+                control = self._control()
+                if control["state"] == CANCELLED:
+                    staging.settle()
+                    progress.status = CANCELLED
+                    break
+                chunk_no = reading.chunks if reading.next_chunk is None else reading.next_chunk
+                read_since = time.monotonic()  # after _control(): time paused is not working time
+                chunk, schema = reconnecting(  # a source restart pauses the dump, it does not fail it
+                    self.source, partial(self._read_chunk, schema, keys, reading, chunk_no, control["chunk_size"],
+                                         control.get("parallelism") or 1),
+                    f"chunk {chunk_no} of {self.table}", give_up_after=reconnect_for)
+                read_s = time.monotonic() - read_since
+                staging.settle()   # the window before is staged and recorded first
+                if chunk is None:
+                    progress.status, progress.finished_at = DONE, time.time()
+                    break
+                crash_point("dump.after_high_watermark")
+                lease.check()  # a worker that lost its lease stops before it stages (see the takeover rule)
+                staging.start(schema, chunk, read_s)
+                reading.next_chunk = chunk_no + 1
+                reading.after_key, reading.list_offset = chunk.after_key, chunk.list_offset
+                if control["delay_s"] > 0:
+                    self._changed.wait(control["delay_s"])
             self.store.fenced_put(lease, self.progress_path, asdict(progress))
-            if self.on_chunk:
-                self.on_chunk(progress, len(rows))
-            if control["delay_s"] > 0:
-                self._changed.wait(control["delay_s"])
-        self.store.fenced_put(lease, self.progress_path, asdict(progress))
+        finally:
+            staging.close()
         return progress
+
 
     def _read_chunk(self, schema: TableSchema, keys: list[tuple] | None, progress: TableProgress, number: int,
                     limit: int, parallelism: int) -> tuple[ChunkRead | None, TableSchema]:
@@ -545,6 +539,55 @@ class TableDump:
         last = encode_key(normalize_key(schema.key_of_tuple(found[-1]), schema))
         meta = ChunkMeta(self.dump_id, number, lw, hw, read_ts, key_from=progress.after_key, key_to=last)
         return ChunkRead(rows, ops, meta, last, 0), schema
+
+
+class _Staging:
+    """Stages a table dump's windows one at a time on a thread of its own, so the next window is
+    read meanwhile; `settle` waits for the window in flight and records it (on the caller's
+    thread, fenced, in window order). Nothing is recorded before its chunk file is staged."""
+
+    def __init__(self, dump: TableDump, lease: Lease, progress: TableProgress):
+        self.dump, self.lease, self.progress = dump, lease, progress
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="dblog-stage")
+        self._flight: tuple[Future, ChunkRead, float] | None = None
+        self._started, self._rows = time.monotonic(), 0
+
+    def start(self, schema: TableSchema, chunk: ChunkRead, read_s: float) -> None:
+        assert self._flight is None, "settle the window in flight first"
+        write = partial(self.dump.staged.write_chunk, self.dump.source.name, schema, chunk.meta, chunk.rows, chunk.ops)
+        self._flight = (self._pool.submit(write), chunk, read_s)
+
+    def settle(self) -> None:
+        if self._flight is None:
+            return
+        future, chunk, read_s = self._flight
+        self._flight = None
+        waited = time.monotonic()
+        try:
+            future.result()
+        except StagingError as exc:
+            # Progress stays at the last staged chunk and the lease goes with this worker, so
+            # `dump_status` reports the table failed and a re-run continues from there.
+            raise StagingError(f"{exc} Then resume dump {self.dump.dump_id} with `dblog dump run "
+                               f"{self.dump.dump_id}` (Airflow: clear its task), or cancel it (`dblog dump cancel "
+                               f"{self.dump.dump_id}`).") from exc
+        crash_point("dump.after_staging")
+        progress, rows = self.progress, len(chunk.rows)
+        # Working time: the read, and the part of the staging the next read did not hide.
+        record_chunk_rate(progress, rows, read_s + time.monotonic() - waited)
+        progress.chunks, progress.rows = progress.chunks + 1, progress.rows + rows
+        progress.next_chunk = chunk.meta.chunk + 1
+        progress.after_key, progress.list_offset = chunk.after_key, chunk.list_offset
+        self._rows += rows
+        progress.rows_per_s = self._rows / max(time.monotonic() - self._started, 1e-9)
+        self.dump.store.fenced_put(self.lease, self.dump.progress_path, asdict(progress))
+        if self.dump.on_chunk:
+            self.dump.on_chunk(progress, rows)
+
+    def close(self) -> None:
+        """Waits for a staging in flight (no write outlives the worker's lease), unrecorded: a
+        resume reads that window again."""
+        self._pool.shutdown(wait=True)
 
 
 def run_dump(store: StateStore, source: Source, staged: StagedLog, dump_id: str,

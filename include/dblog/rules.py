@@ -4,6 +4,7 @@
 * `window_survivors`: Algorithm 1 steps 6-7 (drop chunk rows touched inside the window).
 * `ordered_output`: the paper's output order (Figure 4).
 * `merge_latest`: the warehouse merge rule (highest position wins; deletes are tombstones).
+* `disjoint_chunks`: when chunks cannot hold a key twice (a first load then needs no ranking).
 
 The Spark jobs apply the same rules to DataFrames; tests hold both to the same cases.
 """
@@ -75,6 +76,27 @@ class Chunk:
     window: Window
     rows: tuple[ChunkRow, ...]
     dump_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ChunkRange:
+    """The keys a range chunk read: after `key_from` (None: from the first) up to `key_to`, as the
+    JSON its dump records them in (`staged.ChunkMeta`); both None for a key-list chunk."""
+    dump_id: str
+    chunk: int
+    key_from: str | None
+    key_to: str | None
+
+
+def disjoint_chunks(chunks: Iterable[ChunkRange]) -> bool:
+    """Whether no key can be in two of `chunks`: they are range chunks of one dump that follow
+    one another, each starting exactly where the one before it ended. A dump reads the keys after
+    its cursor in the source's key order, so such chunks are disjoint; a re-read after a crash or
+    a takeover, a key-list chunk or a second dump breaks the chain (and the merge ranks records)."""
+    ordered = sorted(chunks, key=lambda c: c.chunk)
+    if len({c.dump_id for c in ordered}) > 1 or any(c.key_to is None for c in ordered):
+        return False
+    return all(later.key_from == earlier.key_to for earlier, later in zip(ordered, ordered[1:]))
 
 
 def ordered_output(events: Iterable[ChangeEvent], chunks: Iterable[Chunk],

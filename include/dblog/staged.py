@@ -38,6 +38,7 @@ TOMBSTONES = (Op.DELETE, Op.ABSENT)  # the ops after which the key has no row
 POSITION, OP, TXID, COMMIT_TS, UNCHANGED = "_position", "_op", "_txid", "_commit_ts", "_unchanged"
 OLD_KEY, BEFORE = "_old_key", "_before"
 DUMP_ID, CHUNK, LW, HW = "_dump_id", "_chunk", "_lw", "_hw"
+KEY_FROM, KEY_TO = "_key_from", "_key_to"
 
 LOG_FIELDS = [
     pa.field(POSITION, pa.string(), nullable=False),
@@ -53,8 +54,8 @@ CHUNK_FIELDS = [
     pa.field(OP, pa.string(), nullable=False),     # Op.READ or Op.ABSENT
     pa.field(LW, pa.string(), nullable=False),     # watermark ids (UUIDs) bracketing the read
     pa.field(HW, pa.string(), nullable=False),
-    pa.field("_key_from", pa.string()),            # range chunk: JSON of the exclusive lower key bound
-    pa.field("_key_to", pa.string()),              # range chunk: JSON of the last key read
+    pa.field(KEY_FROM, pa.string()),               # range chunk: JSON of the exclusive lower key bound
+    pa.field(KEY_TO, pa.string()),                 # range chunk: JSON of the last key read
     pa.field("_list_from", pa.int64()),            # key-list chunk: its slice [from, to) of the sorted list
     pa.field("_list_to", pa.int64()),
     pa.field("_read_ts", pa.timestamp("us", tz="UTC")),

@@ -2,12 +2,15 @@
 key ranges read at once between one LW and one HW, and a window that fails on one split."""
 import json
 import logging
+import threading
 
 import pytest
 from conftest import settle
+from dblog import state as paths
 from dblog.dump import DumpSpec, TableDump, create_dump
 from dblog.schema import normalize_key
 from dblog.staged import ChunkMeta
+from dblog.staging import StagedLog
 from dblog.windows import WindowReader, plan_window
 from test_convergence import assert_converged
 
@@ -81,7 +84,8 @@ def test_a_dump_reading_four_key_ranges_per_window_converges_under_writes_on_eve
 def test_a_window_whose_one_split_read_fails_is_read_again_as_a_whole_and_no_half_window_is_recorded(
         postgres, caplog):
     """One split's connection is ended by the server between two windows, so the next window's
-    read on it fails while its other splits succeed. (On MariaDB the driver's ping reconnects a
+    read on it fails while its other splits succeed (chunk k is recorded after window k+1 is
+    read: the window read next is k+2). (On MariaDB the driver's ping reconnects a
     dropped idle connection before the read, so no window fails that way there; the source
     restart test of test_faults runs parallel windows on both sources.)"""
     src = postgres
@@ -101,7 +105,7 @@ def test_a_window_whose_one_split_read_fails_is_read_again_as_a_whole_and_no_hal
     with caplog.at_level(logging.WARNING, logger="dblog"):
         result = dumper.run()
     assert killed and result.status == "done"
-    assert any("chunk 2 of" in r.getMessage() and "retrying" in r.getMessage() for r in caplog.records), \
+    assert any("chunk 3 of" in r.getMessage() and "retrying" in r.getMessage() for r in caplog.records), \
         "the failed window was not retried"
     metas = chunk_metas(src, table, dump_id)
     assert [m.chunk for m in metas] == list(range(result.chunks))
@@ -111,4 +115,35 @@ def test_a_window_whose_one_split_read_fails_is_read_again_as_a_whole_and_no_hal
     assert len(keys) == len(set(keys)) == src.sql(f"SELECT COUNT(*) FROM {table}")[0][0]
     settle(src)
     assert_converged(src, ["accounts"])
+    store.stop()
+
+
+def test_the_next_window_is_read_while_one_is_staged_and_a_window_is_recorded_only_once_staged(mariadb):
+    """Each chunk's staging waits for the next window's LW: with the reads and the staging one
+    after the other that never comes (the wait times out and the test fails)."""
+    src = mariadb
+    src.workload(seed=45, rows=600).create()
+    store, source, table = src.store(), src.source(), src.table("accounts")
+    dump_id = create_dump(store, source, DumpSpec(tables=[table], chunk_size=100))
+    marks, lows, seen = [], {}, []
+    write_watermark = source.write_watermark
+
+    def watermark(slot, value):
+        write_watermark(slot, value)
+        marks.append(value)
+        if len(marks) % 2:   # each window writes its LW, then its HW (the last, empty one too)
+            lows.setdefault(len(marks) // 2, threading.Event()).set()
+
+    class Watched(StagedLog):
+        def write_chunk(self, source_name, schema, meta, rows, ops):
+            recorded = store.get(paths.table_progress_path(source.name, dump_id, table))["chunks"]
+            read_next = lows.setdefault(meta.chunk + 1, threading.Event()).wait(30)
+            seen.append((meta.chunk, recorded, read_next))
+            return super().write_chunk(source_name, schema, meta, rows, ops)
+
+    source.write_watermark = watermark
+    result = TableDump(store, source, Watched(str(src.staging)), dump_id, table).run()
+    assert result.status == "done" and result.rows == 600
+    assert [(n, n, True) for n in range(6)] == seen, \
+        "(chunk, chunks recorded when it was staged, next window read meanwhile) per chunk"
     store.stop()

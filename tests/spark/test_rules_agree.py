@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 from conftest import PORTS
 from pyspark.sql import functions as F
-from rule_cases import CASES, T, WM, checkpoint, python_visible
+from rule_cases import CASES, T, WM, checkpoint, chunk, ev, python_visible, wm
 
-from dblog.schema import Column, TableSchema
+from dblog.schema import Column, TableSchema, encode_key
 from dblog.spark import merge as M
 from dblog.spark.job import MergeResult, merge_inputs
 from dblog.staged import ChunkMeta, Op, absent_row, encode_event
@@ -32,9 +32,10 @@ def schema(table: str) -> TableSchema:
     return TableSchema(table, (Column("id", "bigint", pa.int64()), Column("v", "text", pa.string())), ("id",))
 
 
-def stage(root, log, chunks, copies: int = 1) -> StagedLog:
+def stage(root, log, chunks, copies: int = 1, ranges=None) -> StagedLog:
     """The case's events as the capture stages them (a copy after the first re-stages each event
-    in a segment of its own, as after a crash) and its chunks as a dump stages them."""
+    in a segment of its own, as after a crash) and its chunks as a dump stages them (`ranges`:
+    per chunk the key it read after, None for the first, and its last key)."""
     staged = StagedLog(str(root))
     for table in {e.table for e in log}:
         events = [e for e in log if e.table == table]
@@ -43,7 +44,10 @@ def stage(root, log, chunks, copies: int = 1) -> StagedLog:
             staged.write_segment(SOURCE, schema(table), [encode_event(e)])
     numbered = [(n, c) for n, c in enumerate(chunks * copies)]
     for number, (lw, hw, rows) in numbered:
-        staged.write_chunk(SOURCE, schema(T), ChunkMeta(DUMP, number, lw, hw),
+        after, last = ranges[number] if ranges else (None, None)
+        meta = ChunkMeta(DUMP, number, lw, hw, key_from=None if after is None else encode_key((after,)),
+                         key_to=None if last is None else encode_key((last,)))
+        staged.write_chunk(SOURCE, schema(T), meta,
                            [absent_row(schema(T), r.key) if r.row is None else (r.row["id"], r.row["v"]) for r in rows],
                            [Op.ABSENT if r.row is None else Op.READ for r in rows])
     return staged
@@ -64,8 +68,9 @@ def merge(spark, store, staged, upto, warehouse=None):
     if inputs.records is None:
         return stored, state
     names = [c for c, _ in inputs.columns]
+    # This helper's table state lists no stored files, so the job's "nothing stored" is said here.
     rows = M.merge_records(stored, inputs.records, inputs.key, names, dt.datetime.now(dt.timezone.utc),
-                           inputs.fill_unchanged, F.lit(0), 1).drop("_b")
+                           inputs.fill_unchanged, F.lit(0), 1, unique=inputs.unique and stored is None).drop("_b")
     after = TableState(SOURCE, T, inputs.key, list(inputs.columns), [Bucket(0, None)], log_upto=upto,
                        chunks=dict(state.chunks) if state else {})
     for dump_id, numbers in inputs.ready.items():
@@ -97,3 +102,29 @@ def test_re_staged_events_and_chunks_change_nothing(spark, store, tmp_path):
     log, chunks, expected = CASES["paper_k1_to_k6"]
     staged = stage(tmp_path, log, chunks, copies=2)
     assert visible(merge(spark, store, staged, checkpoint(log))) == expected
+
+
+# A first load: chunks staged with the key ranges they read; whether each key can have only one
+# record (the ranking skipped) and the rows stored.
+FIRST_LOADS = {
+    "chunks_that_follow_one_another": (
+        [wm(1, "lw1"), wm(2, "hw1"), wm(3, "lw2"), wm(4, "hw2")],
+        [chunk("lw1", "hw1", 1, 2, 3), chunk("lw2", "hw2", 4, 5)], [(None, 3), (3, 5)], True),
+    "a_re_read_overlapping_the_chunk_before": (   # a crash after staging, before progress
+        [wm(1, "lw1"), wm(2, "hw1"), wm(3, "lw2"), wm(4, "hw2")],
+        [chunk("lw1", "hw1", 1, 2, 3), chunk("lw2", "hw2", 2, 3, 4)], [(None, 3), (1, 4)], False),
+    "an_event_of_the_table_in_a_window": (
+        [wm(1, "lw1"), ev(2, 2), wm(3, "hw1"), wm(4, "lw2"), wm(5, "hw2")],
+        [chunk("lw1", "hw1", 1, 2, 3), chunk("lw2", "hw2", 4, 5)], [(None, 3), (3, 5)], False),
+}
+
+
+@pytest.mark.parametrize("name", FIRST_LOADS)
+def test_a_first_load_ranks_records_unless_its_chunks_cannot_share_a_key(spark, store, tmp_path, name):
+    log, chunks, ranges, unique = FIRST_LOADS[name]
+    staged = stage(tmp_path, log, chunks, ranges=ranges)
+    assert merge_inputs(spark, store, staged, SOURCE, T, None, checkpoint(log), MergeResult(SOURCE, T)).unique is unique
+    rows, _ = merge(spark, store, staged, checkpoint(log))
+    keys = [r["id"] for r in rows.collect()]
+    assert sorted(keys) == sorted(set(keys))   # each key stored once, however the rows were ranked
+    assert visible((rows, None)) == python_visible(log, chunks)

@@ -3,8 +3,10 @@ from dblog.events import ChangeEvent
 from dblog.positions import Position
 from dblog.rules import (
     Chunk,
+    ChunkRange,
     DumpRecord,
     Window,
+    disjoint_chunks,
     merge_latest,
     ordered_output,
     touched_in_window,
@@ -151,3 +153,22 @@ def test_a_chunk_is_ready_only_once_both_watermarks_are_staged_and_the_checkpoin
     assert not chunk_ready(pos(1), pos(5), pos(4)), "HW staged, checkpoint not past it: the window may be incomplete"
     assert not chunk_ready(None, pos(5), pos(9)) and not chunk_ready(pos(1), None, pos(9))
     assert not chunk_ready(pos(1), pos(5), None)
+
+
+def _ranges(*spans, dump="d1"):
+    return [ChunkRange(dump, n, None if a is None else f"[{a}]", None if b is None else f"[{b}]")
+            for n, (a, b) in enumerate(spans)]
+
+
+def test_chunks_each_starting_where_the_one_before_ended_cannot_share_a_key():
+    assert disjoint_chunks(_ranges((None, 3), (3, 7), (7, 9)))
+    assert disjoint_chunks(reversed(_ranges((None, 3), (3, 7))))   # listed in any order
+    assert disjoint_chunks(_ranges((12, 20)))                      # a resumed dump's first chunk
+    assert disjoint_chunks([])
+
+
+def test_a_re_read_a_broken_chain_a_second_dump_or_a_key_list_chunk_is_not_proven_disjoint():
+    assert not disjoint_chunks(_ranges((None, 3), (1, 7)))         # re-read after a crash
+    assert not disjoint_chunks(_ranges((None, 3), (5, 7)))         # not where the one before ended
+    assert not disjoint_chunks(_ranges((None, 3)) + _ranges((None, 2), dump="d2"))
+    assert not disjoint_chunks(_ranges((None, None)))              # key-list chunk: no range

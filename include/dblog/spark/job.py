@@ -35,6 +35,7 @@ from .. import state as paths
 from .. import watermarks
 from ..dump import dumping, finished_chunks
 from ..settings import settings
+from ..rules import disjoint_chunks
 from ..sources.base import WATERMARK_TABLE
 from ..staged import POSITION, ChunkFile, data_columns, key_columns
 from ..staging import StagedLog
@@ -112,6 +113,7 @@ class MergeInputs:
     ready: dict[str, set[int]] = field(default_factory=dict)   # dump id -> chunk numbers merged now
     fill_unchanged: bool = False
     chunk_counts: dict[str, int] = field(default_factory=dict)  # learnt now: see TableState.chunk_counts
+    unique: bool = False    # one record per key and nothing stored: a first load skips the ranking
 
 
 def _read(spark: SparkSession, staged: StagedLog, files: list[str]) -> DataFrame:
@@ -197,6 +199,7 @@ def _ready_chunks(spark: SparkSession, store: StateStore, staged: StagedLog, sou
     result.chunks = sum(len(v) for v in out.ready.values())
     for dump_id, numbers in out.ready.items():
         _dump_totals(result, dump_id)["chunks"] = len(numbers)
+    out.unique = disjoint_chunks(w.range() for w in ready)   # merge_inputs adds its other conditions
     lows = [w.low for w in ready if w.low is not None]  # every ready window has both positions
     if not lows:
         return None, None
@@ -238,8 +241,13 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
                            None if chunks is None else M.align(chunks, out.columns),
                            out.key, [c for c, _ in out.columns], after=done_upto)
     out.records, out.fill_unchanged = composed.records, composed.fill_unchanged
+    out.unique = out.unique and chunks is not None and events is None and _nothing_stored(state)
     result.newest_commit_ts, result.oldest_commit_ts = composed.newest_commit_ts, composed.oldest_commit_ts
     return out
+
+
+def _nothing_stored(state: TableState | None) -> bool:
+    return state is None or not any(b.files or b.tombstones for b in state.buckets)
 
 
 def merge_table(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse: Warehouse, source: str,
@@ -302,7 +310,8 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
                      merged_at=time.time())
     files, touched = [], set()
     if inputs.records is not None:
-        done = rewrite(spark, base, pending, inputs.records, upto, purge, bucket_rows, inputs.fill_unchanged)
+        done = rewrite(spark, base, pending, inputs.records, upto, purge, bucket_rows, inputs.fill_unchanged,
+                       inputs.unique)
         files, touched, new.buckets = done.files, done.touched, done.buckets
         result.buckets_written, result.log_events, result.survivors = done.written, done.log_events, \
             done.survivors_total

@@ -129,11 +129,18 @@ def as_records(rows: DataFrame) -> DataFrame:
 
 
 def merge_records(existing: DataFrame | None, records: DataFrame, key: list[str], columns: list[str],
-                  merged_at: datetime, fill_unchanged: bool, bucket: Column, buckets: int) -> DataFrame:
+                  merged_at: datetime, fill_unchanged: bool, bucket: Column, buckets: int,
+                  unique: bool = False) -> DataFrame:
     """Warehouse rows (with their bucket `_b`) after applying `records` to `existing` warehouse
-    rows by the merge rule. One shuffle, by bucket, serves the merge and the per-bucket write."""
+    rows by the merge rule. One shuffle, by bucket, serves the merge and the per-bucket write.
+    `unique`: one record per key and nothing stored (see `rules.latest`)."""
+    if unique and existing is not None:
+        raise ValueError("records are unique per key only when nothing is stored")
     incoming = records.withColumn("_merged_at", F.lit(merged_at).cast("timestamp")).withColumn("_prio", F.lit(1))
     both = incoming if existing is None else as_records(existing).unionByName(incoming)
-    both = both.withColumn("_b", bucket).repartition(buckets, "_b")
-    state = latest(both, key, columns, carry=("_merged_at",), fill_unchanged=fill_unchanged, within=("_b",))
+    both = both.withColumn("_b", bucket)
+    if not unique:
+        both = both.repartition(buckets, "_b")
+    state = latest(both, key, columns, carry=("_merged_at",), fill_unchanged=fill_unchanged, within=("_b",),
+                   unique=unique)
     return state.select(*columns, *[F.col(r).alias(m) for r, m in zip(_RECORD, META)], "_b")

@@ -15,8 +15,8 @@ from typing import Callable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..rules import chunk_ready
-from ..staged import CHUNK, COMMIT_TS, DUMP_ID, HW, LW, OLD_KEY, OP, POSITION, UNCHANGED, Op
+from ..rules import ChunkRange, chunk_ready
+from ..staged import CHUNK, COMMIT_TS, DUMP_ID, HW, KEY_FROM, KEY_TO, LW, OLD_KEY, OP, POSITION, UNCHANGED, Op
 from .rules import WINDOW, window_dropped, window_survivors
 
 
@@ -30,17 +30,25 @@ class ChunkWindow:
     low: str | None         # their positions (None: not staged yet)
     high: str | None
     rows: int
+    key_from: str | None = None   # the keys it read (`rules.ChunkRange`)
+    key_to: str | None = None
 
     def ready(self, upto: str) -> bool:
         return chunk_ready(self.low, self.high, upto)
+
+    def range(self) -> ChunkRange:
+        return ChunkRange(self.dump_id, self.chunk, self.key_from, self.key_to)
 
 
 def chunk_windows(chunks: DataFrame, positions: Callable[[set[str]], dict[str, str]]) -> list[ChunkWindow]:
     """The window of each chunk among `chunks` (staged chunk rows) (one small collect), with the
     positions `positions` finds for their watermark ids (`watermarks.positions`: those staged)."""
-    found = chunks.groupBy(DUMP_ID, CHUNK, LW, HW).count().collect()
+    # The same on every row of a chunk; files staged before the range columns existed lack them.
+    ranges = [(F.col(c) if c in chunks.columns else F.lit(None).cast("string")).alias(c) for c in (KEY_FROM, KEY_TO)]
+    found = chunks.groupBy(DUMP_ID, CHUNK, LW, HW, *ranges).count().collect()
     at = positions({r[LW] for r in found} | {r[HW] for r in found})
-    return [ChunkWindow(r[DUMP_ID], r[CHUNK], r[LW], r[HW], at.get(r[LW]), at.get(r[HW]), r["count"]) for r in found]
+    return [ChunkWindow(r[DUMP_ID], r[CHUNK], r[LW], r[HW], at.get(r[LW]), at.get(r[HW]), r["count"],
+                        r[KEY_FROM], r[KEY_TO]) for r in found]
 
 
 def with_windows(chunks: DataFrame, ready: list[ChunkWindow]) -> DataFrame:

@@ -39,8 +39,9 @@ class Rewritten:
 
 
 def rewrite(spark: SparkSession, base: TableState, pending: Pending, recs: DataFrame, upto: str, purge: bool,
-            bucket_rows: int, fill_unchanged: bool) -> Rewritten:
-    """Merge `recs` into the buckets they touch and write those buckets anew."""
+            bucket_rows: int, fill_unchanged: bool, unique: bool = False) -> Rewritten:
+    """Merge `recs` into the buckets they touch and write those buckets anew (`unique`: see
+    `merge.merge_records`)."""
     key, columns = base.key, base.columns
     types, names = dict(columns), [c for c, _ in columns]
     bounds = [b.lo for b in base.buckets]
@@ -61,7 +62,7 @@ def rewrite(spark: SparkSession, base: TableState, pending: Pending, recs: DataF
         fresh += was is None
     pieces = sum(1 for _, was in entries if was is None or was in touched)
     merged = M.merge_records(existing, recs, key, names, dt.datetime.now(dt.timezone.utc), fill_unchanged,
-                             M.bucket_of(key, types, [lo for lo, _ in entries]), max(1, pieces))
+                             M.bucket_of(key, types, [lo for lo, _ in entries]), max(1, pieces), unique)
     if purge:
         merged = merged.where(~(M.is_tombstone() & (F.col("_dblog_position") <= upto)))
     rows = (merged.withColumn(BUCKET, F.element_at(F.array(*[F.lit(x) for x in labels]), F.col("_b") + 1))

@@ -46,7 +46,7 @@ def window_dropped(chunks: DataFrame, log: DataFrame, key: list[str]) -> DataFra
 
 
 def latest(recs: DataFrame, key: list[str], columns: list[str], carry: tuple[str, ...] = (),
-           fill_unchanged: bool = True, within: tuple[str, ...] = ()) -> DataFrame:
+           fill_unchanged: bool = True, within: tuple[str, ...] = (), unique: bool = False) -> DataFrame:
     """Per key the record with the highest position (the merge rule), tombstones included.
     On equal positions (the same event merged twice) a lower `_prio`, when present, wins.
 
@@ -57,6 +57,8 @@ def latest(recs: DataFrame, key: list[str], columns: list[str], carry: tuple[str
     repair of those keys, and a stored row (`_prio` 0) keeps it unknown until a newer record
     replaces the row. Window-fill records (`WINDOW`) only fill, they never win.
     `within`: columns that depend on the key only (a bucket): the windows reuse their partitioning.
+    `unique`: the caller knows each key has one record (`dblog.rules.disjoint_chunks`, nothing
+    stored, no event): it is the latest, so the ranking (a sort of every record) is skipped.
     """
     meta = [POSITION, OP, "_origin", DUMP_ID, *carry]
     prio = ["_prio"] if "_prio" in recs.columns else []
@@ -86,6 +88,8 @@ def latest(recs: DataFrame, key: list[str], columns: list[str], carry: tuple[str
         value_cols = list(values)
         missing = F.when(~tomb, F.col(UNCHANGED)) if UNCHANGED in recs.columns else F.lit(None)
     filler = F.col("_origin") == F.lit(WINDOW)
+    if unique:
+        return recs.select(*columns, *meta, missing.cast("array<string>").alias("_missing"), *within).where(~filler)
     order = [filler.asc(), F.col(POSITION).desc()] + [F.col(p) for p in prio]
     newest = Window.partitionBy(*within, *key).orderBy(*order)
     return (recs.select(*within, *key, *value_cols, *meta, *prio, missing.cast("array<string>").alias("_missing"))
