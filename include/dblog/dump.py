@@ -162,7 +162,7 @@ def split_cursor(record: dict, key_list: bool) -> dict:
 
 def record_chunk_rate(progress: TableProgress, rows: int, seconds: float, window: int = RATE_WINDOW) -> None:
     """Fold one chunk into the current rate. `seconds` is the chunk's working time (watermarks,
-    SELECT, staging), so a pause or the throttle delay never dilutes it: the figure says how fast
+    SELECT, and the staging the next read did not hide), so a pause or the throttle delay never dilutes it: the figure says how fast
     the dump reads while it reads, and an ETA adds the delays it knows of."""
     progress.recent_chunks = (progress.recent_chunks + [[rows, round(seconds, 4)]])[-window:]
     busy = sum(s for _, s in progress.recent_chunks)
@@ -475,6 +475,8 @@ class TableDump:
         reading, staging = replace(progress), _Staging(self, lease, progress)
         try:
             while True:
+                if self._changed.is_set():   # a pause, throttle or cancel: record the window in flight first
+                    staging.settle()
                 control = self._control()
                 if control["state"] == CANCELLED:
                     staging.settle()
@@ -499,6 +501,9 @@ class TableDump:
                 if control["delay_s"] > 0:
                     self._changed.wait(control["delay_s"])
             self.store.fenced_put(lease, self.progress_path, asdict(progress))
+        except BaseException:
+            staging.settle_after_failure()
+            raise
         finally:
             staging.close()
         return progress
@@ -584,9 +589,18 @@ class _Staging:
         if self.dump.on_chunk:
             self.dump.on_chunk(progress, rows)
 
+    def settle_after_failure(self) -> None:
+        """The dump is failing for another reason (a read that gave up, ZooKeeper, a stop): a
+        window staged meanwhile is still recorded while the lease holds, so a re-run does not read
+        it again; what cannot be recorded is logged, the first error stays the one raised."""
+        try:
+            self.settle()
+        except Exception as exc:  # noqa: BLE001 - the failure being raised matters more
+            log.warning("%s: the window in flight was not recorded (%s); a re-run reads it again",
+                        self.dump.table, exc)
+
     def close(self) -> None:
-        """Waits for a staging in flight (no write outlives the worker's lease), unrecorded: a
-        resume reads that window again."""
+        """Waits for a staging in flight, so none runs on after the worker returns."""
         self._pool.shutdown(wait=True)
 
 

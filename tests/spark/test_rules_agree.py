@@ -110,9 +110,9 @@ FIRST_LOADS = {
     "chunks_that_follow_one_another": (
         [wm(1, "lw1"), wm(2, "hw1"), wm(3, "lw2"), wm(4, "hw2")],
         [chunk("lw1", "hw1", 1, 2, 3), chunk("lw2", "hw2", 4, 5)], [(None, 3), (3, 5)], True),
-    "a_re_read_overlapping_the_chunk_before": (   # a crash after staging, before progress
+    "a_re_read_overlapping_the_chunk_before": (   # a crash after staging, before progress: read again from the cursor
         [wm(1, "lw1"), wm(2, "hw1"), wm(3, "lw2"), wm(4, "hw2")],
-        [chunk("lw1", "hw1", 1, 2, 3), chunk("lw2", "hw2", 2, 3, 4)], [(None, 3), (1, 4)], False),
+        [chunk("lw1", "hw1", 1, 2, 3), chunk("lw2", "hw2", 2, 3, 4)], [(None, 3), (None, 4)], False),
     "an_event_of_the_table_in_a_window": (
         [wm(1, "lw1"), ev(2, 2), wm(3, "hw1"), wm(4, "lw2"), wm(5, "hw2")],
         [chunk("lw1", "hw1", 1, 2, 3), chunk("lw2", "hw2", 4, 5)], [(None, 3), (3, 5)], False),

@@ -199,7 +199,7 @@ def _ready_chunks(spark: SparkSession, store: StateStore, staged: StagedLog, sou
     result.chunks = sum(len(v) for v in out.ready.values())
     for dump_id, numbers in out.ready.items():
         _dump_totals(result, dump_id)["chunks"] = len(numbers)
-    out.unique = disjoint_chunks(w.range() for w in ready)   # merge_inputs adds its other conditions
+    out.unique = bool(ready) and disjoint_chunks(w.range() for w in ready)   # merge_inputs adds the rest
     lows = [w.low for w in ready if w.low is not None]  # every ready window has both positions
     if not lows:
         return None, None

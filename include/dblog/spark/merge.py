@@ -138,9 +138,8 @@ def merge_records(existing: DataFrame | None, records: DataFrame, key: list[str]
         raise ValueError("records are unique per key only when nothing is stored")
     incoming = records.withColumn("_merged_at", F.lit(merged_at).cast("timestamp")).withColumn("_prio", F.lit(1))
     both = incoming if existing is None else as_records(existing).unionByName(incoming)
-    both = both.withColumn("_b", bucket)
-    if not unique:
-        both = both.repartition(buckets, "_b")
+    # Kept for unique records too: it is what gives each bucket about one file.
+    both = both.withColumn("_b", bucket).repartition(buckets, "_b")
     state = latest(both, key, columns, carry=("_merged_at",), fill_unchanged=fill_unchanged, within=("_b",),
                    unique=unique)
     return state.select(*columns, *[F.col(r).alias(m) for r, m in zip(_RECORD, META)], "_b")

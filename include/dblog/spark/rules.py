@@ -60,6 +60,8 @@ def latest(recs: DataFrame, key: list[str], columns: list[str], carry: tuple[str
     `unique`: the caller knows each key has one record (`dblog.rules.disjoint_chunks`, nothing
     stored, no event): it is the latest, so the ranking (a sort of every record) is skipped.
     """
+    if unique and fill_unchanged:
+        raise ValueError("records unique per key have no earlier record to fill values from")
     meta = [POSITION, OP, "_origin", DUMP_ID, *carry]
     prio = ["_prio"] if "_prio" in recs.columns else []
     values = [c for c in columns if c not in key]
