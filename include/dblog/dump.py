@@ -162,8 +162,9 @@ def split_cursor(record: dict, key_list: bool) -> dict:
 
 def record_chunk_rate(progress: TableProgress, rows: int, seconds: float, window: int = RATE_WINDOW) -> None:
     """Fold one chunk into the current rate. `seconds` is the chunk's working time (watermarks,
-    SELECT, and the staging the next read did not hide), so a pause or the throttle delay never dilutes it: the figure says how fast
-    the dump reads while it reads, and an ETA adds the delays it knows of."""
+    SELECT, and the staging the next read did not hide), so a pause or the throttle delay never
+    dilutes it: the figure says how fast the dump reads while it reads, and an ETA adds the
+    delays it knows of."""
     progress.recent_chunks = (progress.recent_chunks + [[rows, round(seconds, 4)]])[-window:]
     busy = sum(s for _, s in progress.recent_chunks)
     progress.recent_rows_per_s = round(sum(r for r, _ in progress.recent_chunks) / busy, 1) if busy > 0 else None
@@ -507,7 +508,6 @@ class TableDump:
         finally:
             staging.close()
         return progress
-
 
     def _read_chunk(self, schema: TableSchema, keys: list[tuple] | None, progress: TableProgress, number: int,
                     limit: int, parallelism: int) -> tuple[ChunkRead | None, TableSchema]:
