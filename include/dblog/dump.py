@@ -499,7 +499,8 @@ class TableDump:
                 staging.start(schema, chunk, read_s)
                 reading.next_chunk = chunk_no + 1
                 reading.after_key, reading.list_offset = chunk.after_key, chunk.list_offset
-                if control["delay_s"] > 0:
+                if control["delay_s"] > 0:   # a throttled dump records each window before it waits
+                    staging.settle()
                     self._changed.wait(control["delay_s"])
             self.store.fenced_put(lease, self.progress_path, asdict(progress))
         except BaseException:
