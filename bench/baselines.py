@@ -65,8 +65,8 @@ def spark_session():
                     "spark.jars": ",".join(JARS.values())})
 
 
-def spark_jdbc(spark, kind: str, ns: str, out: str, partitions: int | None = None) -> int:
-    lo, hi = key_range(kind, ns)
+def jdbc(kind: str, ns: str) -> tuple[str, dict]:
+    """The JDBC URL and properties of a bench source."""
     if kind == "mysql":
         # The jdbc:mysql scheme selects Spark's MySQL dialect (backquoted names); the MariaDB
         # driver takes it with permitMysqlScheme.
@@ -74,11 +74,15 @@ def spark_jdbc(spark, kind: str, ns: str, out: str, partitions: int | None = Non
         driver = "org.mariadb.jdbc.Driver"
     else:
         url, driver = f"jdbc:postgresql://127.0.0.1:{PORTS['POSTGRES']}/shop", "org.postgresql.Driver"
+    return url, {"user": "dblog", "password": _password(), "driver": driver, "fetchsize": "10000"}
+
+
+def spark_jdbc(spark, kind: str, ns: str, out: str, partitions: int | None = None) -> int:
+    lo, hi = key_range(kind, ns)
+    url, props = jdbc(kind, ns)
     partitions = partitions or int(os.environ.get("DBLOG_BENCH_JDBC_PARTITIONS", str(2 * (os.cpu_count() or 2))))
     df = spark.read.jdbc(url, f"{ns}.{TABLE}", column="id", lowerBound=lo, upperBound=hi + 1,
-                         numPartitions=partitions,
-                         properties={"user": "dblog", "password": _password(), "driver": driver,
-                                     "fetchsize": "10000"})
+                         numPartitions=partitions, properties=props)
     df.write.mode("overwrite").parquet(out)
     return spark.read.parquet(out).count()
 

@@ -27,10 +27,10 @@ from .retry import reconnecting
 from .schema import TableSchema, decode_key, encode_key, normalize_key
 from .settings import DUMP_ID, settings
 from .sources.base import WATERMARK_TABLE, Source, SourceError, SourceUnavailable
-from .staged import ChunkMeta, Op, absent_row
+from .staged import ChunkMeta, Op, Rows, absent_row, last_key
 from .staging import StagedLog, StagingError
 from .state import Lease, StateStore
-from .windows import WindowReader, plan_window
+from .windows import WindowReader, WindowReads, plan_window
 
 log = logging.getLogger("dblog.dump")
 RUNNING, PAUSED, CANCELLED = "running", "paused", "cancelled"
@@ -388,7 +388,7 @@ def set_control(store: StateStore, source: str, dump_id: str, **changes) -> dict
 class ChunkRead:
     """A chunk as read, to be staged (rows as tuples in schema column order, an op per row), and
     the progress cursors once it is: where the next chunk starts."""
-    rows: list[tuple]
+    rows: Rows
     ops: list[Op]
     meta: ChunkMeta
     after_key: str | None
@@ -414,7 +414,7 @@ class TableDump:
         self.slot = hashlib.sha1(f"{dump_id}/{table}".encode()).hexdigest()
         self._changed = threading.Event()
         self._control_seen: dict | None = None
-        self.reader = WindowReader(source)
+        self.reader: WindowReads = WindowReader(source)   # a big table's: see _choose_reader
 
     def run(self, lease_timeout: float | None = 0) -> TableProgress:
         try:
@@ -467,6 +467,7 @@ class TableDump:
             # number, so its late file can never replace one of ours under the same name: every
             # chunk file stays a valid read of its own window, and the merge takes each one.
             progress.next_chunk = (progress.chunks if progress.next_chunk is None else progress.next_chunk) + 1
+        self._choose_reader(progress)
         progress.status = RUNNING
         progress.started_at = progress.started_at or time.time()
         self.store.fenced_put(lease, self.progress_path, asdict(progress))  # a successor sees RUNNING
@@ -510,6 +511,20 @@ class TableDump:
             staging.close()
         return progress
 
+    def _choose_reader(self, progress: TableProgress) -> None:
+        """Spark executors read a big table's windows (see `dblog.spark.window_reads`); a small
+        table, whose whole dump takes less than starting Spark, and a key list are read here."""
+        tuned = settings().dump
+        if self.scope["keys"] is not None:
+            return
+        big = (progress.estimated_rows or 0) >= tuned.spark_min_rows
+        if tuned.reader == "spark" or (tuned.reader == "auto" and big):
+            from .spark.session import session   # pyspark only where it is used
+            from .spark.window_reads import SparkWindowReader
+            self.reader.close()
+            self.reader = SparkWindowReader(self.source, session("dblog-dump"))
+            log.info("%s: windows are read on Spark executors (%s reader)", self.table, tuned.reader)
+
     def _read_chunk(self, schema: TableSchema, keys: list[tuple] | None, progress: TableProgress, number: int,
                     limit: int, parallelism: int) -> tuple[ChunkRead | None, TableSchema]:
         """One window (see `windows`): plan its splits from the progress cursor, LW, read them
@@ -530,11 +545,11 @@ class TableDump:
         found = self.source.select_keys(schema, batch) if keys is not None else self.reader.read(schema, splits)
         self.source.write_watermark(self.slot, hw)
         read_ts = dt.datetime.now(dt.timezone.utc)
-        if keys is None and not found:
+        if keys is None and not len(found):
             return None, schema
-        rows, ops = list(found), [Op.READ] * len(found)
         if keys is not None:
             # A requested key the source no longer has is staged as absent: the repair deletes it.
+            rows, ops = list(found), [Op.READ] * len(found)
             present = {normalize_key(schema.key_of_tuple(r), schema) for r in found}
             absent = [k for k in batch if k not in present]
             rows += [absent_row(schema, k) for k in absent]
@@ -542,9 +557,9 @@ class TableDump:
             offset = progress.list_offset + len(batch)
             meta = ChunkMeta(self.dump_id, number, lw, hw, read_ts, list_from=progress.list_offset, list_to=offset)
             return ChunkRead(rows, ops, meta, None, offset), schema
-        last = encode_key(normalize_key(schema.key_of_tuple(found[-1]), schema))
+        last = encode_key(last_key(schema, found))
         meta = ChunkMeta(self.dump_id, number, lw, hw, read_ts, key_from=progress.after_key, key_to=last)
-        return ChunkRead(rows, ops, meta, last, 0), schema
+        return ChunkRead(found, [Op.READ] * len(found), meta, last, 0), schema
 
 
 class _Staging:

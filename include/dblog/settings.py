@@ -54,6 +54,15 @@ class Dump:
         1, "DBLOG_DUMP_PARALLELISM", "splits a dump window reads at once, each on its own connection "
         "(a window reads about chunk size x parallelism rows), when a dump names none",
         minimum=1, maximum="dump.max_parallelism")
+    reader: str = setting(
+        "threads", "DBLOG_DUMP_READER", "where a range dump's windows are read: `threads` (in the dump's process, a "
+        "connection per split), `spark` (one Spark task per split, decoded in executors: the Performance "
+        "section measures both), `auto` (Spark for a table of at least `DBLOG_DUMP_SPARK_MIN_ROWS` rows)",
+        choices=("auto", "spark", "threads"))
+    spark_min_rows: int = setting(
+        1_000_000, "DBLOG_DUMP_SPARK_MIN_ROWS", "with the `auto` reader, the estimated rows from which a table's "
+        "windows are read on Spark (starting Spark costs seconds; a small table is done sooner without)",
+        minimum=0, maximum=10**15)
     max_parallelism: int = setting(
         16, "DBLOG_MAX_PARALLELISM", "most splits a user may ask one window to read at once: each holds a "
         "source connection while the window is open", minimum=1, maximum=256)

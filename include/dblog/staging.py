@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from . import storage
 from .schema import TableSchema
-from .staged import (LOG_FIELDS, POSITION, ChunkFile, ChunkMeta, Op, SegmentFile, chunk_table, hidden_segments,
+from .staged import (LOG_FIELDS, POSITION, ChunkFile, ChunkMeta, Op, Rows, SegmentFile, chunk_table, hidden_segments,
                      is_staged, log_table, temporary_name)
 
 
@@ -85,9 +85,9 @@ class StagedLog:
         self._atomic_write(path, table)
         return path
 
-    def write_chunk(self, source: str, schema: TableSchema, meta: ChunkMeta, rows: list[tuple],
+    def write_chunk(self, source: str, schema: TableSchema, meta: ChunkMeta, rows: Rows,
                     ops: list[Op]) -> str:
-        """Stage a chunk: rows as tuples in schema column order, an op per row."""
+        """Stage a chunk: its rows (see `staged.Rows`), an op per row."""
         path = f"{self.chunk_dir(source, schema.name, meta.dump_id)}/{ChunkFile(meta.dump_id, meta.chunk).name}"
         self._atomic_write(path, chunk_table(schema, meta, rows, ops))
         return path

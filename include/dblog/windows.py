@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import Protocol
 
 from .schema import TableSchema
 from .sources.base import Source
+from .staged import Rows
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,17 @@ def plan_window(source: Source, schema: TableSchema, after: tuple | None, upto: 
         start = boundary
     splits.append(Split(start, upto, split_rows))
     return splits
+
+
+class WindowReads(Protocol):
+    """Reads a window's splits: in this process (`WindowReader`) or on Spark executors
+    (`dblog.spark.window_reads.SparkWindowReader`)."""
+
+    def read(self, schema: TableSchema, splits: list[Split]) -> Rows:
+        """Every split's rows, in split order (so in key order); any read failing fails the whole."""
+
+    def close(self) -> None:
+        """Let go of what the reads held (connections, threads)."""
 
 
 class WindowReader:

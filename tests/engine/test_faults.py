@@ -175,23 +175,29 @@ def test_of_two_captures_started_together_exactly_one_stages_and_checkpoints(mar
     store.stop()
 
 
-@pytest.mark.parametrize("point", ["dump.after_high_watermark", "dump.after_staging"])
-def test_a_dump_killed_at_a_named_point_resumes_after_its_last_recorded_chunk_and_converges(mariadb, point):
+@pytest.mark.parametrize(("point", "reader"), [("dump.after_high_watermark", "threads"),
+                                               ("dump.after_staging", "threads"),
+                                               ("dump.after_high_watermark", "spark")])
+def test_a_dump_killed_at_a_named_point_resumes_after_its_last_recorded_chunk_and_converges(mariadb, point, reader):
+    """With the Spark reader, the killed process is the Spark driver (its executors' JVM goes with it)."""
     mariadb.workload(seed=40, rows=1500).create()
     mariadb.start_capture()
     writer = mariadb.spawn_workload(seconds=3600, seed=41, rows=1500)
     table = mariadb.table("accounts")
     dump_id = mariadb.dblog("dump", "--source", mariadb.source_id, "--table", "accounts", "--chunk-size", "50",
                             "--create-only", check=True).stdout.strip()
-    crashed = mariadb.dblog("dump", "run", dump_id, "--source", mariadb.source_id, env={"DBLOG_CRASH_AT": f"{point}@5"})
+    env = {"DBLOG_DUMP_READER": reader}
+    crashed = mariadb.dblog("dump", "run", dump_id, "--source", mariadb.source_id,
+                            env={**env, "DBLOG_CRASH_AT": f"{point}@5"})
     assert crashed.returncode == -signal.SIGKILL
     with mariadb.store() as store:
         assert store.get(paths.table_progress_path(mariadb.source_id, dump_id, table))["chunks"] == 4
     staged_before = chunk_numbers(mariadb, table, dump_id)
     assert staged_before == ([0, 1, 2, 3] if point == "dump.after_high_watermark" else [0, 1, 2, 3, 4])
-    resumed = json.loads(mariadb.dblog("dump", "run", dump_id, "--source", mariadb.source_id, check=True).stdout)
+    resumed = mariadb.dblog("dump", "run", dump_id, "--source", mariadb.source_id, check=True, env=env)
     writer.terminate(); writer.wait()
-    assert resumed["tables"][table]["status"] == "done"
+    assert ("read on Spark executors" in resumed.stderr) == (reader == "spark")
+    assert json.loads(resumed.stdout)["tables"][table]["status"] == "done"
     assert chunk_numbers(mariadb, table, dump_id)[:len(staged_before) + 1] == staged_before + [5]
     settle(mariadb)
     assert_converged(mariadb, ["accounts"])

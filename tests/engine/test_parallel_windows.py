@@ -60,13 +60,15 @@ def chunk_metas(src, table, dump_id) -> list[ChunkMeta]:
     return [ChunkMeta.of(staged.read_chunk(p)) for p in staged.chunk_files(src.source_id, table, dump_id)]
 
 
-def test_a_dump_reading_four_key_ranges_per_window_converges_under_writes_on_every_key_kind(src):
+@pytest.mark.parametrize("reader", ["threads", "spark"])
+def test_a_dump_reading_four_key_ranges_per_window_converges_under_writes_on_every_key_kind(src, reader):
     src.workload(seed=42, rows=3000).create()
     create_labels(src, 2000)
     src.start_capture()
     writer = src.spawn_workload(seconds=3600, seed=43, rows=3000)
     dump = src.dblog("dump", "start", "par4", "--source", src.source_id, "--all", "--chunk-size", "37",
-                     "--parallelism", "4", check=True)
+                     "--parallelism", "4", check=True, env={"DBLOG_DUMP_READER": reader})
+    assert ("read on Spark executors" in dump.stderr) == (reader == "spark"), dump.stderr[-2000:]
     assert writer.poll() is None, "the writer must still be running when the dump ends"
     writer.terminate(); writer.wait()
     tables = json.loads(dump.stdout)["tables"]
@@ -147,3 +149,28 @@ def test_the_next_window_is_read_while_one_is_staged_and_a_window_is_recorded_on
     assert [(n, n, True) for n in range(6)] == seen, \
         "(chunk, chunks recorded when it was staged, next window read meanwhile) per chunk"
     store.stop()
+
+
+def test_an_executor_killed_mid_window_fails_that_window_which_is_read_again_as_a_whole(src, tmp_path):
+    """The Spark reader: the Python worker reading the fourth split dies (SIGKILL, once), so its
+    window's job fails; the window is read again (fresh watermarks, the same chunk number) and
+    nothing of the failed one is staged or recorded."""
+    src.workload(seed=46, rows=2000).create()
+    src.start_capture()
+    writer = src.spawn_workload(seconds=3600, seed=47, rows=2000)
+    once = tmp_path / "an-executor-was-killed"
+    dump = src.dblog("dump", "start", "killed", "--source", src.source_id, "--table", "accounts",
+                     "--chunk-size", "60", "--parallelism", "3", check=True,
+                     env={"DBLOG_DUMP_READER": "spark", "DBLOG_CRASH_AT": "dump.split_read@2",
+                          "DBLOG_CRASH_ONCE": str(once)})
+    writer.terminate(); writer.wait()
+    assert once.exists(), "no executor reached the crash point"
+    assert "the Spark job reading" in dump.stderr and "retrying" in dump.stderr, dump.stderr[-3000:]
+    table = src.table("accounts")
+    metas = chunk_metas(src, table, "killed")
+    result = json.loads(dump.stdout)["tables"][table]
+    assert [m.chunk for m in metas] == list(range(result["chunks"])), "a failed window left a chunk behind"
+    assert [m.key_from for m in metas[1:]] == [m.key_to for m in metas[:-1]], "windows do not follow each other"
+    settle(src)
+    assert_converged(src, ["accounts"])
+

@@ -42,8 +42,9 @@ def rows(kind: str) -> list[tuple]:
     return [one, two, nulls]
 
 
-@pytest.mark.parametrize("parallelism", [1, 2])
-def test_a_dumped_row_stages_exactly_the_values_the_capture_staged_for_it_for_every_column_kind(src, parallelism):
+@pytest.mark.parametrize(("reader", "parallelism"), [("threads", 1), ("threads", 2), ("spark", 2)])
+def test_a_dumped_row_stages_exactly_the_values_the_capture_staged_for_it_for_every_column_kind(
+        src, reader, parallelism):
     create, insert = (s.format(ns=src.namespace) for s in KINDS[src.kind])
     src.sql(create)
     src.start_capture()
@@ -55,7 +56,7 @@ def test_a_dumped_row_stages_exactly_the_values_the_capture_staged_for_it_for_ev
         admin.close()
     table = src.table("kinds")
     src.dblog("dump", "--source", src.source_id, "--table", "kinds", "--chunk-size", "1",
-              "--parallelism", str(parallelism), check=True)
+              "--parallelism", str(parallelism), check=True, env={"DBLOG_DUMP_READER": reader})
     settle(src)
     staged = src.staged()
     log = staged.read_log(src.source_id, table)

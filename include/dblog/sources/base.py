@@ -151,6 +151,17 @@ class Source(abc.ABC):
         other._conn, other._lock, other._schemas, other._known = None, threading.Lock(), {}, {}
         return other
 
+    def __getstate__(self) -> dict:
+        """A source travels to Spark executors (a dump's split reads) without its connection,
+        lock and caches: each process connects for itself."""
+        state = dict(self.__dict__)
+        state.update(_conn=None, _lock=None, _schemas={}, _known={})
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     # One SQL connection per source object, shared by the capture's reading and staging threads.
     _disconnects: tuple[type[BaseException], ...] = ()  # driver errors after which it is replaced
 

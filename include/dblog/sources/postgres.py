@@ -125,6 +125,11 @@ class PostgresSource(Source):
         other._repl = other._repl_cursor = None  # the stream's connection stays the original's
         return other
 
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.update(_repl=None, _repl_cursor=None)
+        return state
+
     def close(self) -> None:
         for c in (self._conn, self._repl):
             if c is not None and not c.closed:

@@ -1,0 +1,110 @@
+"""A dump's windows read by Spark executors against the same dump read by threads in the dump's
+process; same table, same parallelism, same run, alternating reps.
+
+    python bench/reader_bench.py mysql|postgres [ROWS=1000000] [CHUNK=20000] [PARALLELISM=2] [REPS=3]
+    python bench/reader_bench.py windows mysql|postgres [SPLIT=100000] [PARALLELISM=2]
+
+The `windows` form times one window's reads alone (the same planned splits, into Arrow in the
+dump's process) three ways: threads, Spark tasks over the native drivers (the `spark` reader),
+and Spark's JDBC reader (a query per split: what a JVM decode would buy, values not converted to
+the staged types). Run it after the first form, which creates the table.
+
+Creates bench_reader.t (bench/bigtable.py) once and dumps it REPS times each way, no capture
+running (a dump stages without one). The Spark session is started before the first timed dump
+(a dump task starts it once per process). Prints rows/s per way (median) and the ratio.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import bigtable  # noqa: E402
+from common import run_sql, source, staged, store  # noqa: E402
+
+NS = "bench_reader"
+WAYS = ("spark", "threads")
+
+
+def main(kind: str, rows: int = 1_000_000, chunk: int = 20_000, parallelism: int = 2, reps: int = 3) -> dict:
+    import dblog.dump as D
+    from dblog.capture import ensure_checkpoint
+    from dblog.spark.session import session
+    bigtable.create(kind, NS, rows)
+    src, st, stage = source(kind, "bench_reader", NS), store(), staged()
+    rates: dict[str, list[float]] = {w: [] for w in WAYS}
+    session("dblog-dump")
+    try:
+        ensure_checkpoint(st, src)
+        for _ in range(reps):
+            for way in WAYS:
+                os.environ["DBLOG_DUMP_READER"] = way
+                dump_id = D.create_dump(st, src, D.DumpSpec(tables=[f"{NS}.{bigtable.TABLE}"], chunk_size=chunk,
+                                                            parallelism=parallelism))
+                started = time.perf_counter()
+                progress = D.run_dump(st, src, stage, dump_id)[0]
+                rates[way].append(progress.rows / (time.perf_counter() - started))
+    finally:
+        os.environ.pop("DBLOG_DUMP_READER", None)
+        shutil.rmtree(stage.root, ignore_errors=True)
+        src.close()
+        st.stop()
+        if kind == "postgres":
+            run_sql(kind, f"SELECT pg_drop_replication_slot('{src.slot}')")
+    med = {w: round(statistics.median(r)) for w, r in rates.items()}
+    out = {"kind": kind, "rows": rows, "chunk": chunk, "parallelism": parallelism, "reps": reps,
+           "rows_per_s": med, "ratio": round(med["spark"] / med["threads"], 2)}
+    print(out, flush=True)
+    return out
+
+
+def windows(kind: str, split: int = 100_000, parallelism: int = 2) -> dict:
+    import baselines
+    from dblog.spark.window_reads import SparkWindowReader
+    from dblog.staged import data_table
+    from dblog.windows import WindowReader, plan_window
+    src = source(kind, "bench_reader", NS)
+    schema = src.table_schema(f"{NS}.{bigtable.TABLE}")
+    spark = baselines.spark_session()
+    threads, tasks = WindowReader(src), SparkWindowReader(src, spark)
+    url, props = baselines.jdbc(kind, NS)
+    quote = src.dialect.quote
+
+    def jdbc(splits):
+        # Each split as a predicate over the planned keys: one JDBC partition (a task) per split.
+        preds = [" AND ".join([f"{quote('id')} > {s.after[0]}" if s.after else "1=1",
+                               f"{quote('id')} <= {s.upto[0]}" if s.upto else f"{quote('id')} <= "
+                               f"{s.after[0] + s.limit if s.after else s.limit}"]) for s in splits]
+        return spark.read.jdbc(url, f"{NS}.{bigtable.TABLE}", predicates=preds, properties=props).toArrow()
+
+    ways = {"threads": lambda sp: data_table(schema, threads.read(schema, sp)),
+            "spark_tasks": lambda sp: tasks.read(schema, sp), "spark_jdbc": jdbc}
+    rates: dict[str, list[float]] = {w: [] for w in ways}
+    after = None
+    for n in range(5):  # 1M rows: a warm-up and four windows of 2 x 100k
+        splits = plan_window(src, schema, after, None, split, parallelism)
+        for way, read in ways.items():
+            started = time.perf_counter()
+            got = read(splits)
+            if n:  # the first window warms each way (Python workers, JDBC driver classes)
+                rates[way].append(got.num_rows / (time.perf_counter() - started))
+        after = (got.column("id")[-1].as_py(),)
+    threads.close()
+    med = {w: round(statistics.median(r)) for w, r in rates.items()}
+    out = {"kind": kind, "split": split, "parallelism": parallelism, "window_rows_per_s": med}
+    print(out, flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if args[:1] == ["windows"] and args[1:2] and args[1] in ("mysql", "postgres"):
+        sys.exit(windows(args[1], *(int(a) for a in args[2:4])) and None)
+    if not args or args[0] not in ("mysql", "postgres"):
+        sys.exit(__doc__)
+    main(args[0], *(int(a) for a in args[1:5]))
