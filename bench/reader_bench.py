@@ -7,7 +7,8 @@ process; same table, same parallelism, same run, alternating reps.
 The `windows` form times one window's reads alone (the same planned splits, into Arrow in the
 dump's process) three ways: threads, Spark tasks over the native drivers (the `spark` reader),
 and Spark's JDBC reader (a query per split: what a JVM decode would buy, values not converted to
-the staged types). Run it after the first form, which creates the table.
+the staged types; its predicates assume bigtable's dense ids from 1). Run it after the first
+form, which creates the table.
 
 Creates bench_reader.t (bench/bigtable.py) once and dumps it REPS times each way, no capture
 running (a dump stages without one). The Spark session is started before the first timed dump
@@ -95,6 +96,7 @@ def windows(kind: str, split: int = 100_000, parallelism: int = 2) -> dict:
                 rates[way].append(got.num_rows / (time.perf_counter() - started))
         after = (got.column("id")[-1].as_py(),)
     threads.close()
+    src.close()
     med = {w: round(statistics.median(r)) for w, r in rates.items()}
     out = {"kind": kind, "split": split, "parallelism": parallelism, "window_rows_per_s": med}
     print(out, flush=True)

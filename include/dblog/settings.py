@@ -172,10 +172,12 @@ class Retention:
 @dataclass(frozen=True)
 class Spark:
     master: str = setting(
-        "", "DBLOG_SPARK_MASTER", "Spark master of `dblog merge` (empty: spark-submit's, else `local[*]`)",
+        "", "DBLOG_SPARK_MASTER", "Spark master of `dblog merge` and of dumps read on Spark (empty: "
+        "spark-submit's, else `local[*]`)",
         accepts="a Spark master URL")
     driver_memory: str = setting(
-        "4g", "DBLOG_SPARK_DRIVER_MEMORY", "driver memory of the merge (in process and spark-submit)",
+        "4g", "DBLOG_SPARK_DRIVER_MEMORY", "driver memory of the merge (in process and spark-submit) and of a "
+        "dump read on Spark",
         pattern=r"[0-9]+[kmgtp]?", accepts="a JVM size such as `512m` or `4g`")
     shuffle_partitions: int = setting(
         8, "DBLOG_SPARK_PARTITIONS", "shuffle partitions of the merge session", minimum=1, maximum=100_000)

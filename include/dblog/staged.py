@@ -303,7 +303,11 @@ def rows_table(schema: TableSchema, meta_fields: list[pa.Field], rows: Rows,
     arrays: list[pa.Array | pa.ChunkedArray]
     if isinstance(rows, pa.Table):
         # Checked, not trusted: a table read with another schema version must not stage as this one.
-        arrays = [rows.column(f.name).cast(f.type, safe=True) for f in schema.arrow_fields()]
+        want = [(f.name, f.type) for f in schema.arrow_fields()]
+        got = [(f.name, f.type) for f in rows.schema]
+        if got != want:
+            raise ValueError(f"rows read for {schema.name} have columns {got}, not its staged columns {want}")
+        arrays = list(rows.columns)
     else:
         data = list(zip(*rows)) if rows else [()] * len(schema.columns)
         arrays = [_array(list(values), f) for values, f in zip(data, target)]

@@ -14,6 +14,7 @@ window; it is then retried as a whole (`WindowReadFailed` is transient).
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from ..faults import crash_point
@@ -42,18 +43,41 @@ class SparkWindowReader:
         try:
             out = tasks.mapInArrow(read, _TASK_OUT).toArrow()
         except Exception as exc:  # noqa: BLE001 - py4j and PySpark raise several kinds
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise WindowReadFailed(f"{self.source.name}: the Spark job reading {len(splits)} split(s) of "
-                                   f"{schema.name} failed ({first}); the window is read again") from exc
-        results = sorted(out.to_pylist(), key=lambda r: r["split"])
-        for r in results:
-            if r["error"] is not None:
-                raise (WindowReadFailed if r["transient"] else SourceError)(r["error"])
-        tables = [pa.ipc.open_stream(r["data"]).read_all() for r in results]
+            raise _job_failure(self.source, schema, len(splits), exc) from exc
+        if sorted(out.column("split").to_pylist()) != list(range(len(splits))):
+            # A window staged with a split missing would move its cursor past rows never read.
+            raise WindowReadFailed(f"{self.source.name}: the Spark job reading {schema.name} returned splits "
+                                   f"{sorted(out.column('split').to_pylist())} of {len(splits)}; read again")
+        order = pc.sort_indices(out.column("split")).to_pylist()
+        for i in order:
+            if out.column("error")[i].is_valid:
+                error = WindowReadFailed if out.column("transient")[i].as_py() else SourceError
+                raise error(out.column("error")[i].as_py())
+        # Read from the returned buffers as they are: a window is in memory once, not three times.
+        tables = [pa.ipc.open_stream(out.column("data")[i].as_buffer()).read_all() for i in order]
         return pa.concat_tables(tables) if tables else data_table(schema, [])
 
     def close(self) -> None:
         """The session is the caller's (one per process, shared by its dumps)."""
+
+
+# A lost executor or Python worker (killed, out of memory) is worth a retry of the window; any
+# other failure of the job (results over spark.driver.maxResultSize, an executor that cannot
+# import dblog or its drivers) would fail again the same way, and says what to fix.
+_LOST = ("Python worker exited unexpectedly", "ExecutorLostFailure", "Connection reset", "worker crashed")
+
+
+def _job_failure(source: Source, schema: TableSchema, splits: int, exc: Exception) -> SourceError:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    cause = next((ln for ln in lines if any(k in ln for k in _LOST)), None) or \
+        next((ln for ln in reversed(lines) if ln.startswith(("Caused by", "org.apache.spark", "pyspark"))), None) or \
+        (lines[0] if lines else type(exc).__name__)
+    what = f"{source.name}: the Spark job reading {splits} split(s) of {schema.name} failed: {cause[:500]}"
+    if any(k in ln for ln in lines for k in _LOST):
+        return WindowReadFailed(f"{what}; the window is read again")
+    return SourceError(f"{what}. Fix Spark's side (the dump's session: DBLOG_SPARK_MASTER, "
+                       "DBLOG_SPARK_DRIVER_MEMORY; executors need dblog and the source's driver), or read in "
+                       "the dump's process with DBLOG_DUMP_READER=threads; re-running the dump resumes it")
 
 
 def _split_reader(source: Source, schema: TableSchema, splits: list[Split]):
