@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 from dblog_dev import local
@@ -69,6 +71,32 @@ def store():
 def staged():
     from dblog.staging import StagedLog
     return StagedLog(tempfile.mkdtemp(prefix="dblog-bench-", dir=str(ROOT / ".local")))
+
+
+@contextmanager
+def dump_rig(kind: str, name: str, ns: str):
+    """(source, store, staged log) for in-process dumps of a bench table, the capture checkpoint
+    set (a dump needs one, not a running capture); all of it removed afterwards."""
+    from dblog.capture import ensure_checkpoint
+    src, st, stage = source(kind, name, ns), store(), staged()
+    try:
+        ensure_checkpoint(st, src)
+        yield src, st, stage
+    finally:
+        shutil.rmtree(stage.root, ignore_errors=True)
+        src.close()
+        st.stop()
+        if kind == "postgres":
+            run_sql(kind, f"SELECT pg_drop_replication_slot('{src.slot}')")
+
+
+def dump_rate(rig, spec) -> float:
+    """Rows/s of one in-process dump of `spec` (a DumpSpec) on a `dump_rig`."""
+    import dblog.dump as D
+    src, st, stage = rig
+    dump_id = D.create_dump(st, src, spec)
+    started = time.perf_counter()
+    return D.run_dump(st, src, stage, dump_id)[0].rows / (time.perf_counter() - started)
 
 
 def timed(fn):

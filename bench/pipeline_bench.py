@@ -8,16 +8,14 @@ no capture running (a dump stages without one). Prints rows/s per way (median) a
 """
 from __future__ import annotations
 
-import shutil
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 import bigtable  # noqa: E402
-from common import run_sql, source, staged, store  # noqa: E402
+from common import dump_rate, dump_rig  # noqa: E402
 
 NS = "bench_pipeline"
 
@@ -33,28 +31,19 @@ def one_after_the_other(staging_cls):
 
 def main(kind: str, rows: int = 1_000_000, chunk: int = 20_000, reps: int = 3) -> dict:
     import dblog.dump as D
-    from dblog.capture import ensure_checkpoint
     bigtable.create(kind, NS, rows)
-    src, st, stage = source(kind, "bench_pipeline", NS), store(), staged()
     pipelined = D._Staging
     ways = {"pipelined": pipelined, "sequential": one_after_the_other(pipelined)}
     rates: dict[str, list[float]] = {w: [] for w in ways}
     try:
-        ensure_checkpoint(st, src)
-        for _ in range(reps):
-            for way, cls in ways.items():
-                D._Staging = cls
-                dump_id = D.create_dump(st, src, D.DumpSpec(tables=[f"{NS}.{bigtable.TABLE}"], chunk_size=chunk))
-                started = time.perf_counter()
-                progress = D.run_dump(st, src, stage, dump_id)[0]
-                rates[way].append(progress.rows / (time.perf_counter() - started))
+        with dump_rig(kind, "bench_pipeline", NS) as rig:
+            for _ in range(reps):
+                for way, cls in ways.items():
+                    D._Staging = cls
+                    rates[way].append(dump_rate(rig, D.DumpSpec(tables=[f"{NS}.{bigtable.TABLE}"],
+                                                                chunk_size=chunk)))
     finally:
         D._Staging = pipelined
-        shutil.rmtree(stage.root, ignore_errors=True)
-        src.close()
-        st.stop()
-        if kind == "postgres":
-            run_sql(kind, f"SELECT pg_drop_replication_slot('{src.slot}')")
     med = {w: round(statistics.median(r)) for w, r in rates.items()}
     out = {"kind": kind, "rows": rows, "chunk": chunk, "reps": reps, "rows_per_s": med,
            "ratio": round(med["pipelined"] / med["sequential"], 2)}

@@ -17,7 +17,6 @@ running (a dump stages without one). The Spark session is started before the fir
 from __future__ import annotations
 
 import os
-import shutil
 import statistics
 import sys
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import bigtable  # noqa: E402
-from common import run_sql, source, staged, store  # noqa: E402
+from common import dump_rate, dump_rig, source  # noqa: E402
 
 NS = "bench_reader"
 WAYS = ("spark", "threads")
@@ -34,29 +33,19 @@ WAYS = ("spark", "threads")
 
 def main(kind: str, rows: int = 1_000_000, chunk: int = 20_000, parallelism: int = 2, reps: int = 3) -> dict:
     import dblog.dump as D
-    from dblog.capture import ensure_checkpoint
     from dblog.spark.session import session
     bigtable.create(kind, NS, rows)
-    src, st, stage = source(kind, "bench_reader", NS), store(), staged()
     rates: dict[str, list[float]] = {w: [] for w in WAYS}
     session("dblog-dump")
     try:
-        ensure_checkpoint(st, src)
-        for _ in range(reps):
-            for way in WAYS:
-                os.environ["DBLOG_DUMP_READER"] = way
-                dump_id = D.create_dump(st, src, D.DumpSpec(tables=[f"{NS}.{bigtable.TABLE}"], chunk_size=chunk,
-                                                            parallelism=parallelism))
-                started = time.perf_counter()
-                progress = D.run_dump(st, src, stage, dump_id)[0]
-                rates[way].append(progress.rows / (time.perf_counter() - started))
+        with dump_rig(kind, "bench_reader", NS) as rig:
+            for _ in range(reps):
+                for way in WAYS:
+                    os.environ["DBLOG_DUMP_READER"] = way
+                    rates[way].append(dump_rate(rig, D.DumpSpec(tables=[f"{NS}.{bigtable.TABLE}"],
+                                                                chunk_size=chunk, parallelism=parallelism)))
     finally:
         os.environ.pop("DBLOG_DUMP_READER", None)
-        shutil.rmtree(stage.root, ignore_errors=True)
-        src.close()
-        st.stop()
-        if kind == "postgres":
-            run_sql(kind, f"SELECT pg_drop_replication_slot('{src.slot}')")
     med = {w: round(statistics.median(r)) for w, r in rates.items()}
     out = {"kind": kind, "rows": rows, "chunk": chunk, "parallelism": parallelism, "reps": reps,
            "rows_per_s": med, "ratio": round(med["spark"] / med["threads"], 2)}
