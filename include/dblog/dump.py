@@ -386,8 +386,8 @@ def set_control(store: StateStore, source: str, dump_id: str, **changes) -> dict
 
 @dataclass(frozen=True)
 class ChunkRead:
-    """A chunk as read, to be staged (rows as tuples in schema column order, an op per row), and
-    the progress cursors once it is: where the next chunk starts."""
+    """A chunk as read, to be staged (its rows, see `staged.Rows`, an op per row), and the
+    progress cursors once it is: where the next chunk starts."""
     rows: Rows
     ops: list[Op]
     meta: ChunkMeta
