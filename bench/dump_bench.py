@@ -97,8 +97,17 @@ def _stop(writer, out: str) -> list[tuple[float, float]]:
     return json.loads(Path(out).read_text())
 
 
-def under_writes(kind: str, spark, rows: int, chunk_size: int, rate: float, baseline_s: float) -> dict:
-    """Scenario 3 (one run per tool; the table keeps changing from tool to tool)."""
+def ours_label(parallelism: int) -> str:
+    """Scenario 3's name for a dblog run: `ours` at parallelism 1, `ours_p4` at 4."""
+    return "ours" if parallelism == 1 else f"ours_p{parallelism}"
+
+
+def under_writes(kind: str, spark, rows: int, chunk_size: int, rate: float, baseline_s: float,
+                 tools: tuple[str, ...] = TOOLS, parallelisms: tuple[int, ...] = (1,)) -> dict:
+    """Scenario 3 (one run per tool, dblog once per parallelism; the table keeps changing from
+    run to run)."""
+    runs = [(ours_label(p), p) for p in parallelisms] if "ours" in tools else []
+    runs += [(t, 1) for t in tools if t != "ours"]
     bigtable.create(kind, NS, rows)
     h = Harness(kind, NS, f"bench_{kind}")
     h.start_capture()
@@ -115,19 +124,20 @@ def under_writes(kind: str, spark, rows: int, chunk_size: int, rate: float, base
                              "lag_s_p50": round(pct(probe.lag(t0 + 5, t1), 0.5), 2),
                              "lag_s_max": round(max(probe.lag(t0 + 5, t1), default=0), 2),
                              "longest_pause_s": round(probe.longest_pause(t0 + 5, t1), 2)}
-        for tool in TOOLS:
+        for tool, parallelism in runs:
             print(f"    {tool} under {rate:.0f} row changes/s", flush=True)
             out, samples = f"{h.dir}/latency-{tool}.json", []
+            ours = tool.startswith("ours")
             w, t0 = _writer(h, rate, out), time.time()
             time.sleep(2)  # the writer is connected and writing before the copy starts
-            if tool == "ours":
-                rows_done, dump_s = h.dump(TABLE, chunk_size, probe=probe, samples=samples)
-                r = {"rows": rows_done, "seconds": dump_s}
+            if ours:
+                rows_done, dump_s = h.dump(TABLE, chunk_size, probe=probe, samples=samples, parallelism=parallelism)
+                r = {"rows": rows_done, "seconds": dump_s, "parallelism": parallelism}
             else:
                 r = baseline(tool, kind, spark, f"{h.dir}/{tool}")
             t1 = time.time()
             lat = [s * 1000 for t, s in _stop(w, out) if t0 + 2 <= t <= t1]
-            if tool == "ours":
+            if ours:
                 r["catch_up_s"] = h.catch_up()
                 r["merge_s"] = h.merge(spark, TABLE)
                 r["copy"] = h.warehouse_table(TABLE)

@@ -76,8 +76,9 @@ def writes(doc: dict) -> list[str]:
                 f"capture pause {nd['longest_pause_s']} s)", ""]
         rows = []
         for tool, v in r["tools"].items():
-            ours = tool == "ours"
-            name = "**dblog** dump (merged once the writes stop)" if ours else TOOLS[tool]
+            ours = tool.startswith("ours")
+            name = TOOLS.get(tool) if not ours else "**dblog** dump (merged once the writes stop)" + \
+                (f", parallelism {v['parallelism']}" if v.get("parallelism", 1) != 1 else "")
             rows.append([name, v["rows_per_s"], f"{v['write_ms_p99']} ({v['write_p99_vs_no_dump']}x)",
                          f"{v['lag_s_p50']} / {v['lag_s_max']}" if ours else "n/a",
                          v["longest_pause_s"] if ours else "n/a", v["differ"]["total"]])
@@ -128,18 +129,23 @@ def sweep(doc: dict) -> list[str]:
 
 
 def plot(doc: dict, path: Path) -> None:
+    """Dump rows/s and capture lag over time, a line per source and dblog run (parallelism)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     for kind, r in doc["result"].items():
-        ours = r["tools"]["ours"]
-        t = [s["t"] for s in ours["timeline"]]
-        rates = [0] + [(b["rows"] - a["rows"]) / max(b["t"] - a["t"], 1e-9)
-                       for a, b in zip(ours["timeline"], ours["timeline"][1:])]
-        top.plot(t, [x / 1000 for x in rates], label=NAMES[kind])
-        bottom.plot([s["t"] for s in ours["lag_timeline"]], [s["lag_s"] for s in ours["lag_timeline"]],
-                    label=NAMES[kind])
+        for tool, ours in r["tools"].items():
+            if not tool.startswith("ours"):
+                continue
+            several = sum(t.startswith("ours") for t in r["tools"]) > 1
+            label = NAMES[kind] + (f", parallelism {ours.get('parallelism', 1)}" if several else "")
+            t = [s["t"] for s in ours["timeline"]]
+            rates = [0] + [(b["rows"] - a["rows"]) / max(b["t"] - a["t"], 1e-9)
+                           for a, b in zip(ours["timeline"], ours["timeline"][1:])]
+            top.plot(t, [x / 1000 for x in rates], label=label)
+            bottom.plot([s["t"] for s in ours["lag_timeline"]], [s["lag_s"] for s in ours["lag_timeline"]],
+                        label=label)
     top.set_ylabel("dump rows/s (thousands)")
     bottom.set_ylabel("capture lag (s)")
     bottom.set_xlabel("seconds since the writer started (the dump starts 2 s in)")
@@ -166,6 +172,13 @@ def write(out: Path) -> str:
             if name == "writes":
                 plot(doc, out / "writes.png")
                 lines += ["![dump throughput and capture lag over time](writes.png)", ""]
+    per_parallelism = out / "writes-parallelism.json"   # scenario 3, dblog once per parallelism
+    if per_parallelism.exists():
+        doc = json.loads(per_parallelism.read_text())
+        lines += writes(doc) + ["", f"<sub>writes-parallelism: {doc['when']}, {doc['machine']}, "
+                                    f"{doc['minutes']} min</sub>", ""]
+        plot(doc, out / "writes-parallelism.png")
+        lines += ["![dump throughput and capture lag per parallelism](writes-parallelism.png)", ""]
     text = "\n".join(lines)
     (out / "bench.md").write_text(text)
     return text

@@ -19,6 +19,9 @@ Sizes and settings (environment; defaults fit 2 cores / 24 GiB):
   DBLOG_BENCH_BASELINE_SECONDS=60      DBLOG_BENCH_CAPTURE_ROWS=100000  DBLOG_BENCH_MERGE_ROWS=1000000
   DBLOG_BENCH_SWEEP_ROWS=1000000       DBLOG_BENCH_SWEEP_SIZES=2000,5000,20000,50000
   DBLOG_BENCH_SWEEP_PARALLELISM=1,2,4,8
+  DBLOG_BENCH_WRITES_TOOLS=ours,plain,spark_jdbc,dlt  DBLOG_BENCH_WRITES_PARALLELISM=1 (scenario 3: dblog
+    once per parallelism, e.g. 1,2,4,8)
+  DBLOG_BENCH_RESULT_SUFFIX (e.g. -parallelism: results go to <part><suffix>.json, beside the main ones)
   DBLOG_MERGE_EVERY_MINUTES=5 (the scheduled merge)  DBLOG_MERGE_CONTINUOUS_EVERY_SECONDS (default dblog's)
   DBLOG_BENCH_FRESHNESS_SECONDS=600 (continuous; 1800 for the memory figure)
   DBLOG_BENCH_FRESHNESS_SCHEDULED_SECONDS=900 (0: skip)  DBLOG_BENCH_FRESHNESS_RATE=1000 row changes/s a source
@@ -71,7 +74,10 @@ def part(name: str, kinds: list[str], spark_session) -> dict:
         return {k: dump_bench.idle(k, spark_session(), rows, chunk, int(env("DUMP_REPS", "3")), tools) for k in kinds}
     if name == "writes":
         import dump_bench
-        return {k: dump_bench.under_writes(k, spark_session(), rows, chunk, rate, baseline_s) for k in kinds}
+        tools = tuple(env("WRITES_TOOLS", ",".join(dump_bench.TOOLS)).split(","))
+        parallelisms = tuple(int(p) for p in env("WRITES_PARALLELISM", "1").split(","))
+        return {k: dump_bench.under_writes(k, spark_session(), rows, chunk, rate, baseline_s, tools, parallelisms)
+                for k in kinds}
     if name == "merge":
         import merge_bench
         rows, zk = int(env("MERGE_ROWS", "1000000")), f"127.0.0.1:{PORTS['ZK']}"
@@ -118,7 +124,7 @@ def main() -> int:
         doc = {"when": started.isoformat(timespec="seconds"), "machine": machine(),
                "minutes": round((dt.datetime.now(dt.timezone.utc) - started).total_seconds() / 60, 1),
                "result": result}
-        (OUT / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
+        (OUT / f"{name}{env('RESULT_SUFFIX', '')}.json").write_text(json.dumps(doc, indent=2) + "\n")
     print(report.write(OUT))
     return 0
 

@@ -1,6 +1,12 @@
-"""The window planner's rule, over a key list standing in for the key index."""
+"""The window planner's rule, over a key list standing in for the key index; which failures of a
+window's Spark job are retried."""
 import bisect
 
+import pyarrow as pa
+
+from dblog.schema import Column, TableSchema
+from dblog.sources.base import SourceError
+from dblog.spark.window_reads import WindowReadFailed, _job_failure
 from dblog.windows import Split, plan_window
 
 
@@ -41,3 +47,21 @@ def test_boundaries_never_pass_the_dump_s_upper_key():
     index = KeyIndex([(k,) for k in range(100)])
     splits = plan_window(index, None, None, (6,), 5, 4)
     assert splits == [Split(None, (4,)), Split((4,), (6,), 5)]
+
+
+class Named:
+    name = "shop_db"
+
+
+def test_a_spark_job_that_lost_a_worker_is_retried_and_any_other_failure_fails_with_its_cause_and_fix():
+    schema = TableSchema("app.t", (Column("id", "int", pa.int64()),), ("id",))
+    lost = RuntimeError("An error occurred while calling o81.collectAsArrowToPython.\n"
+                        "org.apache.spark.SparkException: Python worker exited unexpectedly (crashed)")
+    failed = _job_failure(Named(), schema, 3, lost)
+    assert isinstance(failed, WindowReadFailed) and "Python worker exited unexpectedly" in str(failed)
+    too_big = RuntimeError("An error occurred while calling o81.collectAsArrowToPython.\n"
+                           "org.apache.spark.SparkException: Job aborted: Total size of serialized results "
+                           "of 3 tasks (1100.0 MiB) is bigger than spark.driver.maxResultSize (1024.0 MiB)")
+    failed = _job_failure(Named(), schema, 3, too_big)
+    assert type(failed) is SourceError, "a failure that recurs must not be retried as a lost worker"
+    assert "maxResultSize" in str(failed) and "DBLOG_DUMP_READER=threads" in str(failed)
