@@ -4,10 +4,10 @@ process; same table, same parallelism, same run, alternating reps.
     python bench/reader_bench.py mysql|postgres [ROWS=1000000] [CHUNK=20000] [PARALLELISM=2] [REPS=3]
     python bench/reader_bench.py windows mysql|postgres [SPLIT=100000] [PARALLELISM=2]
 
-The `windows` form times one window's reads alone (the same planned splits, into Arrow in the
-dump's process) three ways: threads, Spark tasks over the native drivers (the `spark` reader),
-and Spark's JDBC reader (a query per split: what a JVM decode would buy, values not converted to
-the staged types; its predicates assume bigtable's dense ids from 1). Run it after the first
+The `windows` form times one window's splits read and staged as Parquet (the same planned
+splits, no watermarks) three ways: threads, Spark tasks over the native drivers (the `spark`
+reader), and Spark's JDBC reader writing Parquet (a query per split: what a JVM decode would buy,
+values not converted to the staged types; its predicates assume bigtable's dense ids from 1). Run it after the first
 form, which creates the table.
 
 Creates bench_reader.t (bench/bigtable.py) once and dumps it REPS times each way, no capture
@@ -16,6 +16,7 @@ running (a dump stages without one). The Spark session is started before the fir
 """
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import sys
@@ -54,36 +55,48 @@ def main(kind: str, rows: int = 1_000_000, chunk: int = 20_000, parallelism: int
 
 
 def windows(kind: str, split: int = 100_000, parallelism: int = 2) -> dict:
+    import tempfile
+
     import baselines
     from dblog.spark.window_reads import SparkWindowReader
-    from dblog.staged import data_table
-    from dblog.windows import WindowReader, plan_window
+    from dblog.staging import StagedLog
+    from dblog.windows import SplitStaging, WindowPlan, WindowReader, plan_window
     src = source(kind, "bench_reader", NS)
     schema = src.table_schema(f"{NS}.{bigtable.TABLE}")
     spark = baselines.spark_session()
     threads, tasks = WindowReader(src), SparkWindowReader(src, spark)
     url, props = baselines.jdbc(kind, NS)
     quote = src.dialect.quote
+    scratch = tempfile.mkdtemp(prefix="reader-bench-", dir=os.environ.get("DBLOG_BENCH_SCRATCH"))
+    stage = SplitStaging(StagedLog(scratch), "bench")
 
-    def jdbc(splits):
-        # Each split as a predicate over the planned keys: one JDBC partition (a task) per split.
+    def jdbc(plan):
+        # Each split as a predicate over the planned keys: one JDBC partition (a task) per split,
+        # written as Parquet, as a Spark user copies a table.
         preds = [" AND ".join([f"{quote('id')} > {s.after[0]}" if s.after else "1=1",
                                f"{quote('id')} <= {s.upto[0]}" if s.upto else f"{quote('id')} <= "
-                               f"{s.after[0] + s.limit if s.after else s.limit}"]) for s in splits]
-        return spark.read.jdbc(url, f"{NS}.{bigtable.TABLE}", predicates=preds, properties=props).toArrow()
+                               f"{s.after[0] + s.limit if s.after else s.limit}"]) for s in plan.splits]
+        spark.read.jdbc(url, f"{NS}.{bigtable.TABLE}", predicates=preds, properties=props) \
+            .write.mode("overwrite").parquet(f"{scratch}/jdbc-{plan.chunk}")
 
-    ways = {"threads": lambda sp: data_table(schema, threads.read(schema, sp)),
-            "spark_tasks": lambda sp: tasks.read(schema, sp), "spark_jdbc": jdbc}
+    ways = {"threads": lambda plan: threads.read(schema, plan, stage),
+            "spark_tasks": lambda plan: tasks.read(schema, plan, stage), "spark_jdbc": jdbc}
     rates: dict[str, list[float]] = {w: [] for w in ways}
-    after = None
+    after, number = None, 0
     for n in range(5):  # 1M rows: a warm-up and four windows of 2 x 100k
         splits = plan_window(src, schema, after, None, split, parallelism)
+        rows = 0
         for way, read in ways.items():
+            plan = WindowPlan.fresh(number, splits)
+            number += plan.parts
             started = time.perf_counter()
-            got = read(splits)
+            got = read(plan)
+            took = time.perf_counter() - started
+            rows = rows or sum(r.rows for r in got)
             if n:  # the first window warms each way (Python workers, JDBC driver classes)
-                rates[way].append(got.num_rows / (time.perf_counter() - started))
-        after = (got.column("id")[-1].as_py(),)
+                rates[way].append(rows / took)
+            if got:
+                after = (json.loads(plan.end_after({r.index: r for r in got}))[0],)
     threads.close()
     src.close()
     med = {w: round(statistics.median(r)) for w, r in rates.items()}

@@ -1,10 +1,11 @@
 """Watermark chunk dumps (the paper's Algorithm 1, steps 2-4), throttled and resumable.
 
-Per chunk: write a fresh low watermark, SELECT the next chunk in key order, write a fresh high
-watermark, stage the rows with their watermark ids, then record progress in ZooKeeper. The log
-side of the algorithm (steps 5-7) runs later, over the durable staged log (see `reconcile`),
-so the capture never pauses. Progress is fenced by the table's lease, so a worker that lost its
-ZooKeeper session cannot record progress over its successor's.
+Per window: record its plan in ZooKeeper, write a fresh low watermark, SELECT its key ranges in
+key order and stage each as a chunk file with the window's watermark ids, write the high
+watermark, then record progress. The log side of the algorithm (steps 5-7) runs later, over the
+durable staged log (see `reconcile`), so the capture never pauses. Progress is fenced by the
+table's lease, so a worker that lost its ZooKeeper session cannot record progress over its
+successor's; a window it left unfinished is closed by the next worker (see `windows`).
 """
 from __future__ import annotations
 
@@ -16,8 +17,7 @@ import math
 import threading
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 from typing import Callable
 
@@ -27,10 +27,10 @@ from .retry import reconnecting
 from .schema import TableSchema, decode_key, encode_key, normalize_key
 from .settings import DUMP_ID, settings
 from .sources.base import WATERMARK_TABLE, Source, SourceError, SourceUnavailable
-from .staged import ChunkMeta, Op, Rows, absent_row, last_key
+from .staged import ChunkMeta, Op, absent_row
 from .staging import StagedLog, StagingError
 from .state import Lease, StateStore
-from .windows import WindowReader, WindowReads, plan_window
+from .windows import SplitRead, SplitStaging, WindowPlan, WindowReader, WindowReads, plan_window
 
 log = logging.getLogger("dblog.dump")
 RUNNING, PAUSED, CANCELLED = "running", "paused", "cancelled"
@@ -97,6 +97,7 @@ class TableProgress:
     estimated_rows: int | None = None         # set at create_dump: key count, or the source's estimate
     recent_rows_per_s: float | None = None    # rows / working seconds of the last RATE_WINDOW chunks
     recent_chunks: list = field(default_factory=list)  # [[rows, working seconds], ...] behind it
+    window: dict | None = None                # the window in flight (`windows.WindowPlan.record`)
 
     @classmethod
     def load(cls, record: dict, path: str) -> "TableProgress":
@@ -384,19 +385,8 @@ def set_control(store: StateStore, source: str, dump_id: str, **changes) -> dict
     return current
 
 
-@dataclass(frozen=True)
-class ChunkRead:
-    """A chunk as read, to be staged (its rows, see `staged.Rows`, an op per row), and the
-    progress cursors once it is: where the next chunk starts."""
-    rows: Rows
-    ops: list[Op]
-    meta: ChunkMeta
-    after_key: str | None
-    list_offset: int
-
-
 class TableDump:
-    """Dumps one table of one dump, chunk by chunk, under that table's lease."""
+    """Dumps one table of one dump, window by window, under that table's lease."""
 
     def __init__(self, store: StateStore, source: Source, staged: StagedLog, dump_id: str, table: str,
                  on_chunk: Callable[[TableProgress, int], None] | None = None):
@@ -415,6 +405,8 @@ class TableDump:
         self._changed = threading.Event()
         self._control_seen: dict | None = None
         self.reader: WindowReads = WindowReader(source)   # a big table's: see _choose_reader
+        self.stage = SplitStaging(staged, dump_id)
+        self._started, self._rows = time.monotonic(), 0
 
     def run(self, lease_timeout: float | None = 0) -> TableProgress:
         try:
@@ -433,7 +425,7 @@ class TableDump:
             lease.release()
 
     def _control(self) -> dict:
-        # Re-read only when the watch saw a change: one ZooKeeper round trip less per chunk.
+        # Re-read only when the watch saw a change: one ZooKeeper round trip less per window.
         if self._control_seen is not None and not self._changed.is_set():
             return self._control_seen
         while True:
@@ -446,7 +438,8 @@ class TableDump:
 
     def _chunks(self, lease: Lease) -> TableProgress:
         schema = self.source.table_schema(self.table)
-        progress = TableProgress.load(self.store.get(self.progress_path), self.progress_path)
+        record = self.store.get(self.progress_path)
+        progress = TableProgress.load(record, self.progress_path)
         if progress.status == DONE:
             return progress
         keys = None
@@ -461,54 +454,47 @@ class TableDump:
                 progress.status, progress.finished_at = DONE, time.time()
                 self.store.fenced_put(lease, self.progress_path, asdict(progress))
                 return progress
-        if progress.status == RUNNING:
-            # Taking over from a worker that crashed or lost its session: it may still stage the
-            # one chunk it was reading (its progress write is fenced, so never more). Skip that
-            # number, so its late file can never replace one of ours under the same name: every
-            # chunk file stays a valid read of its own window, and the merge takes each one.
+        if progress.status == RUNNING and "window" not in record:
+            # Taking over from a worker of a version that recorded no window plans: it may still
+            # stage the chunk it was reading. Skip that number, so its late file can never replace
+            # one of ours. (A worker of this version stages only into a recorded plan's numbers,
+            # which a successor never reuses: see `_close`.)
             progress.next_chunk = (progress.chunks if progress.next_chunk is None else progress.next_chunk) + 1
         self._choose_reader(progress)
         progress.status = RUNNING
         progress.started_at = progress.started_at or time.time()
         self.store.fenced_put(lease, self.progress_path, asdict(progress))  # a successor sees RUNNING
         reconnect_for = settings().dump.reconnect_seconds  # then the dump fails; a re-run resumes
-        # Window n+1 is read while window n is staged (one staging thread): `reading` is the
-        # cursor of what was read, `progress` of what is staged and recorded (fenced, in order).
-        reading, staging = replace(progress), _Staging(self, lease, progress)
-        try:
-            while True:
-                if self._changed.is_set():   # a pause, throttle or cancel: record the window in flight first
-                    staging.settle()
-                control = self._control()
-                if control["state"] == CANCELLED:
-                    staging.settle()
-                    progress.status = CANCELLED
-                    break
-                chunk_no = reading.chunks if reading.next_chunk is None else reading.next_chunk
-                read_since = time.monotonic()  # after _control(): time paused is not working time
-                chunk, schema = reconnecting(  # a source restart pauses the dump, it does not fail it
-                    self.source, partial(self._read_chunk, schema, keys, reading, chunk_no, control["chunk_size"],
-                                         control.get("parallelism") or 1),
-                    f"chunk {chunk_no} of {self.table}", give_up_after=reconnect_for)
-                read_s = time.monotonic() - read_since
-                staging.settle()   # the window before is staged and recorded first
-                if chunk is None:
-                    progress.status, progress.finished_at = DONE, time.time()
-                    break
-                crash_point("dump.after_high_watermark")
-                lease.check()  # a worker that lost its lease stops before it stages (see the takeover rule)
-                staging.start(schema, chunk, read_s)
-                reading.next_chunk = chunk_no + 1
-                reading.after_key, reading.list_offset = chunk.after_key, chunk.list_offset
-                if control["delay_s"] > 0:   # a throttled dump records each window before it waits
-                    staging.settle()
-                    self._changed.wait(control["delay_s"])
-            self.store.fenced_put(lease, self.progress_path, asdict(progress))
-        except BaseException:
-            staging.settle_after_failure()
-            raise
-        finally:
-            staging.close()
+        while True:
+            control = self._control()
+            if control["state"] == CANCELLED:
+                if progress.window is not None:   # what a broken window staged still lands
+                    reconnecting(self.source, partial(self._close, lease, schema, progress),
+                                 f"closing window {progress.window['chunk']} of {self.table}",
+                                 give_up_after=reconnect_for)
+                    progress.window = None
+                progress.status = CANCELLED
+                break
+            since = time.monotonic()  # after _control(): time paused is not working time
+            window = partial(self._window, lease, schema, keys, progress, control["chunk_size"],
+                             control.get("parallelism") or 1, since)
+            # A source restart pauses the dump, it does not fail it; the window it broke is closed
+            # with what it staged when the source is back.
+            try:
+                done, schema = reconnecting(self.source, window, f"window {progress.next_chunk} of {self.table}",
+                                            give_up_after=reconnect_for)
+            except StagingError as exc:
+                # Progress stays at the last window staged whole and the lease goes with this worker,
+                # so `dump_status` reports the table failed and a re-run closes the window and goes on.
+                raise StagingError(f"{exc} Then resume dump {self.dump_id} with `dblog dump run {self.dump_id}` "
+                                   f"(Airflow: clear its task), or cancel it (`dblog dump cancel "
+                                   f"{self.dump_id}`).") from exc
+            if done:
+                progress.status, progress.finished_at = DONE, time.time()
+                break
+            if control["delay_s"] > 0:
+                self._changed.wait(control["delay_s"])
+        self.store.fenced_put(lease, self.progress_path, asdict(progress))
         return progress
 
     def _choose_reader(self, progress: TableProgress) -> None:
@@ -525,99 +511,110 @@ class TableDump:
             self.reader = SparkWindowReader(self.source, session("dblog-dump"))
             log.info("%s: windows are read on Spark executors (%s reader)", self.table, tuned.reader)
 
-    def _read_chunk(self, schema: TableSchema, keys: list[tuple] | None, progress: TableProgress, number: int,
-                    limit: int, parallelism: int) -> tuple[ChunkRead | None, TableSchema]:
-        """One window (see `windows`): plan its splits from the progress cursor, LW, read them
-        all, HW. Returns the chunk (None at the end) and the schema it was read with."""
-        if keys is not None:
-            batch = keys[progress.list_offset:progress.list_offset + limit]
-            if not batch:
-                return None, schema
+    def _window(self, lease: Lease, schema: TableSchema, keys: list[tuple] | None, progress: TableProgress,
+                limit: int, parallelism: int, since: float) -> tuple[bool, TableSchema]:
+        """One window (see `windows`): plan it and record the plan, LW, read and stage its splits,
+        HW, record progress. Returns whether the dump is done, and the schema read with."""
+        carried = progress.window is not None
+        if carried:   # left unfinished, by a crash or a failed read
+            plan = self._close(lease, schema, progress)
+            if plan is None:
+                return False, schema
         else:
-            after = None if progress.after_key is None else \
-                normalize_key(decode_key(json.loads(progress.after_key), schema), schema)
-            upto = None if progress.upto_key is None else decode_key(json.loads(progress.upto_key), schema)
-            splits = plan_window(self.source, schema, after, upto, limit, parallelism)
-        lw, hw = str(uuid.uuid4()), str(uuid.uuid4())
-        self.source.write_watermark(self.slot, lw)
+            plan = self._plan(schema, keys, progress, limit, parallelism)
+            if plan is None:
+                return True, schema
+        progress.window, progress.next_chunk = plan.record(), plan.chunk + plan.parts
+        self.store.fenced_put(lease, self.progress_path, asdict(progress))  # before LW: whoever runs next closes it
+        self.source.write_watermark(self.slot, plan.lw)
         # Columns added before LW are read; a write of one inside the window drops the row anyway.
         schema = self.source.table_schema(schema.name, refresh=True)
-        found = self.source.select_keys(schema, batch) if keys is not None else self.reader.read(schema, splits)
-        self.source.write_watermark(self.slot, hw)
-        read_ts = dt.datetime.now(dt.timezone.utc)
-        if keys is None and not len(found):
-            return None, schema
-        if keys is not None:
-            # A requested key the source no longer has is staged as absent: the repair deletes it.
-            rows, ops = list(found), [Op.READ] * len(found)
-            present = {normalize_key(schema.key_of_tuple(r), schema) for r in found}
-            absent = [k for k in batch if k not in present]
-            rows += [absent_row(schema, k) for k in absent]
-            ops += [Op.ABSENT] * len(absent)
-            offset = progress.list_offset + len(batch)
-            meta = ChunkMeta(self.dump_id, number, lw, hw, read_ts, list_from=progress.list_offset, list_to=offset)
-            return ChunkRead(rows, ops, meta, None, offset), schema
-        last = encode_key(last_key(schema, found))
-        meta = ChunkMeta(self.dump_id, number, lw, hw, read_ts, key_from=progress.after_key, key_to=last)
-        return ChunkRead(found, [Op.READ] * len(found), meta, last, 0), schema
-
-
-class _Staging:
-    """Stages a table dump's windows one at a time on a thread of its own, so the next window is
-    read meanwhile; `settle` waits for the window in flight and records it (on the caller's
-    thread, fenced, in window order). Nothing is recorded before its chunk file is staged."""
-
-    def __init__(self, dump: TableDump, lease: Lease, progress: TableProgress):
-        self.dump, self.lease, self.progress = dump, lease, progress
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="dblog-stage")
-        self._flight: tuple[Future, ChunkRead, float] | None = None
-        self._started, self._rows = time.monotonic(), 0
-
-    def start(self, schema: TableSchema, chunk: ChunkRead, read_s: float) -> None:
-        assert self._flight is None, "settle the window in flight first"
-        write = partial(self.dump.staged.write_chunk, self.dump.source.name, schema, chunk.meta, chunk.rows, chunk.ops)
-        self._flight = (self._pool.submit(write), chunk, read_s)
-
-    def settle(self) -> None:
-        if self._flight is None:
-            return
-        future, chunk, read_s = self._flight
-        self._flight = None
-        waited = time.monotonic()
-        try:
-            future.result()
-        except StagingError as exc:
-            # Progress stays at the last staged chunk and the lease goes with this worker, so
-            # `dump_status` reports the table failed and a re-run continues from there.
-            raise StagingError(f"{exc} Then resume dump {self.dump.dump_id} with `dblog dump run "
-                               f"{self.dump.dump_id}` (Airflow: clear its task), or cancel it (`dblog dump cancel "
-                               f"{self.dump.dump_id}`).") from exc
+        reads = self._read(schema, keys, plan)
         crash_point("dump.after_staging")
-        progress, rows = self.progress, len(chunk.rows)
-        # Working time: the read, and the part of the staging the next read did not hide.
-        record_chunk_rate(progress, rows, read_s + time.monotonic() - waited)
-        progress.chunks, progress.rows = progress.chunks + 1, progress.rows + rows
-        progress.next_chunk = chunk.meta.chunk + 1
-        progress.after_key, progress.list_offset = chunk.after_key, chunk.list_offset
+        self.source.write_watermark(self.slot, plan.hw)
+        crash_point("dump.after_high_watermark")
+        rows = sum(r.rows for r in reads.values())
+        # An open split that read nothing staged nothing: its number, the plan's last, is given back.
+        empty_open = bool(plan.splits) and plan.splits[-1].open and reads[len(plan.splits) - 1].key_to is None
+        self._record(lease, progress, plan, reads, since, numbers=plan.parts - empty_open)
+        return not carried and keys is None and rows == 0, schema
+
+    def _plan(self, schema: TableSchema, keys: list[tuple] | None, progress: TableProgress, limit: int,
+              parallelism: int) -> WindowPlan | None:
+        """The next window from the progress cursor; None when a key list is all read."""
+        number = progress.chunks if progress.next_chunk is None else progress.next_chunk
+        if keys is not None:
+            if progress.list_offset >= len(keys):
+                return None
+            return WindowPlan.fresh(number, list_from=progress.list_offset,
+                                    list_to=min(len(keys), progress.list_offset + limit))
+        after = None if progress.after_key is None else \
+            normalize_key(decode_key(json.loads(progress.after_key), schema), schema)
+        upto = None if progress.upto_key is None else decode_key(json.loads(progress.upto_key), schema)
+        return WindowPlan.fresh(number, plan_window(self.source, schema, after, upto, limit, parallelism))
+
+    def _read(self, schema: TableSchema, keys: list[tuple] | None, plan: WindowPlan) -> dict[int, SplitRead]:
+        """The plan's splits read and staged; a failed split fails the read once all are done."""
+        if plan.splits:
+            outcomes = self.reader.read(schema, plan, self.stage)
+            failed = [o for o in outcomes if isinstance(o, Exception)]
+            if failed:
+                raise failed[0]
+            return {r.index: r for r in outcomes if isinstance(r, SplitRead)}
+        # A key-list slice; a requested key the source no longer has is staged as absent (deleted).
+        batch = (keys or [])[plan.list_from:plan.list_to]
+        found = self.source.select_keys(schema, batch)
+        present = {normalize_key(schema.key_of_tuple(r), schema) for r in found}
+        absent = [k for k in batch if k not in present]
+        rows = list(found) + [absent_row(schema, k) for k in absent]
+        ops = [Op.READ] * len(found) + [Op.ABSENT] * len(absent)
+        self.staged.write_chunk(self.source.name, schema, plan.meta(self.dump_id, 0, None), rows, ops)
+        return {0: SplitRead(0, len(rows), None)}
+
+    def _close(self, lease: Lease, schema: TableSchema, progress: TableProgress) -> WindowPlan | None:
+        """Close the window left unfinished: its staged splits count (its HW is written now, after
+        every read of them), the others are read again in a fresh window, returned (None: none)."""
+        assert progress.window is not None
+        plan = WindowPlan.of(progress.window, schema)
+        staged: dict[int, SplitRead] = {}
+        for k in range(plan.parts):
+            chunk = self.staged.staged_chunk(self.source.name, schema.name, self.dump_id, plan.chunk + k)
+            if chunk is not None:
+                meta = ChunkMeta.of(chunk)
+                end = meta.key_to if meta is not None else plan.meta(self.dump_id, k, None).key_to
+                staged[k] = SplitRead(k, chunk.num_rows, end if plan.splits else None)
+        if staged:
+            self.source.write_watermark(self.slot, plan.hw)
+        carried = plan.carry(staged)
+        log.warning("%s: window %d was left unfinished; %d of its %d split(s) were staged and count, %s",
+                    self.table, plan.chunk, len(staged), plan.parts,
+                    "the rest are read again" if carried else "none is read again")
+        self._record(lease, progress, plan, staged, None, numbers=plan.parts, carried=carried)
+        return carried
+
+    def _record(self, lease: Lease, progress: TableProgress, plan: WindowPlan, reads: dict[int, SplitRead],
+                since: float | None, numbers: int, carried: WindowPlan | None = None) -> None:
+        """Record what a window staged (fenced, unless the `carried` window's plan is recorded with
+        it); the cursor moves once all of it is staged. `numbers`: the chunk numbers the plan used;
+        `since`: when its reads began (None: read by an earlier run, so no rate)."""
+        rows = sum(r.rows for r in reads.values())
+        progress.chunks += sum(1 for k, r in reads.items() if r.rows or not (plan.splits and plan.splits[k].open))
+        progress.rows += rows
+        progress.next_chunk = plan.chunk + numbers
+        if carried is None:
+            progress.window = None
+            if plan.splits:
+                progress.after_key = plan.end_after(reads)
+            else:
+                progress.list_offset = plan.list_to or 0
+        if since is not None:
+            record_chunk_rate(progress, rows, time.monotonic() - since)
         self._rows += rows
         progress.rows_per_s = self._rows / max(time.monotonic() - self._started, 1e-9)
-        self.dump.store.fenced_put(self.lease, self.dump.progress_path, asdict(progress))
-        if self.dump.on_chunk:
-            self.dump.on_chunk(progress, rows)
-
-    def settle_after_failure(self) -> None:
-        """The dump is failing for another reason (a read that gave up, ZooKeeper, a stop): a
-        window staged meanwhile is still recorded while the lease holds, so a re-run does not read
-        it again; what cannot be recorded is logged, the first error stays the one raised."""
-        try:
-            self.settle()
-        except Exception as exc:  # noqa: BLE001 - the failure being raised matters more
-            log.warning("%s: the window in flight was not recorded (%s); a re-run reads it again",
-                        self.dump.table, exc)
-
-    def close(self) -> None:
-        """Waits for a staging in flight, so none runs on after the worker returns."""
-        self._pool.shutdown(wait=True)
+        if carried is None:
+            self.store.fenced_put(lease, self.progress_path, asdict(progress))
+        if self.on_chunk:
+            self.on_chunk(progress, rows)
 
 
 def run_dump(store: StateStore, source: Source, staged: StagedLog, dump_id: str,

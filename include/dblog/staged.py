@@ -15,7 +15,7 @@ import datetime as dt
 import uuid
 from dataclasses import dataclass, fields
 from enum import StrEnum
-from typing import Iterable, TypeAlias
+from typing import Iterable
 
 import pyarrow as pa
 
@@ -237,27 +237,13 @@ def absent_row(schema: TableSchema, key: tuple) -> tuple:
     return tuple(row)
 
 
-# Rows as read: tuples in schema column order (as drivers return them), or a table of the data
-# columns already in their staged types (`data_table`: built where the rows were read, in a Spark
-# executor, so the driver only adds the metadata columns).
-Rows: TypeAlias = list[tuple] | pa.Table
-
-
-def chunk_table(schema: TableSchema, meta: ChunkMeta, rows: Rows, ops: list[Op]) -> pa.Table:
-    """A chunk's table: its rows (see `Rows`), an op each."""
+def chunk_table(schema: TableSchema, meta: ChunkMeta, rows: list[tuple], ops: list[Op]) -> pa.Table:
+    """A chunk's table: its rows (tuples in schema column order, as drivers return them), an op each."""
     return rows_table(schema, CHUNK_FIELDS, rows, {OP: ops}, meta.columns())
 
 
-def data_table(schema: TableSchema, rows: list[tuple]) -> pa.Table:
-    """Rows as a table of the data columns in their staged types."""
-    return rows_table(schema, [], rows)
-
-
-def last_key(schema: TableSchema, rows: Rows) -> tuple:
+def last_key(schema: TableSchema, rows: list[tuple]) -> tuple:
     """The key of the last of `rows` (not empty), as staged."""
-    if isinstance(rows, pa.Table):
-        last = rows.slice(rows.num_rows - 1).to_pylist()[0]
-        return tuple(last[c] for c in schema.key)
     return normalize_key(schema.key_of_tuple(rows[-1]), schema)
 
 
@@ -295,22 +281,13 @@ def build_table(schema: TableSchema, meta_fields: list[pa.Field], rows: list[dic
         return pa.Table.from_arrays([_array([r.get(f.name) for r in rows], f) for f in target], schema=target)
 
 
-def rows_table(schema: TableSchema, meta_fields: list[pa.Field], rows: Rows,
+def rows_table(schema: TableSchema, meta_fields: list[pa.Field], rows: list[tuple],
                columns: dict[str, list] | None = None, constants: dict | None = None) -> pa.Table:
-    """Rows (see `Rows`) plus metadata columns given per row (`columns`) or once for all rows
-    (`constants`)."""
+    """Rows as tuples in schema column order plus metadata columns given per row (`columns`) or
+    once for all rows (`constants`)."""
     target, n = arrow_schema(schema, meta_fields), len(rows)
-    arrays: list[pa.Array | pa.ChunkedArray]
-    if isinstance(rows, pa.Table):
-        # Checked, not trusted: a table read with another schema version must not stage as this one.
-        want = [(f.name, f.type) for f in schema.arrow_fields()]
-        got = [(f.name, f.type) for f in rows.schema]
-        if got != want:
-            raise ValueError(f"rows read for {schema.name} have columns {got}, not its staged columns {want}")
-        arrays = list(rows.columns)
-    else:
-        data = list(zip(*rows)) if rows else [()] * len(schema.columns)
-        arrays = [_array(list(values), f) for values, f in zip(data, target)]
+    data = list(zip(*rows)) if rows else [()] * len(schema.columns)
+    arrays = [_array(list(values), f) for values, f in zip(data, target)]
     columns, constants = columns or {}, constants or {}
     for f in meta_fields:
         arrays.append(_array(columns[f.name], f) if f.name in columns else _array([constants.get(f.name)] * n, f))

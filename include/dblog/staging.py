@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from . import storage
 from .schema import TableSchema
-from .staged import (LOG_FIELDS, POSITION, ChunkFile, ChunkMeta, Op, Rows, SegmentFile, chunk_table, hidden_segments,
+from .staged import (LOG_FIELDS, POSITION, ChunkFile, ChunkMeta, Op, SegmentFile, chunk_table, hidden_segments,
                      is_staged, log_table, temporary_name)
 
 
@@ -85,12 +85,15 @@ class StagedLog:
         self._atomic_write(path, table)
         return path
 
-    def write_chunk(self, source: str, schema: TableSchema, meta: ChunkMeta, rows: Rows,
+    def write_chunk(self, source: str, schema: TableSchema, meta: ChunkMeta, rows: list[tuple],
                     ops: list[Op]) -> str:
-        """Stage a chunk: its rows (see `staged.Rows`), an op per row."""
-        path = f"{self.chunk_dir(source, schema.name, meta.dump_id)}/{ChunkFile(meta.dump_id, meta.chunk).name}"
+        """Stage a chunk: its rows (tuples in schema column order), an op per row."""
+        path = self.chunk_path(source, schema.name, meta.dump_id, meta.chunk)
         self._atomic_write(path, chunk_table(schema, meta, rows, ops))
         return path
+
+    def chunk_path(self, source: str, table: str, dump_id: str, number: int) -> str:
+        return f"{self.chunk_dir(source, table, dump_id)}/{ChunkFile(dump_id, number).name}"
 
     def _put(self, path: str, table: pa.Table) -> None:
         """One object in one upload, encoded in full first. An upload ended by an exception still
@@ -218,6 +221,13 @@ class StagedLog:
         if dump_id is not None:
             return self._files(self.chunk_dir(source, table, dump_id))
         return self._files(f"{self.base}/{source}/chunks/{table_dir_name(table)}", recursive=True)
+
+    def staged_chunk(self, source: str, table: str, dump_id: str, number: int) -> pa.Table | None:
+        """Chunk `number` of a dump's table; None when no such file is staged."""
+        path = self.chunk_path(source, table, dump_id, number)
+        if self.fs.get_file_info(path).type != pafs.FileType.File:
+            return None
+        return self.read_chunk(path)
 
     def read_chunk(self, path: str) -> pa.Table:
         return pq.read_table(path, filesystem=self.fs)

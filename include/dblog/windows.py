@@ -3,23 +3,35 @@
 The paper's rule does not care how many reads happen inside one window: every row the log
 touches between LW and HW is dropped from the window's reads, whichever read found it, and the
 survivors take HW's position. So a window may read `parallelism` contiguous key ranges (splits)
-on connections of their own, and its rows are staged as one chunk covering all of them.
+on connections (or Spark executors) of their own. Each split is staged as a chunk file of its own
+by whoever read it, before HW: a chunk's rows only need to be read between its watermarks, and
+staging inside the window lets a crash or a failed read keep every split that was staged.
 
-A window's splits are planned before its LW, so planning never lengthens the window. The
-boundaries come from the key index alone (`Source.key_after`: a keyset query with an OFFSET that
-reads only key columns); the last split is open above and bounded by a row count instead, as the
-single-connection read always was. So with one split a window is exactly the classic chunk, and
-a window that reads no row at all means no row is left up to the dump's bound: the dump is done.
+A window is planned before its LW (`WindowPlan`, recorded in ZooKeeper with the dump's
+progress): its splits, its watermark ids and the chunk numbers its splits take. A window left
+unfinished (the worker died, a read failed) is closed by whoever runs next: its HW id is written
+(every staged split was read before now), the staged splits count, and only the others are read
+again, in a fresh window (`WindowPlan.carry`).
+
+The boundaries come from the key index alone (`Source.key_after`: a keyset query with an OFFSET
+that reads only key columns); the last split is open above and bounded by a row count instead,
+as the single-connection read always was. So with one split a window is exactly the classic
+chunk, and a window that reads no row at all means no row is left up to the dump's bound.
 """
 from __future__ import annotations
 
+import datetime as dt
+import json
+import uuid
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Protocol
 
-from .schema import TableSchema
+from .faults import crash_point
+from .schema import TableSchema, decode_key, encode_key, normalize_key
 from .sources.base import Source
-from .staged import Rows
+from .staged import ChunkMeta, Op, last_key
+from .staging import StagedLog
 
 
 @dataclass(frozen=True)
@@ -28,6 +40,11 @@ class Split:
     after: tuple | None          # None: from the table's first key
     upto: tuple | None           # None: no upper key (the last split of a key-list-free table)
     limit: int | None = None     # only the last split: the row count that ends it
+
+    @property
+    def open(self) -> bool:
+        """The split whose end is a row count, not a key: where the window ends is what it read."""
+        return self.limit is not None
 
 
 def plan_window(source: Source, schema: TableSchema, after: tuple | None, upto: tuple | None,
@@ -47,12 +64,113 @@ def plan_window(source: Source, schema: TableSchema, after: tuple | None, upto: 
     return splits
 
 
-class WindowReads(Protocol):
-    """Reads a window's splits: in this process (`WindowReader`) or on Spark executors
-    (`dblog.spark.window_reads.SparkWindowReader`)."""
+@dataclass(frozen=True)
+class SplitRead:
+    """What staging one split gave: its rows and the key it ends at (JSON; None: it read no row
+    and is open, so it ends nowhere yet)."""
+    index: int
+    rows: int
+    key_to: str | None
 
-    def read(self, schema: TableSchema, splits: list[Split]) -> Rows:
-        """Every split's rows, in split order (so in key order); any read failing fails the whole."""
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """A window as recorded before its LW. Split k (or the one key-list slice) is staged as chunk
+    `chunk + k`; those numbers are the plan's alone, so nothing else ever writes those files."""
+    chunk: int
+    lw: str
+    hw: str
+    splits: tuple[Split, ...] = ()
+    end: str | None = None          # carried plans: the cursor once staged (the open split was staged before)
+    list_from: int | None = None    # a key-list window: the slice [list_from, list_to) of the dump's keys
+    list_to: int | None = None
+
+    @classmethod
+    def fresh(cls, chunk: int, splits=(), **kw) -> "WindowPlan":
+        return cls(chunk, str(uuid.uuid4()), str(uuid.uuid4()), tuple(splits), **kw)
+
+    @property
+    def parts(self) -> int:
+        """How many chunk numbers the plan takes."""
+        return len(self.splits) if self.splits else 1
+
+    def meta(self, dump_id: str, index: int, key_to: str | None) -> ChunkMeta:
+        """Split `index`'s chunk metadata (a key-list slice's for a key-list plan)."""
+        now = dt.datetime.now(dt.timezone.utc)
+        if not self.splits:
+            return ChunkMeta(dump_id, self.chunk, self.lw, self.hw, now, list_from=self.list_from, list_to=self.list_to)
+        after = self.splits[index].after
+        return ChunkMeta(dump_id, self.chunk + index, self.lw, self.hw, now,
+                         key_from=None if after is None else encode_key(after), key_to=key_to)
+
+    def end_after(self, reads: dict[int, SplitRead]) -> str | None:
+        """The range cursor once every split is staged (`reads`: each split's)."""
+        if self.end is not None:
+            return self.end
+        opened = next(k for k, s in enumerate(self.splits) if s.open)
+        if reads[opened].key_to is not None:
+            return reads[opened].key_to
+        after = self.splits[opened].after   # the open split read nothing: the window ends below it
+        return None if after is None else encode_key(after)
+
+    def carry(self, staged: dict[int, SplitRead]) -> "WindowPlan | None":
+        """The window that reads what this one left unstaged (`staged`: the splits it did stage),
+        with fresh watermarks and numbers past this one's; None when nothing is left."""
+        left = tuple(s for k, s in enumerate(self.splits) if k not in staged)
+        if (not left) if self.splits else bool(staged):
+            return None
+        end = self.end
+        if end is None and self.splits and not any(s.open for s in left):
+            end = self.end_after(staged)
+        return WindowPlan.fresh(self.chunk + self.parts, left, end=end, list_from=self.list_from,
+                                list_to=self.list_to)
+
+    def record(self) -> dict:
+        return {"chunk": self.chunk, "lw": self.lw, "hw": self.hw, "end": self.end,
+                "list_from": self.list_from, "list_to": self.list_to,
+                "splits": [[_key_json(s.after), _key_json(s.upto), s.limit] for s in self.splits]}
+
+    @classmethod
+    def of(cls, record: dict, schema: TableSchema) -> "WindowPlan":
+        def key(text):
+            return None if text is None else normalize_key(decode_key(json.loads(text), schema), schema)
+        splits = tuple(Split(key(a), key(u), limit) for a, u, limit in record["splits"])
+        return cls(record["chunk"], record["lw"], record["hw"], splits, record.get("end"),
+                   record.get("list_from"), record.get("list_to"))
+
+
+def _key_json(key: tuple | None) -> str | None:
+    return None if key is None else encode_key(key)
+
+
+@dataclass(frozen=True)
+class SplitStaging:
+    """Reads one split of a plan and stages it as its chunk file (in the dump's process or a
+    Spark executor: it travels pickled, the source without its connection). An open split that
+    read no row stages nothing: the window ends below it."""
+    staged: StagedLog
+    dump_id: str
+
+    def __call__(self, source: Source, schema: TableSchema, plan: WindowPlan, index: int) -> SplitRead:
+        split = plan.splits[index]
+        rows = source.select_chunk(schema, split.after, split.limit, split.upto)
+        crash_point("dump.split_read")
+        if split.open and not rows:
+            return SplitRead(index, 0, None)
+        key_to = encode_key(last_key(schema, rows)) if split.open else _key_json(split.upto)
+        self.staged.write_chunk(source.name, schema, plan.meta(self.dump_id, index, key_to), rows,
+                                [Op.READ] * len(rows))
+        crash_point("dump.split_staged")
+        return SplitRead(index, len(rows), key_to)
+
+
+class WindowReads(Protocol):
+    """Reads and stages a window's splits: in this process (`WindowReader`) or on Spark
+    executors (`dblog.spark.window_reads.SparkWindowReader`)."""
+
+    def read(self, schema: TableSchema, plan: WindowPlan, stage: SplitStaging) -> list[SplitRead | Exception]:
+        """Each split's outcome, in split order: what it staged, or why it failed. A reader that
+        cannot tell (a failed Spark job) raises; the window is then closed from what was staged."""
 
     def close(self) -> None:
         """Let go of what the reads held (connections, threads)."""
@@ -68,27 +186,21 @@ class WindowReader:
         self._pool: ThreadPoolExecutor | None = None
         self._workers = 0
 
-    def read(self, schema: TableSchema, splits: list[Split]) -> list[tuple]:
-        """Every split's rows, in split order (so in key order). If any read fails, the others
-        are waited for and the first error is raised: the window is retried as a whole, and no
-        read of it outlives it."""
-        if len(splits) == 1:
-            s = splits[0]
-            return self.source.select_chunk(schema, s.after, s.limit, s.upto)
-        while len(self._clones) < len(splits) - 1:
+    def read(self, schema: TableSchema, plan: WindowPlan, stage: SplitStaging) -> list[SplitRead | Exception]:
+        """Every split's outcome; all are waited for, so no read of the window outlives it."""
+        n = len(plan.splits)
+        if n == 1:
+            return [_outcome(lambda: stage(self.source, schema, plan, 0))]
+        while len(self._clones) < n - 1:
             self._clones.append(self.source.clone())
-        if self._pool is None or self._workers < len(splits):  # a throttle raised the parallelism
+        if self._pool is None or self._workers < n:  # a throttle raised the parallelism
             if self._pool is not None:
                 self._pool.shutdown()
-            self._pool, self._workers = ThreadPoolExecutor(len(splits), thread_name_prefix="dblog-split"), len(splits)
+            self._pool, self._workers = ThreadPoolExecutor(n, thread_name_prefix="dblog-split"), n
         readers = [self.source, *self._clones]
-        futures = [self._pool.submit(reader.select_chunk, schema, s.after, s.limit, s.upto)
-                   for reader, s in zip(readers, splits)]
+        futures = [self._pool.submit(stage, reader, schema, plan, k) for k, reader in enumerate(readers[:n])]
         wait(futures)
-        for f in futures:
-            if f.exception() is not None:
-                raise f.exception()  # type: ignore[misc]
-        return [row for f in futures for row in f.result()]
+        return [f.exception() or f.result() for f in futures]  # type: ignore[misc]
 
     def close(self) -> None:
         if self._pool is not None:
@@ -97,3 +209,10 @@ class WindowReader:
         for clone in self._clones:
             clone.close()
         self._clones = []
+
+
+def _outcome(read) -> SplitRead | Exception:
+    try:
+        return read()
+    except Exception as exc:  # noqa: BLE001 - the dump decides what a failure means
+        return exc

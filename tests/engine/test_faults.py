@@ -11,7 +11,7 @@ from conftest import ROOT, settle, wait_for
 from kazoo.client import KazooClient, KazooState
 from dblog import state as paths
 from dblog.dump import DumpSpec, TableDump, create_dump
-from dblog.staged import ChunkFile, SegmentFile
+from dblog.staged import ChunkFile, ChunkMeta, SegmentFile
 from dblog.state import Fenced
 from test_convergence import assert_converged
 
@@ -58,8 +58,8 @@ def test_a_dump_whose_zookeeper_session_expires_stops_before_staging_and_its_suc
     writer.terminate(); writer.wait()
     assert resumed["tables"][table]["status"] == "done"
     numbers = chunk_numbers(mariadb, table, dump_id)
-    # The successor skips the number a late write of the deposed worker could still take.
-    assert numbers[:4] == [0, 1, 2, 4] and numbers == sorted(set(numbers))
+    # The deposed worker could not record its next window's plan, so no number of it is in flight.
+    assert numbers[:4] == [0, 1, 2, 3] and numbers == sorted(set(numbers))
     settle(mariadb)
     assert_converged(mariadb, ["accounts"])
     store.stop(); observer.stop()
@@ -175,32 +175,68 @@ def test_of_two_captures_started_together_exactly_one_stages_and_checkpoints(mar
     store.stop()
 
 
-@pytest.mark.parametrize(("point", "reader"), [("dump.after_high_watermark", "threads"),
-                                               ("dump.after_staging", "threads"),
-                                               ("dump.after_high_watermark", "spark")])
-def test_a_dump_killed_at_a_named_point_resumes_after_its_last_recorded_chunk_and_converges(mariadb, point, reader):
-    """With the Spark reader, the killed process is the Spark driver (its executors' JVM goes with it)."""
+@pytest.mark.parametrize(("point", "reader", "parallelism"), [
+    ("dump.after_high_watermark", "threads", 1),
+    ("dump.split_staged", "threads", 3),   # the worker dies with part of a window's splits staged
+    ("dump.after_staging", "spark", 3),    # the Spark driver dies once its executors staged a window
+])
+def test_a_dump_killed_mid_window_resumes_reading_only_the_splits_it_had_not_staged_and_converges(
+        mariadb, point, reader, parallelism):
+    """kill -9 in the middle of a window (the Spark driver, with the Spark reader: its executors'
+    JVM goes with it). The re-run closes that window with the splits it staged, replaces none of
+    their files, reads only the other splits again, and the table converges."""
     mariadb.workload(seed=40, rows=1500).create()
     mariadb.start_capture()
     writer = mariadb.spawn_workload(seconds=3600, seed=41, rows=1500)
     table = mariadb.table("accounts")
     dump_id = mariadb.dblog("dump", "--source", mariadb.source_id, "--table", "accounts", "--chunk-size", "50",
-                            "--create-only", check=True).stdout.strip()
+                            "--parallelism", str(parallelism), "--create-only", check=True).stdout.strip()
     env = {"DBLOG_DUMP_READER": reader}
+    nth = {"dump.split_staged": 5, "dump.after_staging": 2, "dump.after_high_watermark": 5}[point]
     crashed = mariadb.dblog("dump", "run", dump_id, "--source", mariadb.source_id,
-                            env={**env, "DBLOG_CRASH_AT": f"{point}@5"})
+                            env={**env, "DBLOG_CRASH_AT": f"{point}@{nth}"})
     assert crashed.returncode == -signal.SIGKILL
     with mariadb.store() as store:
-        assert store.get(paths.table_progress_path(mariadb.source_id, dump_id, table))["chunks"] == 4
-    staged_before = chunk_numbers(mariadb, table, dump_id)
-    assert staged_before == ([0, 1, 2, 3] if point == "dump.after_high_watermark" else [0, 1, 2, 3, 4])
+        at_crash = store.get(paths.table_progress_path(mariadb.source_id, dump_id, table))
+    plan = at_crash["window"]
+    assert plan is not None, "the window in flight was not recorded before its reads"
+    assert at_crash["chunks"] == plan["chunk"] == (4 if parallelism == 1 else 3)
+    in_plan = range(plan["chunk"], plan["chunk"] + len(plan["splits"]))
+    before = staged_files(mariadb, table, dump_id)
+    kept = [n for n in before if n in in_plan]
+    assert kept and sorted(before) == list(range(plan["chunk"])) + kept
     resumed = mariadb.dblog("dump", "run", dump_id, "--source", mariadb.source_id, check=True, env=env)
     writer.terminate(); writer.wait()
     assert ("read on Spark executors" in resumed.stderr) == (reader == "spark")
+    assert f"{len(kept)} of its {len(plan['splits'])} split(s) were staged and count" in resumed.stderr, \
+        resumed.stderr[-3000:]
     assert json.loads(resumed.stdout)["tables"][table]["status"] == "done"
-    assert chunk_numbers(mariadb, table, dump_id)[:len(staged_before) + 1] == staged_before + [5]
+    after = staged_files(mariadb, table, dump_id)
+    assert {n: after[n] for n in before} == before, "a staged chunk file was replaced"
+    # Only the splits not staged were read again: no later chunk overlaps a kept split's keys.
+    kept_ranges = [after[n][1] for n in kept]
+    later = [after[n][1] for n in after if n >= in_plan.stop]
+    assert later and not [(k, r) for k in kept_ranges for r in later if overlaps(k, r)], (kept_ranges, later)
     settle(mariadb)
     assert_converged(mariadb, ["accounts"])
+
+
+def staged_files(src, table, dump_id) -> dict[int, tuple]:
+    """Chunk number -> (size and modification time, the keys it read as (after, upto])."""
+    staged, out = src.staged(), {}
+    for p in staged.chunk_files(src.source_id, table, dump_id):
+        info, chunk = staged.fs.get_file_info(p), staged.read_chunk(p)
+        meta = ChunkMeta.of(chunk)
+        span = (None, None) if meta is None else tuple(None if k is None else json.loads(k)[0]
+                                                       for k in (meta.key_from, meta.key_to))
+        out[ChunkFile.parse(p).number] = ((info.size, info.mtime_ns), span)
+    return out
+
+
+def overlaps(a: tuple, b: tuple) -> bool:
+    lo = max(x for x in (a[0], b[0], float("-inf")) if x is not None)
+    hi = min(x for x in (a[1], b[1], float("inf")) if x is not None)
+    return lo < hi
 
 
 @pytest.mark.parametrize("point", ["capture.mid_flush", "capture.before_checkpoint"])

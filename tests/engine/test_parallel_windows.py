@@ -2,16 +2,17 @@
 key ranges read at once between one LW and one HW, and a window that fails on one split."""
 import json
 import logging
+import re
 import threading
+from collections import Counter
 
 import pytest
 from conftest import settle
-from dblog import state as paths
 from dblog.dump import DumpSpec, TableDump, create_dump
-from dblog.schema import normalize_key
+from dblog.schema import decode_key, normalize_key
 from dblog.staged import ChunkMeta
 from dblog.staging import StagedLog
-from dblog.windows import WindowReader, plan_window
+from dblog.windows import SplitStaging, WindowPlan, WindowReader, plan_window
 from test_convergence import assert_converged
 
 LABELS = {  # a string key whose order is the server's collation, not Python's
@@ -26,8 +27,9 @@ def create_labels(src, rows: int = 700) -> None:
     src.sql(f"INSERT INTO {src.namespace}.labels (code, title) VALUES {values}")
 
 
-def key_of(schema, row) -> tuple:
-    return normalize_key(schema.key_of_tuple(row), schema)
+def key_of(schema, row: dict) -> tuple:
+    """A staged row's key."""
+    return normalize_key(tuple(row[c] for c in schema.key), schema)
 
 
 @pytest.mark.parametrize("table", ["accounts", "order_lines", "labels"])
@@ -37,19 +39,24 @@ def test_split_boundaries_are_every_nth_key_in_the_source_s_order_and_windows_re
     source = src.source()
     schema = source.table_schema(src.table(table))
     keys = [normalize_key(k, schema) for k in source.keys(schema)]
-    reader = WindowReader(source)
+    staged, reader, stage = src.staged(), WindowReader(source), SplitStaging(src.staged(), "boundaries")
     try:
         splits = plan_window(source, schema, None, None, 97, 5)
         assert [normalize_key(s.upto, schema) for s in splits[:-1]] == [keys[97 * i - 1] for i in range(1, 5)]
         assert splits[-1].limit == 97 and splits[-1].upto is None
-        read, after, windows = [], None, 0
+        read, after, windows, number = [], None, 0, 0
         while True:
-            rows = reader.read(schema, plan_window(source, schema, after, None, 97, 5))
-            if not rows:
+            start = None if after is None else normalize_key(decode_key(json.loads(after), schema), schema)
+            plan = WindowPlan.fresh(number, plan_window(source, schema, start, None, 97, 5))
+            reads = reader.read(schema, plan, stage)
+            if not sum(r.rows for r in reads):
                 break
-            read += [key_of(schema, r) for r in rows]
-            after, windows = schema.key_of_tuple(rows[-1]), windows + 1
-        assert read == keys, "the windows' reads are not every key once, in the source's order"
+            for k in range(plan.parts):
+                chunk = staged.staged_chunk(src.source_id, schema.name, "boundaries", number + k)
+                read += [] if chunk is None else [key_of(schema, r) for r in chunk.select(schema.key).to_pylist()]
+            after = plan.end_after({r.index: r for r in reads})
+            windows, number = windows + 1, number + plan.parts
+        assert read == keys, "the windows' staged splits are not every key once, in the source's order"
         assert windows == -(-len(keys) // (97 * 5))
     finally:
         reader.close()
@@ -73,21 +80,19 @@ def test_a_dump_reading_four_key_ranges_per_window_converges_under_writes_on_eve
     writer.terminate(); writer.wait()
     tables = json.loads(dump.stdout)["tables"]
     assert all(p["status"] == "done" for p in tables.values())
-    staged = src.staged()
     for table in ("accounts", "order_lines", "labels"):
-        sizes = [staged.read_chunk(p).num_rows
-                 for p in staged.chunk_files(src.source_id, src.table(table), "par4")]
-        assert max(sizes) > 37, f"{table}: no window read more than one split"
-        assert max(sizes) <= 4 * 37 + 40, f"{table}: a window read far more than its four splits"
+        metas = [m for m in chunk_metas(src, src.table(table), "par4") if m is not None]
+        windows = Counter(m.lw for m in metas)
+        assert max(windows.values()) == 4, f"{table}: no window staged four splits"
+        assert len({m.hw for m in metas}) == len(windows), f"{table}: splits of one window with other HWs"
     settle(src)
     assert_converged(src, ["accounts", "order_lines", "labels"])
 
 
-def test_a_window_whose_one_split_read_fails_is_read_again_as_a_whole_and_no_half_window_is_recorded(
+def test_a_window_whose_one_split_read_fails_keeps_the_splits_it_staged_and_reads_only_that_one_again(
         postgres, caplog):
     """One split's connection is ended by the server between two windows, so the next window's
-    read on it fails while its other splits succeed (chunk k is recorded after window k+1 is
-    read: the window read next is k+2). (On MariaDB the driver's ping reconnects a
+    read on it fails while its other splits succeed. (On MariaDB the driver's ping reconnects a
     dropped idle connection before the read, so no window fails that way there; the source
     restart test of test_faults runs parallel windows on both sources.)"""
     src = postgres
@@ -98,8 +103,8 @@ def test_a_window_whose_one_split_read_fails_is_read_again_as_a_whole_and_no_hal
     killed = []
 
     def on_chunk(progress, rows):
-        if progress.chunks == 2 and not killed:
-            pid = dumper.reader._clones[1]._conn.get_backend_pid()  # the window's third split
+        if progress.chunks >= 3 and not killed:
+            pid = dumper.reader._clones[1]._conn.get_backend_pid()  # the next window's third split
             src.sql("SELECT pg_terminate_backend(%s)", params=[pid])
             killed.append(progress.chunks)
 
@@ -107,54 +112,57 @@ def test_a_window_whose_one_split_read_fails_is_read_again_as_a_whole_and_no_hal
     with caplog.at_level(logging.WARNING, logger="dblog"):
         result = dumper.run()
     assert killed and result.status == "done"
-    assert any("chunk 3 of" in r.getMessage() and "retrying" in r.getMessage() for r in caplog.records), \
-        "the failed window was not retried"
-    metas = chunk_metas(src, table, dump_id)
-    assert [m.chunk for m in metas] == list(range(result.chunks))
-    assert [m.key_from for m in metas[1:]] == [m.key_to for m in metas[:-1]], "windows do not follow each other"
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("window 3 of" in m and "retrying" in m for m in messages), messages
+    assert any("window 3 was left unfinished; 2 of its 3 split(s) were staged" in m for m in messages), messages
+    metas = [m for m in chunk_metas(src, table, dump_id) if m is not None]
+    failed = [m for m in metas if m.chunk in (3, 4, 5)]
+    assert [m.chunk for m in failed] == [3, 4], "the failed window staged its first two splits"
+    again = [m for m in metas if m.chunk == 6]
+    assert again and again[0].key_from == failed[-1].key_to and again[0].lw != failed[0].lw, \
+        "the failed split was not read again, alone, in a window of its own"
     staged = src.staged()
     keys = [k for p in staged.chunk_files(src.source_id, table, dump_id) for k in staged.read_chunk(p)["id"].to_pylist()]
-    assert len(keys) == len(set(keys)) == src.sql(f"SELECT COUNT(*) FROM {table}")[0][0]
+    assert len(keys) == len(set(keys)) == src.sql(f"SELECT COUNT(*) FROM {table}")[0][0], "a key was read twice"
     settle(src)
     assert_converged(src, ["accounts"])
     store.stop()
 
 
-def test_the_next_window_is_read_while_one_is_staged_and_a_window_is_recorded_only_once_staged(mariadb):
-    """Each chunk's staging waits for the next window's LW: with the reads and the staging one
-    after the other that never comes (the wait times out and the test fails)."""
+def test_every_split_is_staged_inside_its_window_before_the_high_watermark(mariadb):
+    """A split's rows must be read between its window's watermarks: staging inside the window is
+    what lets a crash keep them, and the window's HW is written only once all are staged."""
     src = mariadb
     src.workload(seed=45, rows=600).create()
     store, source, table = src.store(), src.source(), src.table("accounts")
-    dump_id = create_dump(store, source, DumpSpec(tables=[table], chunk_size=100))
-    marks, lows, seen = [], {}, []
-    write_watermark = source.write_watermark
+    dump_id = create_dump(store, source, DumpSpec(tables=[table], chunk_size=60, parallelism=3))
+    marks, seen = [], []
+    write_watermark, lock = source.write_watermark, threading.Lock()
 
     def watermark(slot, value):
         write_watermark(slot, value)
-        marks.append(value)
-        if len(marks) % 2:   # each window writes its LW, then its HW (the last, empty one too)
-            lows.setdefault(len(marks) // 2, threading.Event()).set()
+        with lock:
+            marks.append(value)
 
     class Watched(StagedLog):
         def write_chunk(self, source_name, schema, meta, rows, ops):
-            recorded = store.get(paths.table_progress_path(source.name, dump_id, table))["chunks"]
-            read_next = lows.setdefault(meta.chunk + 1, threading.Event()).wait(30)
-            seen.append((meta.chunk, recorded, read_next))
+            with lock:
+                seen.append((meta.chunk, marks[-1] == meta.lw))
             return super().write_chunk(source_name, schema, meta, rows, ops)
 
     source.write_watermark = watermark
     result = TableDump(store, source, Watched(str(src.staging)), dump_id, table).run()
     assert result.status == "done" and result.rows == 600
-    assert [(n, n, True) for n in range(6)] == seen, \
-        "(chunk, chunks recorded when it was staged, next window read meanwhile) per chunk"
+    assert sorted(seen) == [(n, True) for n in range(10)], "(chunk, staged after its LW and before its HW)"
+    assert len(marks) == 2 * 5, "a window's LW and HW each (the last window reads nothing)"
     store.stop()
 
 
-def test_an_executor_killed_mid_window_fails_that_window_which_is_read_again_as_a_whole(src, tmp_path):
-    """The Spark reader: the Python worker reading the fourth split dies (SIGKILL, once), so its
-    window's job fails; the window is read again (fresh watermarks, the same chunk number) and
-    nothing of the failed one is staged or recorded."""
+def test_an_executor_killed_mid_window_fails_that_job_and_only_the_splits_it_did_not_stage_are_read_again(
+        src, tmp_path):
+    """The Spark reader: the Python worker reading a split dies (SIGKILL, once), so its window's
+    job fails; the window is closed with the splits the other tasks staged, and the rest are read
+    again in a window of their own."""
     src.workload(seed=46, rows=2000).create()
     src.start_capture()
     writer = src.spawn_workload(seconds=3600, seed=47, rows=2000)
@@ -166,11 +174,14 @@ def test_an_executor_killed_mid_window_fails_that_window_which_is_read_again_as_
     writer.terminate(); writer.wait()
     assert once.exists(), "no executor reached the crash point"
     assert "the Spark job reading" in dump.stderr and "retrying" in dump.stderr, dump.stderr[-3000:]
+    closed = re.search(r"window (\d+) was left unfinished; (\d) of its 3 split\(s\) were staged", dump.stderr)
+    assert closed and int(closed[2]) < 3, dump.stderr[-3000:]
     table = src.table("accounts")
-    metas = chunk_metas(src, table, "killed")
-    result = json.loads(dump.stdout)["tables"][table]
-    assert [m.chunk for m in metas] == list(range(result["chunks"])), "a failed window left a chunk behind"
-    assert [m.key_from for m in metas[1:]] == [m.key_to for m in metas[:-1]], "windows do not follow each other"
+    metas = [m for m in chunk_metas(src, table, "killed") if m is not None]
+    window, kept = int(closed[1]), int(closed[2])
+    assert len([m for m in metas if window <= m.chunk < window + 3]) == kept
+    carried = [m for m in metas if m.chunk == window + 3]
+    assert carried and len([m for m in metas if m.lw == carried[0].lw]) == 3 - kept, \
+        "the next window did not read exactly the splits left unstaged"
     settle(src)
     assert_converged(src, ["accounts"])
-

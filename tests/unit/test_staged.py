@@ -8,7 +8,7 @@ from dblog.events import ChangeEvent
 from dblog.positions import Position
 from dblog.schema import Column, TableSchema
 from dblog.staged import (ChunkFile, ChunkMeta, ChunkRow, Op, SegmentFile, absent_row, chunk_rows, chunk_table,
-                          data_table, decode_events, encode_event, is_staged, last_key, log_table, temporary_name)
+                          decode_events, encode_event, is_staged, log_table, temporary_name)
 
 T = TableSchema("app.t", (Column("id", "int", pa.int64()), Column("v", "text", pa.string())), ("id",))
 TS = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
@@ -33,18 +33,6 @@ def test_a_chunk_decodes_to_its_metadata_and_rows_an_absent_key_without_values()
     table = chunk_table(T, meta, [(5, "five"), absent_row(T, (6,))], [Op.READ, Op.ABSENT])
     assert ChunkMeta.of(table) == meta
     assert chunk_rows(table) == [ChunkRow((5,), {"id": 5, "v": "five"}), ChunkRow((6,), None)]
-
-
-def test_a_window_read_as_a_data_table_stages_the_same_chunk_as_its_rows_read_as_tuples():
-    meta, rows = ChunkMeta("d1", 2, "lw-id", "hw-id", TS, key_from="[4]", key_to="[9]"), [(5, "five"), (9, None)]
-    assert chunk_table(T, meta, data_table(T, rows), [Op.READ] * 2).equals(chunk_table(T, meta, rows, [Op.READ] * 2))
-    assert last_key(T, data_table(T, rows)) == last_key(T, rows) == (9,)
-
-
-def test_a_data_table_of_other_column_types_is_refused_not_staged_as_this_schema():
-    for wrong in (pa.table({"id": ["5"], "v": ["x"]}), pa.table({"id": [5], "v": ["x"], "extra": [1]})):
-        with pytest.raises(ValueError, match="not its staged columns"):
-            chunk_table(T, ChunkMeta("d1", 0, "l", "h"), wrong, [Op.READ])
 
 
 def test_a_chunk_without_rows_has_no_metadata_to_read():

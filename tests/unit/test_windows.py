@@ -7,7 +7,7 @@ import pyarrow as pa
 from dblog.schema import Column, TableSchema
 from dblog.sources.base import SourceError
 from dblog.spark.window_reads import WindowReadFailed, _job_failure
-from dblog.windows import Split, plan_window
+from dblog.windows import Split, SplitRead, WindowPlan, plan_window
 
 
 class KeyIndex:
@@ -65,3 +65,37 @@ def test_a_spark_job_that_lost_a_worker_is_retried_and_any_other_failure_fails_w
     failed = _job_failure(Named(), schema, 3, too_big)
     assert type(failed) is SourceError, "a failure that recurs must not be retried as a lost worker"
     assert "maxResultSize" in str(failed) and "DBLOG_DUMP_READER=threads" in str(failed)
+
+
+S = TableSchema("s.t", (Column("id", "bigint", pa.int64()),), ("id",))
+PLAN = WindowPlan.fresh(6, [Split((10,), (20,)), Split((20,), (30,)), Split((30,), None, 10)])
+
+
+def test_a_window_plan_survives_its_zookeeper_record():
+    assert WindowPlan.of(PLAN.record(), S) == PLAN
+    keys = WindowPlan.fresh(3, list_from=40, list_to=60)
+    assert WindowPlan.of(keys.record(), S) == keys and keys.parts == 1
+
+
+def test_a_finished_window_ends_where_its_open_split_ended_or_below_it_when_that_read_nothing():
+    reads = {0: SplitRead(0, 10, "[20]"), 1: SplitRead(1, 10, "[30]")}
+    assert PLAN.end_after({**reads, 2: SplitRead(2, 10, "[41]")}) == "[41]"
+    assert PLAN.end_after({**reads, 2: SplitRead(2, 0, None)}) == "[30]"
+
+
+def test_an_unfinished_window_carries_only_its_unstaged_splits_with_fresh_watermarks_and_numbers_past_it():
+    carried = PLAN.carry({0: SplitRead(0, 10, "[20]"), 2: SplitRead(2, 10, "[41]")})
+    assert carried is not None and carried.splits == (PLAN.splits[1],)
+    assert carried.chunk == 9 and {carried.lw, carried.hw}.isdisjoint({PLAN.lw, PLAN.hw})
+    assert carried.end == "[41]", "the open split was staged: the cursor's end is known now"
+    assert carried.end_after({0: SplitRead(0, 10, "[30]")}) == "[41]"
+    open_left = PLAN.carry({0: SplitRead(0, 10, "[20]")})
+    assert open_left is not None and open_left.splits == PLAN.splits[1:] and open_left.end is None
+    assert PLAN.carry({k: SplitRead(k, 10, None) for k in range(3)}) is None
+
+
+def test_a_key_list_window_is_carried_whole_until_its_one_chunk_is_staged():
+    keys = WindowPlan.fresh(3, list_from=40, list_to=60)
+    again = keys.carry({})
+    assert again is not None and (again.chunk, again.list_from, again.list_to) == (4, 40, 60)
+    assert keys.carry({0: SplitRead(0, 20, None)}) is None
