@@ -140,6 +140,7 @@ def under_writes(kind: str, spark, rows: int, chunk_size: int, rate: float, base
             if ours:
                 r["catch_up_s"] = h.catch_up()
                 r["merge_s"] = h.merge(spark, TABLE)
+                r["dropped_in_windows"] = h.last_merge.dropped
                 r["copy"] = h.warehouse_table(TABLE)
                 lags = probe.lag(t0 + 2, t1)
                 r.update({"lag_s_p50": round(pct(lags, 0.5), 2), "lag_s_p99": round(pct(lags, 0.99), 2),

@@ -137,9 +137,10 @@ class Harness:
         return time.time() - started
 
     def merge(self, spark, table: str) -> float:
+        """Seconds; the merge's report is kept as `last_merge` (rows dropped in windows: `.dropped`)."""
         from dblog.spark.job import merge_table
         started = time.time()
-        merge_table(spark, self.store, self.staged, self.warehouse, self.name, table)
+        self.last_merge = merge_table(spark, self.store, self.staged, self.warehouse, self.name, table)
         return time.time() - started
 
     def warehouse_table(self, table: str) -> list[str] | None:

@@ -81,9 +81,10 @@ def writes(doc: dict) -> list[str]:
                 (f", parallelism {v['parallelism']}" if v.get("parallelism", 1) != 1 else "")
             rows.append([name, v["rows_per_s"], f"{v['write_ms_p99']} ({v['write_p99_vs_no_dump']}x)",
                          f"{v['lag_s_p50']} / {v['lag_s_max']}" if ours else "n/a",
-                         v["longest_pause_s"] if ours else "n/a", v["differ"]["total"]])
+                         v["longest_pause_s"] if ours else "n/a", v.get("dropped_in_windows", "n/a"),
+                         v["differ"]["total"]])
         out += _table(["tool", "rows/s", "write p99 ms (vs none)", "capture lag p50 / max s", "longest capture pause s",
-                       "rows wrong once writes stop"], rows) + [""]
+                       "rows dropped in windows", "rows wrong once writes stop"], rows) + [""]
     return out
 
 

@@ -579,10 +579,10 @@ class TableDump:
         staged: dict[int, SplitRead] = {}
         for k in range(plan.parts):
             chunk = self.staged.staged_chunk(self.source.name, schema.name, self.dump_id, plan.chunk + k)
-            if chunk is not None:
-                meta = ChunkMeta.of(chunk)
-                end = meta.key_to if meta is not None else plan.meta(self.dump_id, k, None).key_to
-                staged[k] = SplitRead(k, chunk.num_rows, end if plan.splits else None)
+            if chunk is not None:   # an empty one is an inner split (bounded above): it ends at its bound
+                meta, split = ChunkMeta.of(chunk), plan.splits[k] if plan.splits else None
+                end = None if split is None else meta.key_to if meta is not None else encode_key(split.upto or ())
+                staged[k] = SplitRead(k, chunk.num_rows, end)
         if staged:
             self.source.write_watermark(self.slot, plan.hw)
         carried = plan.carry(staged)

@@ -8,8 +8,9 @@ from collections import Counter
 
 import pytest
 from conftest import settle
-from dblog.dump import DumpSpec, TableDump, create_dump
+from dblog.dump import DumpSpec, TableDump, create_dump, read_progress, set_control
 from dblog.schema import decode_key, normalize_key
+from dblog.sources.base import SourceError
 from dblog.staged import ChunkMeta
 from dblog.staging import StagedLog
 from dblog.windows import SplitStaging, WindowPlan, WindowReader, plan_window
@@ -185,3 +186,34 @@ def test_an_executor_killed_mid_window_fails_that_job_and_only_the_splits_it_did
         "the next window did not read exactly the splits left unstaged"
     settle(src)
     assert_converged(src, ["accounts"])
+
+
+def test_a_dump_cancelled_after_a_failed_window_still_lands_the_splits_that_window_staged(mariadb):
+    """A window's third split is refused (not a transient error: the dump fails); the dump is
+    then cancelled. The cancelling run writes that window's HW, so its two staged splits become
+    ready for the merge instead of waiting for ever, and records them."""
+    src = mariadb
+    src.workload(seed=48, rows=600).create()
+    store, source, table = src.store(), src.source(), src.table("accounts")
+    dump_id = create_dump(store, source, DumpSpec(tables=[table], chunk_size=50, parallelism=3))
+    dumper = TableDump(store, source, src.staged(), dump_id, table)
+    staging = dumper.stage
+
+    def refusing(reader, schema, plan, k):
+        if plan.chunk == 3 and k == 2:
+            raise SourceError("split 3 refused")
+        return staging(reader, schema, plan, k)
+
+    dumper.stage = refusing  # type: ignore[assignment]
+    with pytest.raises(SourceError, match="split 3 refused"):
+        dumper.run()
+    failed = read_progress(store, source.name, dump_id, table)
+    assert failed is not None and failed.window is not None and failed.chunks == 3
+    set_control(store, source.name, dump_id, state="cancelled")
+    marks, write = [], source.write_watermark
+    source.write_watermark = lambda slot, value: (marks.append(value), write(slot, value))[1]
+    result = TableDump(store, source, src.staged(), dump_id, table).run()
+    assert result.status == "cancelled" and result.window is None and result.chunks == 5
+    assert marks == [failed.window["hw"]], "the failed window's HW was not written on cancel"
+    assert [m.chunk for m in chunk_metas(src, table, dump_id) if m is not None] == [0, 1, 2, 3, 4]
+    store.stop()
