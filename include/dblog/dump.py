@@ -533,11 +533,12 @@ class TableDump:
         crash_point("dump.after_staging")
         self.source.write_watermark(self.slot, plan.hw)
         crash_point("dump.after_high_watermark")
-        rows = sum(r.rows for r in reads.values())
-        # An open split that read nothing staged nothing: its number, the plan's last, is given back.
-        empty_open = bool(plan.splits) and plan.splits[-1].open and reads[len(plan.splits) - 1].key_to is None
-        self._record(lease, progress, plan, reads, since, numbers=plan.parts - empty_open)
-        return not carried and keys is None and rows == 0, schema
+        done = not carried and keys is None and not sum(r.rows for r in reads.values())
+        # A plan's numbers stay its own (a late attempt of a split may still write its file), so
+        # an open split that staged nothing leaves a gap; only a dump's last window, which read
+        # nothing, gives its open split's number back, as no later plan exists to take it.
+        self._record(lease, progress, plan, reads, since, numbers=plan.parts - done)
+        return done, schema
 
     def _plan(self, schema: TableSchema, keys: list[tuple] | None, progress: TableProgress, limit: int,
               parallelism: int) -> WindowPlan | None:
@@ -559,6 +560,13 @@ class TableDump:
             outcomes = self.reader.read(schema, plan, self.stage)
             failed = [o for o in outcomes if isinstance(o, Exception)]
             if failed:
+                # Every read of the window is over: its HW now lets the splits it staged be merged
+                # even if the dump is cancelled next (closing the window writes it again, harmlessly).
+                try:
+                    self.source.write_watermark(self.slot, plan.hw)
+                except Exception as exc:  # noqa: BLE001 - the source may be what failed
+                    log.info("%s: the high watermark of window %d waits for the source (%s)", self.table,
+                             plan.chunk, exc)
                 raise failed[0]
             return {r.index: r for r in outcomes if isinstance(r, SplitRead)}
         # A key-list slice; a requested key the source no longer has is staged as absent (deleted).
@@ -583,8 +591,10 @@ class TableDump:
                 meta, split = ChunkMeta.of(chunk), plan.splits[k] if plan.splits else None
                 end = None if split is None else meta.key_to if meta is not None else encode_key(split.upto or ())
                 staged[k] = SplitRead(k, chunk.num_rows, end)
-        if staged:
-            self.source.write_watermark(self.slot, plan.hw)
+        # Always, even when nothing was found: a read still running (a Spark task of the failed job,
+        # a deposed worker) may stage into the plan's numbers after this listing, and its window
+        # needs an HW to ever be merged.
+        self.source.write_watermark(self.slot, plan.hw)
         carried = plan.carry(staged)
         log.warning("%s: window %d was left unfinished; %d of its %d split(s) were staged and count, %s",
                     self.table, plan.chunk, len(staged), plan.parts,
@@ -598,7 +608,8 @@ class TableDump:
         it); the cursor moves once all of it is staged. `numbers`: the chunk numbers the plan used;
         `since`: when its reads began (None: read by an earlier run, so no rate)."""
         rows = sum(r.rows for r in reads.values())
-        progress.chunks += sum(1 for k, r in reads.items() if r.rows or not (plan.splits and plan.splits[k].open))
+        files = sum(1 for k, r in reads.items() if r.rows or not (plan.splits and plan.splits[k].open))
+        progress.chunks += files
         progress.rows += rows
         progress.next_chunk = plan.chunk + numbers
         if carried is None:
@@ -607,13 +618,13 @@ class TableDump:
                 progress.after_key = plan.end_after(reads)
             else:
                 progress.list_offset = plan.list_to or 0
-        if since is not None:
+        if since is not None and files:   # a window that staged nothing (the dump's end) has no rate
             record_chunk_rate(progress, rows, time.monotonic() - since)
         self._rows += rows
         progress.rows_per_s = self._rows / max(time.monotonic() - self._started, 1e-9)
         if carried is None:
             self.store.fenced_put(lease, self.progress_path, asdict(progress))
-        if self.on_chunk:
+        if self.on_chunk and files:
             self.on_chunk(progress, rows)
 
 

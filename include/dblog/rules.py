@@ -91,10 +91,10 @@ class ChunkRange:
 def disjoint_chunks(chunks: Iterable[ChunkRange]) -> bool:
     """Whether no key can be in two of `chunks`: they are range chunks of one dump that follow
     one another, each starting exactly where the one before it ended. A dump reads the keys after
-    its cursor in the source's key order, so such chunks are disjoint. A re-read after a crash or
-    a takeover starts where the recorded cursor was, not where the unrecorded chunk ended, so it
-    breaks the chain whenever both are among `chunks`; so do a key-list chunk and a second dump
-    (and the merge then ranks records)."""
+    its cursor in the source's key order, so such chunks are disjoint. A range read again (a
+    window's unstaged split carried into a later window, a chunk of a worker that was deposed)
+    repeats a `key_from` out of key order, so it breaks the chain; so do a key-list chunk and a
+    second dump (and the merge then ranks records)."""
     ordered = sorted(chunks, key=lambda c: c.chunk)
     if len({c.dump_id for c in ordered}) > 1 or any(c.key_to is None for c in ordered):
         return False

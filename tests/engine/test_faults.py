@@ -214,21 +214,21 @@ def test_a_dump_killed_mid_window_resumes_reading_only_the_splits_it_had_not_sta
     after = staged_files(mariadb, table, dump_id)
     assert {n: after[n] for n in before} == before, "a staged chunk file was replaced"
     # Only the splits not staged were read again: no later chunk overlaps a kept split's keys.
-    kept_ranges = [after[n][1] for n in kept]
-    later = [after[n][1] for n in after if n >= in_plan.stop]
+    kept_ranges = [after[n][1] for n in kept if after[n][1] is not None]
+    later = [after[n][1] for n in after if n >= in_plan.stop and after[n][1] is not None]
     assert later and not [(k, r) for k in kept_ranges for r in later if overlaps(k, r)], (kept_ranges, later)
     settle(mariadb)
     assert_converged(mariadb, ["accounts"])
 
 
 def staged_files(src, table, dump_id) -> dict[int, tuple]:
-    """Chunk number -> (size and modification time, the keys it read as (after, upto])."""
+    """Chunk number -> (size and modification time, the keys it read as (after, upto], None when empty)."""
     staged, out = src.staged(), {}
     for p in staged.chunk_files(src.source_id, table, dump_id):
         info, chunk = staged.fs.get_file_info(p), staged.read_chunk(p)
         meta = ChunkMeta.of(chunk)
-        span = (None, None) if meta is None else tuple(None if k is None else json.loads(k)[0]
-                                                       for k in (meta.key_from, meta.key_to))
+        span = None if meta is None else tuple(None if k is None else json.loads(k)[0]  # None: no rows
+                                               for k in (meta.key_from, meta.key_to))
         out[ChunkFile.parse(p).number] = ((info.size, info.mtime_ns), span)
     return out
 

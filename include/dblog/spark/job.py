@@ -170,8 +170,8 @@ def _pending_chunks(store: StateStore, staged: StagedLog, source: str, table: st
             count = finished_chunks(store, source, dump_id, table)
             if count is not None:
                 out.chunk_counts[dump_id] = count
-        # A number skipped at a takeover has no file unless the deposed worker's late write
-        # came: such a dump never counts as merged, and its files are listed every time.
+        # A number without a file (a window's split read again in a later window, a takeover
+        # from an older version): such a dump never counts as merged, and is listed every time.
         if state is not None and count is not None and state.merged_below(dump_id, count):
             continue
         for path in staged.chunk_files(source, table, dump_id):
