@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import socket
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -40,7 +39,7 @@ from .retention import (DumpLife, Listing, RetentionPlan, Segment, Snapshot, Sta
                         plan, replaced)
 from .settings import settings
 from .sources.base import WATERMARK_TABLE
-from .staged import COMMIT_TS, HW, LW, POSITION, ChunkFile
+from .staged import COMMIT_TS, POSITION, ChunkFile
 from .staging import StagedFile, StagedLog, dedupe_sorted
 
 ENDED = (DONE, CANCELLED, FAILED, "unknown")  # dump_status states of a dump no worker is running ("unknown": no control node)
@@ -149,11 +148,8 @@ def dump_life(store, source: str, dump_id: str) -> DumpLife:
 
 def chunk_windows(staged: StagedLog, files: list[StagedFile]) -> dict[str, tuple[str | None, str | None]]:
     """Each chunk file's watermark ids (LW, HW); None for a chunk without rows."""
-    def read(f: StagedFile) -> tuple[str | None, str | None]:
-        ids = pq.read_table(f.path, columns=[LW, HW], filesystem=staged.fs).slice(0, 1).to_pylist()
-        return (ids[0][LW], ids[0][HW]) if ids else (None, None)
-    with ThreadPoolExecutor(8) as pool:   # a GET each on an object store
-        return dict(zip((f.path for f in files), pool.map(read, files)))
+    infos = staged.chunk_infos([f.path for f in files])
+    return {i.path: (i.meta.lw, i.meta.hw) if i.meta else (None, None) for i in infos}
 
 
 def snapshot(store, staged: StagedLog, warehouse, source: str, now: float, window: float,

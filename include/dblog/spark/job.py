@@ -14,6 +14,9 @@ in parallel), up to the capture's checkpoint position P (every event <= P is sta
 4. the touched buckets are written anew (split when they grew too big, `rewrite`) and swapped in
    one Iceberg commit (`warehouse.commit`) that also records what was merged (`warehouse.state`).
 
+A table's first load (nothing stored, no event staged, one dump's chained ranges) has nothing
+to reconcile or rank: `first_load` writes its chunks straight into buckets, then step 4 commits.
+
 Tombstones are dropped once no dump of the table can still stage a chunk older than them.
 After the commit, each dump whose chunks were merged gets its running totals for the table
 (chunks merged, their rows, rows dropped in windows) at `state.dump_merged_path`, written under
@@ -25,8 +28,10 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -38,7 +43,7 @@ from ..settings import settings
 from ..rules import disjoint_chunks
 from ..sources.base import WATERMARK_TABLE
 from ..staged import POSITION, ChunkFile, data_columns, key_columns
-from ..staging import StagedLog
+from ..staging import ChunkInfo, StagedLog
 from ..state import StateStore
 from ..warehouse.commit import CommitError, commit
 from ..warehouse.state import Bucket, TableState
@@ -46,8 +51,9 @@ from ..warehouse.tables import Warehouse
 from . import merge as M
 from .. import repair
 from ..events import RepairNeed
-from .records import chunk_windows, merge_input, with_windows
-from .rewrite import rewrite
+from .first_load import LoadChunk, first_load
+from .records import ChunkWindow, chunk_windows, merge_input, with_windows
+from .rewrite import Rewritten, rewrite
 from .sources import read_files
 
 log = logging.getLogger("dblog.merge")
@@ -113,12 +119,21 @@ class MergeInputs:
     ready: dict[str, set[int]] = field(default_factory=dict)   # dump id -> chunk numbers merged now
     fill_unchanged: bool = False
     chunk_counts: dict[str, int] = field(default_factory=dict)  # learnt now: see TableState.chunk_counts
-    unique: bool = False    # one record per key and nothing stored: a first load skips the ranking
+    unique: bool = False    # one record per key and nothing stored: a first load (`first_load`)
+    loads: list[LoadChunk] = field(default_factory=list)   # a first load's chunks, in chunk (key) order
+    general: Callable[[], DataFrame] | None = None   # ... and its records, should it take the general merge
+
+    def merge_records(self) -> DataFrame | None:
+        """The records the merge rule applies (a first load's are composed only when asked)."""
+        return self.general() if self.general is not None else self.records
+
+
+def _uris(staged: StagedLog, files: list[str]) -> list[str]:
+    return files if staged.local else [f"{staged.root.split('://', 1)[0]}://{p}" for p in files]
 
 
 def _read(spark: SparkSession, staged: StagedLog, files: list[str]) -> DataFrame:
-    uris = files if staged.local else [f"{staged.root.split('://', 1)[0]}://{p}" for p in files]
-    return read_files(spark, uris)
+    return read_files(spark, _uris(staged, files))
 
 
 def _data_columns(df: DataFrame) -> list[tuple[str, str]]:
@@ -181,29 +196,45 @@ def _pending_chunks(store: StateStore, staged: StagedLog, source: str, table: st
     return pending
 
 
-def _ready_chunks(spark: SparkSession, store: StateStore, staged: StagedLog, source: str,
-                  pending: dict[ChunkFile, str], upto: str, out: MergeInputs,
-                  result: MergeResult) -> tuple[DataFrame | None, str | None]:
-    """The rows of pending chunks that are ready by `upto`, with their windows, and the lowest LW."""
-    chunks = _read(spark, staged, list(pending.values()))
-    windows = chunk_windows(chunks, lambda ids: watermarks.positions(store, staged, source, ids))
-    ready = [w for w in windows if w.ready(upto) and ChunkFile(w.dump_id, w.chunk) in pending]
+@dataclass
+class ReadyChunks:
+    """The pending chunks that are ready by the merge's position, in chunk order."""
+    windows: list[ChunkWindow]
+    infos: list[ChunkInfo]      # their files, in the same order
+    low: str                    # the lowest LW position among them
+
+
+def _ready_chunks(store: StateStore, staged: StagedLog, source: str, pending: dict[ChunkFile, str], upto: str,
+                  out: MergeInputs, result: MergeResult) -> ReadyChunks | None:
+    """The pending chunks ready by `upto` (None: none with rows); chunks without rows count as merged."""
+    infos = staged.chunk_infos(list(pending.values()))
+    by_name = {ChunkFile.parse(i.path): i for i in infos}
+    for name, info in by_name.items():  # a chunk without rows has nothing to wait for
+        if info.meta is None:
+            out.ready.setdefault(name.dump_id, set()).add(name.number)
+    windows = chunk_windows(infos, lambda ids: watermarks.positions(store, staged, source, ids))
+    ready = sorted((w for w in windows if w.ready(upto) and ChunkFile(w.dump_id, w.chunk) in by_name),
+                   key=lambda w: (w.dump_id, w.chunk))
     for w in ready:
         out.ready.setdefault(w.dump_id, set()).add(w.chunk)
         result.chunk_rows += w.rows
         _dump_totals(result, w.dump_id)["rows"] += w.rows
-    seen = {ChunkFile(w.dump_id, w.chunk) for w in windows}
-    for name, path in pending.items():  # a chunk without rows has nothing to wait for
-        if name not in seen and pq.read_metadata(path, filesystem=staged.fs).num_rows == 0:
-            out.ready.setdefault(name.dump_id, set()).add(name.number)
     result.chunks = sum(len(v) for v in out.ready.values())
     for dump_id, numbers in out.ready.items():
         _dump_totals(result, dump_id)["chunks"] = len(numbers)
     out.unique = bool(ready) and disjoint_chunks(w.range() for w in ready)   # merge_inputs adds the rest
     lows = [w.low for w in ready if w.low is not None]  # every ready window has both positions
     if not lows:
-        return None, None
-    return with_windows(chunks, ready), min(lows)
+        return None
+    return ReadyChunks(ready, [by_name[ChunkFile(w.dump_id, w.chunk)] for w in ready], min(lows))
+
+
+def _schemas(infos: list[ChunkInfo]) -> list[str]:
+    """One file per distinct schema: Spark reads their schema as it would read all of them."""
+    first: dict[pa.Schema, str] = {}
+    for i in infos:
+        first.setdefault(i.schema, i.path)
+    return list(first.values())
 
 
 def _dump_totals(result: MergeResult, dump_id: str) -> dict[str, int]:
@@ -216,14 +247,14 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
     out = MergeInputs()
     done_upto = state.log_upto if state else None
     pending = _pending_chunks(store, staged, source, table, state, out)
-    chunks = None
+    ready = None
     low = done_upto  # None: nothing merged yet, every staged event is new
     if pending:
-        chunks, chunk_low = _ready_chunks(spark, store, staged, source, pending, upto, out, result)
-        if chunk_low is not None and low is not None:
-            low = min(low, chunk_low)  # the windows may reach back before the last merge
+        ready = _ready_chunks(store, staged, source, pending, upto, out, result)
+        if ready is not None and low is not None:
+            low = min(low, ready.low)  # the windows may reach back before the last merge
     # Without chunk windows to cover, only segments with events after the last merge matter.
-    segments = staged.segments(source, table, low, upto) if chunks is not None else \
+    segments = staged.segments(source, table, low, upto) if ready is not None else \
         staged.segments(source, table, high=upto, after=done_upto)
     events = None
     if segments:
@@ -231,18 +262,31 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
         if low is not None:
             events = events.where(F.col(POSITION) >= low)
         events = events.dropDuplicates([POSITION])  # re-staged after a crash
-    if events is None and chunks is None:
+    if events is None and ready is None:
         return out
+    out.unique = out.unique and ready is not None and events is None and _nothing_stored(state)
     sample = segments[0] if segments else next(iter(pending.values()))
     out.key = key_columns(pq.read_schema(sample, filesystem=staged.fs))
-    out.columns = _columns(state, (_data_columns(events) if events is not None else []) +
-                           (_data_columns(chunks) if chunks is not None else []), table)
-    composed = merge_input(None if events is None else M.align(events, out.columns),
-                           None if chunks is None else M.align(chunks, out.columns),
-                           out.key, [c for c, _ in out.columns], after=done_upto)
-    out.records, out.fill_unchanged = composed.records, composed.fill_unchanged
-    out.unique = out.unique and chunks is not None and events is None and _nothing_stored(state)
-    result.newest_commit_ts, result.oldest_commit_ts = composed.newest_commit_ts, composed.oldest_commit_ts
+    # A first load reads the chunks' schema from one file per schema; its rows only if it falls back.
+    chunk_columns = _data_columns(_read(spark, staged, _schemas(ready.infos))) if ready is not None else []
+    out.columns = _columns(state, (_data_columns(events) if events is not None else []) + chunk_columns, table)
+
+    def compose() -> DataFrame:
+        chunks = None if ready is None else \
+            with_windows(_read(spark, staged, [i.path for i in ready.infos]), ready.windows)
+        composed = merge_input(None if events is None else M.align(events, out.columns),
+                               None if chunks is None else M.align(chunks, out.columns),
+                               out.key, [c for c, _ in out.columns], after=done_upto)
+        out.fill_unchanged = composed.fill_unchanged
+        result.newest_commit_ts, result.oldest_commit_ts = composed.newest_commit_ts, composed.oldest_commit_ts
+        return composed.records
+
+    if out.unique and ready is not None:
+        uris = _uris(staged, [i.path for i in ready.infos])
+        out.loads = [LoadChunk(uri, w.high or "", w.rows, w.dump_id) for uri, w in zip(uris, ready.windows)]  # ready: high known
+        out.general = compose
+    else:
+        out.records = compose()
     return out
 
 
@@ -291,7 +335,7 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
         return
     result.upto = upto
     inputs = merge_inputs(spark, store, staged, source, table, state, upto, result)
-    if inputs.records is None and not inputs.ready:
+    if inputs.records is None and inputs.general is None and not inputs.ready:
         result.note = "up to date"
         return
     if state is not None and inputs.key and state.key != inputs.key:
@@ -309,9 +353,8 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
                      chunks=dict(base.chunks), chunk_counts={**base.chunk_counts, **inputs.chunk_counts},
                      merged_at=time.time())
     files, touched = [], set()
-    if inputs.records is not None:
-        done = rewrite(spark, base, pending, inputs.records, upto, purge, bucket_rows, inputs.fill_unchanged,
-                       inputs.unique)
+    done = _write(spark, base, pending, inputs, upto, purge, bucket_rows, result)
+    if done is not None:
         files, touched, new.buckets = done.files, done.touched, done.buckets
         result.buckets_written, result.log_events, result.survivors = done.written, done.log_events, \
             done.survivors_total
@@ -333,6 +376,20 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
     committed = warehouse.state(source, table)
     assert committed is not None
     _report(result, committed)
+
+
+def _write(spark: SparkSession, base: TableState, pending, inputs: MergeInputs, upto: str, purge: bool,
+           bucket_rows: int, result: MergeResult) -> Rewritten | None:
+    """The merged buckets' new files: a first load straight from its chunks, else by the merge rule."""
+    if inputs.general is not None:
+        done = first_load(spark, base, pending, inputs.loads, purge, bucket_rows)
+        if done is not None:
+            result.note = "first load: chunks written straight into their buckets"
+            return done
+    records = inputs.merge_records()
+    if records is None:
+        return None
+    return rewrite(spark, base, pending, records, upto, purge, bucket_rows, inputs.fill_unchanged, inputs.unique)
 
 
 def _report(result: MergeResult, state: TableState) -> None:

@@ -16,7 +16,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ..rules import ChunkRange, chunk_ready
-from ..staged import CHUNK, COMMIT_TS, DUMP_ID, HW, KEY_FROM, KEY_TO, LW, OLD_KEY, OP, POSITION, UNCHANGED, Op
+from ..staged import CHUNK, COMMIT_TS, DUMP_ID, HW, LW, OLD_KEY, OP, POSITION, UNCHANGED, Op
+from ..staging import ChunkInfo
 from .rules import WINDOW, window_dropped, window_survivors
 
 
@@ -40,15 +41,13 @@ class ChunkWindow:
         return ChunkRange(self.dump_id, self.chunk, self.key_from, self.key_to)
 
 
-def chunk_windows(chunks: DataFrame, positions: Callable[[set[str]], dict[str, str]]) -> list[ChunkWindow]:
-    """The window of each chunk among `chunks` (staged chunk rows) (one small collect), with the
-    positions `positions` finds for their watermark ids (`watermarks.positions`: those staged)."""
-    # The same on every row of a chunk; files staged before the range columns existed lack them.
-    ranges = [(F.col(c) if c in chunks.columns else F.lit(None).cast("string")).alias(c) for c in (KEY_FROM, KEY_TO)]
-    found = chunks.groupBy(DUMP_ID, CHUNK, LW, HW, *ranges).count().collect()
-    at = positions({r[LW] for r in found} | {r[HW] for r in found})
-    return [ChunkWindow(r[DUMP_ID], r[CHUNK], r[LW], r[HW], at.get(r[LW]), at.get(r[HW]), r["count"],
-                        r[KEY_FROM], r[KEY_TO]) for r in found]
+def chunk_windows(infos: list[ChunkInfo], positions: Callable[[set[str]], dict[str, str]]) -> list[ChunkWindow]:
+    """The window of each staged chunk with rows (`StagedLog.chunk_infos`), with the positions
+    `positions` finds for their watermark ids (`watermarks.positions`: those staged)."""
+    found = [(i.meta, i.rows) for i in infos if i.meta is not None]
+    at = positions({m.lw for m, _ in found} | {m.hw for m, _ in found})
+    return [ChunkWindow(m.dump_id, m.chunk, m.lw, m.hw, at.get(m.lw), at.get(m.hw), rows, m.key_from, m.key_to)
+            for m, rows in found]
 
 
 def with_windows(chunks: DataFrame, ready: list[ChunkWindow]) -> DataFrame:

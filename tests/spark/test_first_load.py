@@ -1,0 +1,71 @@
+"""A table's first load (nothing stored, no event, one dump's disjoint chunks) is written straight
+into its buckets (`dblog.spark.first_load`): the same rows and values the general merge writes,
+and the general merge whenever the source's key order is not Spark's."""
+from pathlib import Path
+
+from conftest import assert_warehouse_equals_source, settle
+from dblog.spark import job
+from dblog.spark.job import merge_table
+from dblog.warehouse.catalog import location
+from dblog.warehouse.tables import Warehouse
+from kinds_table import KINDS, rows
+
+COMPARED = ["_dblog_position", "_dblog_op", "_dblog_origin", "_dblog_dump_id", "_dblog_missing"]
+
+
+def _load(src, create: str, insert: str, values: list[tuple]) -> None:
+    """The table and its rows exist before the capture starts: its log stays empty."""
+    src.sql(create)
+    admin = src.admin()
+    try:
+        admin.cursor().executemany(insert, values)
+        admin.commit()
+    finally:
+        admin.close()
+    src.start_capture()
+
+
+def _merge(spark, src, warehouse, table: str, **options):
+    with src.store() as store:
+        return merge_table(spark, store, src.staged(), warehouse, src.source_id, table, **options)
+
+
+def _rows(warehouse, src, table: str) -> list[dict]:
+    columns = [c for c, _ in warehouse.state(src.source_id, table).columns] + COMPARED
+    return sorted(warehouse.read(src.source_id, table, columns).to_pylist(), key=lambda r: r["id"])
+
+
+def test_a_first_load_writes_every_column_kind_as_the_general_merge_does(src, spark, warehouse, tmp_path,
+                                                                          monkeypatch):
+    create, insert = (s.format(ns=src.namespace) for s in KINDS[src.kind])
+    _load(src, create, insert, rows(src.kind))
+    table = src.table("kinds")
+    src.dblog("dump", "--source", src.source_id, "--table", "kinds", "--chunk-size", "1", check=True)
+    settle(src)
+    fast = _merge(spark, src, warehouse, table, bucket_rows=1)
+    assert fast.note.startswith("first load") and fast.survivors == 3 and fast.log_events == 0
+    assert [b.rows for b in warehouse.state(src.source_id, table, files=True).buckets] == [1, 1, 1]
+    assert_warehouse_equals_source(src, warehouse, ["kinds"])
+
+    general = Warehouse(str(tmp_path / "general"))
+    monkeypatch.setattr(job, "first_load", lambda *a, **k: None)   # the path every later merge takes
+    slow = _merge(spark, src, general, table, bucket_rows=1)
+    assert not slow.note and slow.survivors == 3
+    assert _rows(warehouse, src, table) == _rows(general, src, table)
+
+
+def test_a_first_load_whose_key_order_is_not_sparks_takes_the_general_merge_and_leaves_no_file(
+        mariadb, spark, warehouse):
+    # A case-insensitive collation reads a, B, c; Spark orders B before a.
+    _load(mariadb, f"CREATE TABLE {mariadb.namespace}.names (id VARCHAR(10) PRIMARY KEY, v INT) "
+                   "DEFAULT CHARSET=utf8mb4 COLLATE utf8mb4_general_ci",
+          f"INSERT INTO {mariadb.namespace}.names VALUES (%s, %s)", [("a", 1), ("B", 2), ("c", 3)])
+    table = mariadb.table("names")
+    mariadb.dblog("dump", "--source", mariadb.source_id, "--table", "names", "--chunk-size", "1", check=True)
+    settle(mariadb)
+    result = _merge(spark, mariadb, warehouse, table, bucket_rows=1)
+    assert not result.note.startswith("first load") and result.survivors == 3
+    assert_warehouse_equals_source(mariadb, warehouse, ["names"])
+    root = location(warehouse.root, mariadb.source_id, table).split("://", 1)[-1]
+    on_disk = {str(p) for p in Path(root).rglob("*.parquet")}
+    assert on_disk == {u.split("://", 1)[-1] for u in warehouse.data_files(mariadb.source_id, table)}
