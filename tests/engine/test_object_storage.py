@@ -106,7 +106,8 @@ def test_kill_9_of_a_merge_on_s3_leaves_the_table_readable_and_a_re_run_converge
     src.start_capture()
     src.dblog("dump", "--source", src.source_id, "--table", "accounts", "--chunk-size", "500", check=True)
     settle(src)
-    assert _cli(src, "merge", "--source", src.source_id, "--table", "accounts").returncode == 0
+    first = _cli(src, "merge", "--source", src.source_id, "--table", "accounts")
+    assert first.returncode == 0 and "[first load" in first.stdout, first.stdout + first.stderr[-3000:]
     table = src.table("accounts")
     before = warehouse.state(src.source_id, table)
     w.run(seconds=2)
