@@ -69,3 +69,16 @@ def test_a_first_load_whose_key_order_is_not_sparks_takes_the_general_merge_and_
     root = location(warehouse.root, mariadb.source_id, table).split("://", 1)[-1]
     on_disk = {str(p) for p in Path(root).rglob("*.parquet")}
     assert on_disk == {u.split("://", 1)[-1] for u in warehouse.data_files(mariadb.source_id, table)}
+
+
+def test_a_first_load_takes_any_key_column_names_and_a_composite_key(postgres, spark, warehouse):
+    # Names a Spark DDL string cannot hold, one also a column of the merge's own file list.
+    ns = postgres.namespace
+    _load(postgres, f'CREATE TABLE {ns}.odd ("bucket" INT, "order id" TEXT, v INT, PRIMARY KEY ("bucket", "order id"))',
+          f"INSERT INTO {ns}.odd VALUES (%s, %s, %s)", [(b, o, b * 10) for b in (1, 2, 3) for o in ("a", "b")])
+    table = postgres.table("odd")
+    postgres.dblog("dump", "--source", postgres.source_id, "--table", "odd", "--chunk-size", "2", check=True)
+    settle(postgres)
+    result = _merge(spark, postgres, warehouse, table, bucket_rows=2)
+    assert result.note.startswith("first load") and result.buckets == 3
+    assert_warehouse_equals_source(postgres, warehouse, ["odd"])

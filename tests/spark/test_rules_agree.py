@@ -10,6 +10,7 @@ import datetime as dt
 import uuid
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import PORTS
 from pyspark.sql import functions as F
@@ -17,11 +18,13 @@ from rule_cases import CASES, T, WM, checkpoint, chunk, ev, python_visible, wm
 
 from dblog.schema import Column, TableSchema, encode_key
 from dblog.spark import merge as M
+from dblog.spark.first_load import first_load
 from dblog.spark.job import MergeResult, merge_inputs
 from dblog.staged import ChunkMeta, Op, absent_row, encode_event
 from dblog.staging import StagedLog
 from dblog.state import StateStore
 from dblog.warehouse.state import Bucket, TableState
+from dblog.warehouse.tables import Warehouse
 
 SOURCE, DUMP = "s", "d1"
 
@@ -65,13 +68,13 @@ def merge(spark, store, staged, upto, warehouse=None):
     (stored rows, table state) before and after."""
     stored, state = warehouse or (None, None)
     inputs = merge_inputs(spark, store, staged, SOURCE, T, state, upto, MergeResult(SOURCE, T))
-    records = inputs.merge_records()   # a first load's too: `test_first_load.py` holds its own path to them
+    records, fill_unchanged = inputs.merge_records()   # a first load's too: its own path is held below
     if records is None:
         return stored, state
     names = [c for c, _ in inputs.columns]
     # This helper's table state lists no stored files, so the job's "nothing stored" is said here.
     rows = M.merge_records(stored, records, inputs.key, names, dt.datetime.now(dt.timezone.utc),
-                           inputs.fill_unchanged, F.lit(0), 1, unique=inputs.unique and stored is None).drop("_b")
+                           fill_unchanged, F.lit(0), 1, unique=inputs.unique and stored is None).drop("_b")
     after = TableState(SOURCE, T, inputs.key, list(inputs.columns), [Bucket(0, None)], log_upto=upto,
                        chunks=dict(state.chunks) if state else {})
     for dump_id, numbers in inputs.ready.items():
@@ -129,3 +132,18 @@ def test_a_first_load_ranks_records_unless_its_chunks_cannot_share_a_key(spark, 
     keys = [r["id"] for r in rows.collect()]
     assert sorted(keys) == sorted(set(keys))   # each key stored once, however the rows were ranked
     assert visible((rows, None)) == python_visible(log, chunks)
+    if unique:   # the first load's own path, chunks straight into buckets, stores the same rows
+        assert first_loaded(spark, store, staged, checkpoint(log), tmp_path) == python_visible(log, chunks)
+
+
+def first_loaded(spark, store, staged, upto, tmp_path) -> dict:
+    """The live rows `first_load` writes (one bucket per chunk), read back from its files."""
+    inputs = merge_inputs(spark, store, staged, SOURCE, T, None, upto, MergeResult(SOURCE, T))
+    warehouse = Warehouse(str(tmp_path / "warehouse"))
+    base = TableState(SOURCE, T, inputs.key, list(inputs.columns), [Bucket(0, None)])
+    done = first_load(spark, base, warehouse.begin(SOURCE, T, inputs.key, list(inputs.columns), None),
+                      inputs.loads, True, bucket_rows=1)
+    assert done is not None and len(done.buckets) == len(inputs.loads)
+    files = pa.concat_tables([pq.read_table(f.uri.removeprefix("file://")) for f in done.files if not f.tombstone])
+    assert set(files["_dblog_origin"].to_pylist()) == {"dump"}
+    return dict(zip(files["id"].to_pylist(), files["v"].to_pylist()))

@@ -39,6 +39,8 @@ def bucket_loader(location: str, schema_ipc: bytes, spark_ipc: bytes, key: list[
                         staged = f.read([n for n in f.schema_arrow.names if n in wanted])
                     rows = _warehouse_rows(staged, values, high, merged_at, bucket)
                     keys.append(rows.select(key))
+                    # Every row's position is its window's HW, at or before the merge's position:
+                    # with `purge`, a tombstone is dropped here as `rewrite` drops it.
                     dead = pc.is_in(staged[OP], pa.array(list(TOMBSTONES)))
                     parts = [(False, rows)] if not pc.any(dead).as_py() else \
                         [(False, rows.filter(pc.invert(dead))), (True, rows.filter(dead))]
@@ -73,5 +75,5 @@ def _with_bounds(written: pa.RecordBatch, keys: pa.Table, key: list[str], values
     ends = [pa.repeat(lo.column(k)[0], n).cast(values.field(k).type) for k in key] + \
         [pa.repeat(hi.column(k)[0], n).cast(values.field(k).type) for k in key]
     return pa.RecordBatch.from_arrays([*written.columns, *ends],
-                                      names=[*written.schema.names, *[f"_lo_{k}" for k in key],
-                                             *[f"_hi_{k}" for k in key]])
+                                      names=[*written.schema.names, *[f"_lo_{i}" for i in range(len(key))],
+                                             *[f"_hi_{i}" for i in range(len(key))]])

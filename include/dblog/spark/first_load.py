@@ -72,16 +72,20 @@ def first_load(spark: SparkSession, base: TableState, pending: Pending, chunks: 
     labels = [base.buckets[0].id] + list(range(base.next_id(), base.next_id() + len(groups) - 1))
     tasks = [(label, json.dumps([(c.uri, c.high) for c in g])) for label, g in zip(labels, groups)]
     spark_types = StructType([StructField(c, _parse_datatype_string(t), True) for c, t in base.columns])
-    bounds = ", ".join(f"_{end}_{k} {types[k]}" for end in ("lo", "hi") for k in key)
     loader = bucket_loader(pending.location, pending.schema_ipc, to_arrow_schema(spark_types, timezone="UTC")
                            .serialize().to_pybytes(), key, purge, uuid.uuid4().hex[:12])
-    written = (spark.createDataFrame(spark.sparkContext.parallelize(tasks, max(1, len(tasks))), "bucket int, files string")
-               .mapInArrow(loader, f"{WRITTEN}, {bounds}")
-               .select("*", *[F.col(f"_lo_{k}").alias(k) for k in key])
-               .select("*", *M.key_strings(key, types)).collect())
+    # Bounds by key position (`_lo_0`, `_hi_0`, ...): a key column may have any name.
+    bounds = {f"_{end}_{i}": types[k] for end in ("lo", "hi") for i, k in enumerate(key)}
+    lows = [f"_lo_{i}" for i in range(len(key))]
+    written_schema = _parse_datatype_string(WRITTEN)
+    schema = StructType([*written_schema.fields, *[StructField(n, _parse_datatype_string(t)) for n, t in bounds.items()]])
+    tasks_df = spark.createDataFrame(spark.sparkContext.parallelize(tasks, max(1, len(tasks))), "bucket int, files string")
+    written = (tasks_df.mapInArrow(loader, schema)
+               .select(*written_schema.names, *[_comparable(n, t) for n, t in bounds.items()],
+                       *M.key_strings(lows, bounds)).collect())
     files = [WrittenFile(r["uri"], r["bucket"], r["tombstone"], r["rows"], r["missing"]) for r in written]
-    ends = {r["bucket"]: ([r[f"_lo_{k}"] for k in key], [r[f"_hi_{k}"] for k in key], [r[f"_s_{k}"] for k in key])
-            for r in written}
+    ends = {r["bucket"]: ([r[f"_o_lo_{i}"] for i in range(len(key))], [r[f"_o_hi_{i}"] for i in range(len(key))],
+                          [r[f"_s_{n}"] for n in lows]) for r in written}
     present = [label for label in labels if label in ends]
     if any(ends[a][1] >= ends[b][0] for a, b in zip(present, present[1:])):
         log.warning("%s/%s: the source's key order is not Spark's (a string key's collation?): the first load "
@@ -94,10 +98,18 @@ def first_load(spark: SparkSession, base: TableState, pending: Pending, chunks: 
         out.survivors[c.dump_id] = out.survivors.get(c.dump_id, 0) + c.rows
     for i, label in enumerate(present):
         mine = [f for f in files if f.bucket == label]
-        out.buckets.append(Bucket(label, None if i == 0 else ends[label][2], sum(f.rows for f in mine if not f.tombstone),
-                                  sum(f.rows for f in mine if f.tombstone), 0))
+        live, dead = [f for f in mine if not f.tombstone], [f for f in mine if f.tombstone]
+        out.buckets.append(Bucket(label, None if i == 0 else ends[label][2], sum(f.rows for f in live),
+                                  sum(f.rows for f in dead), sum(f.missing for f in live)))
     out.buckets = out.buckets or [Bucket(labels[0], None)]
     return out
+
+
+def _comparable(name: str, spark_type: str):
+    """A bound as the driver compares it: an instant as microseconds (Spark hands a timestamp to
+    Python as a local wall time, which repeats in a daylight-saving fold)."""
+    column = F.col(name)
+    return (F.unix_micros(column) if spark_type == "timestamp" else column).alias(f"_o{name}")
 
 
 def _delete(files: list[WrittenFile]) -> None:

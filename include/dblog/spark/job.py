@@ -52,7 +52,7 @@ from . import merge as M
 from .. import repair
 from ..events import RepairNeed
 from .first_load import LoadChunk, first_load
-from .records import ChunkWindow, chunk_windows, merge_input, with_windows
+from .records import ChunkWindow, MergeInput, chunk_windows, merge_input, with_windows
 from .rewrite import Rewritten, rewrite
 from .sources import read_files
 
@@ -121,11 +121,15 @@ class MergeInputs:
     chunk_counts: dict[str, int] = field(default_factory=dict)  # learnt now: see TableState.chunk_counts
     unique: bool = False    # one record per key and nothing stored: a first load (`first_load`)
     loads: list[LoadChunk] = field(default_factory=list)   # a first load's chunks, in chunk (key) order
-    general: Callable[[], DataFrame] | None = None   # ... and its records, should it take the general merge
+    general: Callable[[], MergeInput] | None = None   # ... and its records, should it take the general merge
 
-    def merge_records(self) -> DataFrame | None:
-        """The records the merge rule applies (a first load's are composed only when asked)."""
-        return self.general() if self.general is not None else self.records
+    def merge_records(self) -> tuple[DataFrame | None, bool]:
+        """The records the merge rule applies, and whether it fills values events left out (a
+        first load's records are composed only when asked)."""
+        if self.general is not None:
+            composed = self.general()
+            return composed.records, composed.fill_unchanged
+        return self.records, self.fill_unchanged
 
 
 def _uris(staged: StagedLog, files: list[str]) -> list[str]:
@@ -206,7 +210,8 @@ class ReadyChunks:
 
 def _ready_chunks(store: StateStore, staged: StagedLog, source: str, pending: dict[ChunkFile, str], upto: str,
                   out: MergeInputs, result: MergeResult) -> ReadyChunks | None:
-    """The pending chunks ready by `upto` (None: none with rows); chunks without rows count as merged."""
+    """The pending chunks ready by `upto` (None: none with rows, or none ready); chunks without
+    rows count as merged."""
     infos = staged.chunk_infos(list(pending.values()))
     by_name = {ChunkFile.parse(i.path): i for i in infos}
     for name, info in by_name.items():  # a chunk without rows has nothing to wait for
@@ -271,22 +276,22 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
     chunk_columns = _data_columns(_read(spark, staged, _schemas(ready.infos))) if ready is not None else []
     out.columns = _columns(state, (_data_columns(events) if events is not None else []) + chunk_columns, table)
 
-    def compose() -> DataFrame:
+    def compose() -> MergeInput:
         chunks = None if ready is None else \
             with_windows(_read(spark, staged, [i.path for i in ready.infos]), ready.windows)
-        composed = merge_input(None if events is None else M.align(events, out.columns),
-                               None if chunks is None else M.align(chunks, out.columns),
-                               out.key, [c for c, _ in out.columns], after=done_upto)
-        out.fill_unchanged = composed.fill_unchanged
-        result.newest_commit_ts, result.oldest_commit_ts = composed.newest_commit_ts, composed.oldest_commit_ts
-        return composed.records
+        return merge_input(None if events is None else M.align(events, out.columns),
+                           None if chunks is None else M.align(chunks, out.columns),
+                           out.key, [c for c, _ in out.columns], after=done_upto)
 
     if out.unique and ready is not None:
         uris = _uris(staged, [i.path for i in ready.infos])
-        out.loads = [LoadChunk(uri, w.high or "", w.rows, w.dump_id) for uri, w in zip(uris, ready.windows)]  # ready: high known
-        out.general = compose
+        out.loads = [LoadChunk(uri, w.high, w.rows, w.dump_id) for uri, w in zip(uris, ready.windows) if w.high]
+        assert len(out.loads) == len(ready.windows), "a ready window has its HW position"
+        out.general = compose   # no event: no commit times to report
     else:
-        out.records = compose()
+        composed = compose()
+        out.records, out.fill_unchanged = composed.records, composed.fill_unchanged
+        result.newest_commit_ts, result.oldest_commit_ts = composed.newest_commit_ts, composed.oldest_commit_ts
     return out
 
 
@@ -386,10 +391,10 @@ def _write(spark: SparkSession, base: TableState, pending, inputs: MergeInputs, 
         if done is not None:
             result.note = "first load: chunks written straight into their buckets"
             return done
-    records = inputs.merge_records()
+    records, fill_unchanged = inputs.merge_records()
     if records is None:
         return None
-    return rewrite(spark, base, pending, records, upto, purge, bucket_rows, inputs.fill_unchanged, inputs.unique)
+    return rewrite(spark, base, pending, records, upto, purge, bucket_rows, fill_unchanged, inputs.unique)
 
 
 def _report(result: MergeResult, state: TableState) -> None:
