@@ -78,6 +78,7 @@ def first_load(spark: SparkSession, base: TableState, pending: Pending, chunks: 
     bounds = {f"_{end}_{i}": types[k] for end in ("lo", "hi") for i, k in enumerate(key)}
     lows = [f"_lo_{i}" for i in range(len(key))]
     written_schema = _parse_datatype_string(WRITTEN)
+    assert isinstance(written_schema, StructType)
     schema = StructType([*written_schema.fields, *[StructField(n, _parse_datatype_string(t)) for n, t in bounds.items()]])
     tasks_df = spark.createDataFrame(spark.sparkContext.parallelize(tasks, max(1, len(tasks))), "bucket int, files string")
     written = (tasks_df.mapInArrow(loader, schema)
