@@ -405,7 +405,7 @@ class TableDump:
         self._changed = threading.Event()
         self._control_seen: dict | None = None
         self.reader: WindowReads = WindowReader(source)   # a big table's: see _choose_reader
-        self.stage = SplitStaging(staged, dump_id)
+        self.stage = SplitStaging(staged, dump_id, native=settings().dump.decoder == "native")
         self._started, self._rows = time.monotonic(), 0
 
     def run(self, lease_timeout: float | None = 0) -> TableProgress:

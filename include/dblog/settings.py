@@ -59,6 +59,10 @@ class Dump:
         "connection per split), `spark` (one Spark task per split, decoded in executors: the Performance "
         "section measures both), `auto` (Spark for a table of at least `DBLOG_DUMP_SPARK_MIN_ROWS` rows)",
         choices=("auto", "spark", "threads"))
+    decoder: str = setting(
+        "native", "DBLOG_DUMP_DECODER", "how a range dump's chunk rows are decoded: `native` (straight into Arrow "
+        "by connectorx or ADBC, for a table whose every column they read exactly; other tables and values are read "
+        "by the Python driver), `python` (the Python driver for every chunk)", choices=("native", "python"))
     spark_min_rows: int = setting(
         1_000_000, "DBLOG_DUMP_SPARK_MIN_ROWS", "with the `auto` reader, the estimated rows from which a table's "
         "windows are read on Spark (starting Spark costs seconds; a small table is done sooner without)",

@@ -237,13 +237,19 @@ def absent_row(schema: TableSchema, key: tuple) -> tuple:
     return tuple(row)
 
 
-def chunk_table(schema: TableSchema, meta: ChunkMeta, rows: list[tuple], ops: list[Op]) -> pa.Table:
-    """A chunk's table: its rows (tuples in schema column order, as drivers return them), an op each."""
-    return rows_table(schema, CHUNK_FIELDS, rows, {OP: ops}, meta.columns())
+def chunk_table(schema: TableSchema, meta: ChunkMeta, rows: list[tuple] | pa.Table, ops: list[Op] | Op) -> pa.Table:
+    """A chunk's table: its rows (tuples in schema column order, as drivers return them, or a table
+    of the staged column types, `rows_table`), an op each (or one for all)."""
+    columns, constants = ({}, {OP: ops, **meta.columns()}) if isinstance(ops, Op) else ({OP: ops}, meta.columns())
+    if isinstance(rows, pa.Table):
+        return with_meta(rows, schema, CHUNK_FIELDS, columns, constants)
+    return rows_table(schema, CHUNK_FIELDS, rows, columns, constants)
 
 
-def last_key(schema: TableSchema, rows: list[tuple]) -> tuple:
+def last_key(schema: TableSchema, rows: list[tuple] | pa.Table) -> tuple:
     """The key of the last of `rows` (not empty), as staged."""
+    if isinstance(rows, pa.Table):
+        return normalize_key(tuple(rows.column(c)[-1].as_py() for c in schema.key), schema)
     return normalize_key(schema.key_of_tuple(rows[-1]), schema)
 
 
@@ -285,10 +291,18 @@ def rows_table(schema: TableSchema, meta_fields: list[pa.Field], rows: list[tupl
                columns: dict[str, list] | None = None, constants: dict | None = None) -> pa.Table:
     """Rows as tuples in schema column order plus metadata columns given per row (`columns`) or
     once for all rows (`constants`)."""
-    target, n = arrow_schema(schema, meta_fields), len(rows)
+    target = arrow_schema(schema, [])
     data = list(zip(*rows)) if rows else [()] * len(schema.columns)
-    arrays = [_array(list(values), f) for values, f in zip(data, target)]
-    columns, constants = columns or {}, constants or {}
+    table = pa.Table.from_arrays([_array(list(values), f) for values, f in zip(data, target)], schema=target)
+    return with_meta(table, schema, meta_fields, columns, constants) if meta_fields else table
+
+
+def with_meta(data: pa.Table, schema: TableSchema, meta_fields: list[pa.Field],
+              columns: dict[str, list] | None = None, constants: dict | None = None) -> pa.Table:
+    """`data` (the table's columns in their staged types) with metadata columns, as `rows_table`."""
+    n, columns, constants = data.num_rows, columns or {}, constants or {}
+    arrays = list(data.columns)
     for f in meta_fields:
-        arrays.append(_array(columns[f.name], f) if f.name in columns else _array([constants.get(f.name)] * n, f))
-    return pa.Table.from_arrays(arrays, schema=target)
+        arrays.append(_array(columns[f.name], f) if f.name in columns else
+                      pa.repeat(pa.scalar(constants.get(f.name), type=f.type), n))
+    return pa.Table.from_arrays(arrays, schema=arrow_schema(schema, meta_fields))

@@ -95,9 +95,10 @@ class StagedLog:
         self._atomic_write(path, table)
         return path
 
-    def write_chunk(self, source: str, schema: TableSchema, meta: ChunkMeta, rows: list[tuple],
-                    ops: list[Op]) -> str:
-        """Stage a chunk: its rows (tuples in schema column order), an op per row."""
+    def write_chunk(self, source: str, schema: TableSchema, meta: ChunkMeta, rows: list[tuple] | pa.Table,
+                    ops: list[Op] | Op) -> str:
+        """Stage a chunk: its rows (tuples in schema column order, or a table: `staged.chunk_table`),
+        an op per row (or one for all)."""
         path = self.chunk_path(source, schema.name, meta.dump_id, meta.chunk)
         self._atomic_write(path, chunk_table(schema, meta, rows, ops))
         return path

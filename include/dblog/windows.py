@@ -150,16 +150,17 @@ class SplitStaging:
     read no row stages nothing: the window ends below it."""
     staged: StagedLog
     dump_id: str
+    native: bool = True  # decode natively where exact (DBLOG_DUMP_DECODER)
 
     def __call__(self, source: Source, schema: TableSchema, plan: WindowPlan, index: int) -> SplitRead:
         split = plan.splits[index]
-        rows = source.select_chunk(schema, split.after, split.limit, split.upto)
+        rows = source.select_chunk_table(schema, split.after, split.limit, split.upto, self.native)
         crash_point("dump.split_read")
-        if split.open and not rows:
+        if split.open and not rows.num_rows:
             return SplitRead(index, 0, None)
         key_to = encode_key(last_key(schema, rows)) if split.open else _key_json(split.upto)
         self.staged.write_chunk(source.name, schema, plan.meta(self.dump_id, index, key_to), rows,
-                                [Op.READ] * len(rows))
+                                Op.READ)
         crash_point("dump.split_staged")
         return SplitRead(index, len(rows), key_to)
 

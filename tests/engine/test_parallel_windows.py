@@ -91,11 +91,13 @@ def test_a_dump_reading_four_key_ranges_per_window_converges_under_writes_on_eve
 
 
 def test_a_window_whose_one_split_read_fails_keeps_the_splits_it_staged_and_reads_only_that_one_again(
-        postgres, caplog):
+        postgres, caplog, monkeypatch):
     """One split's connection is ended by the server between two windows, so the next window's
     read on it fails while its other splits succeed. (On MariaDB the driver's ping reconnects a
     dropped idle connection before the read, so no window fails that way there; the source
-    restart test of test_faults runs parallel windows on both sources.)"""
+    restart test of test_faults runs parallel windows on both sources.) The Python driver reads
+    here: a native read whose connection was ended is read again by it (test_native_reads)."""
+    monkeypatch.setenv("DBLOG_DUMP_DECODER", "python")
     src = postgres
     src.workload(seed=44, rows=3000).create()
     src.start_capture()

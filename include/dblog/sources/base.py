@@ -2,7 +2,8 @@
 
 Chunk SELECTs are the only reads of user tables: one bounded statement each, in primary-key
 order, in its own READ COMMITTED transaction (autocommit), so they never hold locks across
-statements (invariant 5). Identifiers are quoted by the dialect; values are always bound.
+statements (invariant 5). Identifiers are quoted by the dialect; values are always bound (for a
+native read, by the Python driver's own interpolation, the same text it sends).
 """
 from __future__ import annotations
 
@@ -14,8 +15,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterator, Sequence
 
+import pyarrow as pa
+
 from ..events import ChangeEvent, RepairNeed
 from ..schema import Column, TableSchema
+from ..staged import rows_table
+from .native import NativeReads, NativeUnfit
 
 WATERMARK_SCHEMA = "dblog"
 WATERMARK_TABLE = f"{WATERMARK_SCHEMA}.watermarks"
@@ -71,11 +76,12 @@ class Dialect:
         return f"{self.quote(schema)}.{self.quote(table)}"
 
     def chunk_query(self, schema: TableSchema, after_key: tuple | None, limit: int | None,
-                    upto_key: tuple | None = None) -> tuple[str, list]:
+                    upto_key: tuple | None = None, cols: str | None = None) -> tuple[str, list]:
         """Rows with after_key < key <= upto_key in key order, at most `limit` (None: all of them;
         a split whose upper key bounds it). Keyset pagination: composite keys use row-value
-        comparison, which both families serve from the key index."""
-        cols = self.select_list(schema)
+        comparison, which both families serve from the key index. `cols`: another select list
+        (a native read's)."""
+        cols = cols or self.select_list(schema)
         where, params = self._key_range(schema, after_key, upto_key)
         keys = ", ".join(self.quote(c) for c in schema.key)
         if limit is None:
@@ -143,19 +149,22 @@ class Source(abc.ABC):
         # None: untagged, as before deployments were told apart (a source built by hand).
         self.deployment: str | None = None
         self._foreign: set[str] = set()  # other deployments whose watermarks were seen (logged once)
+        self._native: NativeReads | None = None  # the dump's native chunk reader, made at its first chunk
+        self._unfit: set[str] = set()  # tables whose chunks the native reader passed on (logged once)
 
     def clone(self) -> "Source":
         """The same source on a connection of its own, so another thread's reads never wait on
         this one's (the capture's repairs)."""
         other = copy.copy(self)
         other._conn, other._lock, other._schemas, other._known = None, threading.Lock(), {}, {}
+        other._native, other._unfit = None, set()
         return other
 
     def __getstate__(self) -> dict:
         """A source travels to Spark executors (a dump's split reads) without its connection,
         lock and caches: each process connects for itself."""
         state = dict(self.__dict__)
-        state.update(_conn=None, _lock=None, _schemas={}, _known={})
+        state.update(_conn=None, _lock=None, _schemas={}, _known={}, _native=None, _unfit=set())
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -306,6 +315,41 @@ class Source(abc.ABC):
                      upto_key: tuple | None = None) -> list[tuple]:
         """Rows as tuples in schema column order."""
         return self.fetch(*self.dialect.chunk_query(schema, after_key, limit, upto_key))
+
+    def select_chunk_table(self, schema: TableSchema, after_key: tuple | None, limit: int | None,
+                           upto_key: tuple | None = None, native_reads: bool = True) -> pa.Table:
+        """A chunk's rows in the staged column types: decoded by the native reader where it reads
+        every column exactly (`sources.native`), else built from the Python driver's tuples."""
+        native = self._native_reads() if native_reads else None
+        cols = native.select_list(schema, self.dialect.quote) if native is not None else None
+        if native is not None and cols is not None:
+            sql, params = self.dialect.chunk_query(schema, after_key, limit, upto_key, cols)
+            try:
+                return native.read(schema, self._interpolate(sql, params))
+            except NativeUnfit as exc:
+                if schema.name not in self._unfit:
+                    self._unfit.add(schema.name)
+                    log.warning("%s: a chunk of %s is read by the Python driver, not the native reader: %s "
+                                "(its values stay exact; only slower)", self.name, schema.name, exc)
+        elif native is not None and schema.name not in self._unfit:
+            self._unfit.add(schema.name)
+            log.info("%s: %s has a column the native reader does not read exactly: its chunks are read by "
+                     "the Python driver", self.name, schema.name)
+        return rows_table(schema, [], self.select_chunk(schema, after_key, limit, upto_key))
+
+    def _native_reads(self) -> NativeReads | None:
+        """This source's native chunk reader (None: it has none)."""
+        return None
+
+    def _interpolate(self, sql: str, params: list) -> str:
+        """`sql` with its values in, escaped by the Python driver as it does for every statement
+        (client-side: no round trip, so the connection is not checked here)."""
+        with self._lock:
+            if self._conn is None:
+                self._conn = self.connect()
+            with self._conn.cursor() as cur:
+                text = cur.mogrify(sql, params)
+        return text.decode() if isinstance(text, bytes) else text
 
     def key_after(self, schema: TableSchema, after_key: tuple | None, rows: int,
                   upto_key: tuple | None = None) -> tuple | None:

@@ -31,6 +31,7 @@ from ..positions import binlog_file_index, mysql_position
 from ..positions import encode as encode_position
 from ..schema import Column, TableSchema, decimal_type, normalize_key
 from ..staged import Op
+from .native import MySQLNative, NativeReads
 from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
                    SourceUnavailable, Transaction, UnreadableEvent)
 
@@ -128,7 +129,15 @@ class MySQLSource(Source):
         except MySQLdb.Error:
             return False
 
+    def _native_reads(self) -> NativeReads:
+        if self._native is None:
+            self._native = MySQLNative(self.settings["host"], self.settings["port"], self.settings["user"],
+                                       self.settings["passwd"], self.database)
+        return self._native
+
     def close(self) -> None:
+        if self._native is not None:
+            self._native.close()
         if self._conn is not None:
             self._conn.close()
             self._conn = None

@@ -15,6 +15,7 @@ from ..positions import encode as encode_position
 from ..positions import int_to_lsn, lsn_to_int, postgres_position
 from ..schema import Column, decimal_type, normalize_key
 from ..staged import Op
+from .native import NativeReads, PostgresNative
 from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
                    SourceUnavailable, Transaction)
 from ..settings import settings
@@ -130,7 +131,15 @@ class PostgresSource(Source):
         state.update(_repl=None, _repl_cursor=None)
         return state
 
+    def _native_reads(self) -> NativeReads:
+        if self._native is None:
+            self._native = PostgresNative(self.dsn["host"], self.dsn["port"], self.dsn["user"], self.dsn["password"],
+                                          self.dsn["dbname"])
+        return self._native
+
     def close(self) -> None:
+        if self._native is not None:
+            self._native.close()
         for c in (self._conn, self._repl):
             if c is not None and not c.closed:
                 c.close()
