@@ -15,6 +15,7 @@ Sizes and settings (environment; defaults fit 2 cores / 24 GiB):
   DBLOG_BENCH_SOURCES=mysql,postgres   DBLOG_BENCH_ROWS=10000000 (scenarios 2, 3)
   DBLOG_BENCH_REPS=3 (scenarios 1, 5)  DBLOG_BENCH_DUMP_REPS=3 (scenario 2; each run is ~6 min a source)
   DBLOG_BENCH_DUMP_TOOLS=ours,plain,spark_jdbc,dlt (scenario 2: the copies to time)
+  DBLOG_BENCH_DUMP_PARALLELISM=1 (scenario 2: ranges per dump window)
   DBLOG_BENCH_CHUNK_SIZE (default: dblog's)  DBLOG_BENCH_WRITE_RATE=1000 row changes/s
   DBLOG_BENCH_BASELINE_SECONDS=60      DBLOG_BENCH_CAPTURE_ROWS=100000  DBLOG_BENCH_MERGE_ROWS=1000000
   DBLOG_BENCH_SWEEP_ROWS=1000000       DBLOG_BENCH_SWEEP_SIZES=2000,5000,20000,50000

@@ -82,3 +82,19 @@ def test_a_first_load_takes_any_key_column_names_and_a_composite_key(postgres, s
     result = _merge(spark, postgres, warehouse, table, bucket_rows=2)
     assert result.note.startswith("first load") and result.buckets == 3
     assert_warehouse_equals_source(postgres, warehouse, ["odd"])
+
+
+def test_a_first_load_writes_many_buckets_per_spark_task_each_its_own_key_range(src, spark, warehouse):
+    # 15 buckets, more than the few tasks a core the load runs (local[2]: 4), so tasks write several.
+    ns = src.namespace
+    _load(src, f"CREATE TABLE {ns}.many (id INT PRIMARY KEY, name VARCHAR(20), amount DECIMAL(12,2))",
+          f"INSERT INTO {ns}.many VALUES (%s, %s, %s)", [(i, f"n{i}", f"{i}.25") for i in range(1, 31)])
+    table = src.table("many")
+    src.dblog("dump", "--source", src.source_id, "--table", "many", "--chunk-size", "2", check=True)
+    settle(src)
+    result = _merge(spark, src, warehouse, table, bucket_rows=2)
+    assert result.note.startswith("first load") and result.buckets == 15 and result.survivors == 30
+    buckets = warehouse.state(src.source_id, table, files=True).buckets
+    assert [b.rows for b in buckets] == [2] * 15
+    assert [b.lo for b in buckets[1:]] == [[str(k)] for k in range(3, 31, 2)]  # each bucket's lowest key
+    assert_warehouse_equals_source(src, warehouse, ["many"])
