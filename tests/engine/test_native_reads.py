@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from dblog.staged import last_key
 from kinds_table import HOSTILE, KINDS
 from kinds_table import rows as kinds_rows
 
@@ -76,6 +77,28 @@ def test_a_native_chunk_read_holds_the_python_drivers_values_for_every_column_ty
                 native, python = _both(source, schema, after, 4, upto)
                 assert native.num_rows > 0 and native.equals(python, check_metadata=True)
         assert "read by the Python driver" not in caplog.text  # every chunk above was read natively
+    finally:
+        source.close()
+
+
+def test_a_table_keyed_by_a_decimal_pages_in_the_key_s_own_order_not_its_text_s(src, caplog):
+    # The native read selects a DECIMAL as its text: ordered by that text, 10 would follow 1.
+    key = "BIGINT UNSIGNED" if src.kind == "mariadb" else "NUMERIC(20,0)"
+    _create(src, f"CREATE TABLE {{ns}}.dec (k {key} PRIMARY KEY, d DECIMAL(12,2))",
+            [(k, f"{k}.5") for k in range(1, 101)], "dec")
+    source = src.source()
+    schema = source.table_schema(src.table("dec"))
+    seen, after = [], None
+    try:
+        with caplog.at_level(logging.INFO, logger="dblog.source"):
+            while True:
+                native, python = _both(source, schema, after, 15)
+                assert native.equals(python, check_metadata=True)
+                if not native.num_rows:
+                    break
+                seen += [int(k) for k in native.column("k").to_pylist()]
+                after = last_key(schema, native)
+        assert seen == list(range(1, 101)) and "read by the Python driver" not in caplog.text
     finally:
         source.close()
 

@@ -121,6 +121,12 @@ class Dialect:
         """The columns a chunk read selects, in schema order."""
         return ", ".join(self.quote(c) for c in schema.column_names)
 
+    def native_select_list(self, schema: TableSchema) -> str | None:
+        """The columns a native chunk read selects (`sources.native`), in schema order; None when
+        one would not read as the Python driver reads it. Columns read through an expression are
+        aliased apart, so ORDER BY a key column still sorts by the column itself."""
+        return None
+
     def keys_query(self, schema: TableSchema, keys: Sequence[tuple]) -> tuple[str, list]:
         cols = self.select_list(schema)
         key_cols = ", ".join(self.quote(c) for c in schema.key)
@@ -321,7 +327,7 @@ class Source(abc.ABC):
         """A chunk's rows in the staged column types: decoded by the native reader where it reads
         every column exactly (`sources.native`), else built from the Python driver's tuples."""
         native = self._native_reads() if native_reads else None
-        cols = native.select_list(schema, self.dialect.quote) if native is not None else None
+        cols = self.dialect.native_select_list(schema) if native is not None else None
         if native is not None and cols is not None:
             sql, params = self.dialect.chunk_query(schema, after_key, limit, upto_key, cols)
             try:
@@ -342,10 +348,11 @@ class Source(abc.ABC):
         return None
 
     def _interpolate(self, sql: str, params: list) -> str:
-        """`sql` with its values in, escaped by the Python driver as it does for every statement
-        (client-side: no round trip, so the connection is not checked here)."""
+        """`sql` with its values in, escaped by the Python driver as it does for every statement.
+        Its connection is checked first (a ping on MySQL): a server that is down then fails the
+        read at once, transient, where connectorx's pool would wait 30 s before giving up."""
         with self._lock:
-            if self._conn is None:
+            if self._conn is None or not self._usable(self._conn):
                 self._conn = self.connect()
             with self._conn.cursor() as cur:
                 text = cur.mogrify(sql, params)

@@ -37,6 +37,10 @@ from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Sour
 
 _INTS = {"tinyint", "smallint", "mediumint", "int", "integer", "year"}
 _BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+# Read by connectorx as they are, to the Python driver's values (sources/native.py); DOUBLE but
+# not FLOAT (a FLOAT's Python value comes from its shortest text, connectorx's from its bits).
+_NATIVE_AS_IS = _INTS | _BINARY | {"bigint", "double", "date", "datetime", "char", "varchar", "tinytext", "text",
+                                   "mediumtext", "longtext"}
 
 
 # Can't connect (2002: libmariadb, TCP included; 2003: PyMySQL, the binlog reader's driver), unknown
@@ -60,6 +64,24 @@ class MySQLDialect(Dialect):
             bits = _BIT.fullmatch(c.source_type.lower())
             out.append(f"LPAD(BIN({self.quote(c.name)}), {int(bits.group(1))}, '0') AS `_dblog_bit_{i}`" if bits
                        else self.quote(c.name))
+        return ", ".join(out)
+
+    def native_select_list(self, schema: TableSchema) -> str | None:
+        """DECIMAL (and BIGINT UNSIGNED, staged as DECIMAL(20,0)) as its text, parsed by Arrow at
+        its scale (connectorx rounds past 10 decimals); TIMESTAMP as its stored instant in
+        microseconds, whatever the session's zone (0 is the zero date, which drivers give as NULL)."""
+        out = []
+        for i, c in enumerate(schema.columns):
+            q, kind = self.quote(c.name), re.split(r"[ (]", c.source_type.lower(), maxsplit=1)[0]
+            if pa.types.is_decimal(c.arrow_type):
+                out.append(f"CAST({q} AS CHAR) AS `_dblog_native_{i}`")
+            elif kind == "timestamp":
+                out.append(f"CASE WHEN UNIX_TIMESTAMP({q}) = 0 THEN NULL "
+                           f"ELSE CAST(UNIX_TIMESTAMP({q}) * 1000000 AS SIGNED) END AS `_dblog_native_{i}`")
+            elif kind in _NATIVE_AS_IS:
+                out.append(q)
+            else:
+                return None
         return ", ".join(out)
 
 

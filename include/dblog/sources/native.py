@@ -3,26 +3,24 @@ MariaDB, ADBC's libpq driver (C, binary COPY format) for PostgreSQL. A dump's ro
 become Python objects, which is most of a Python-decoded dump's time (Performance).
 
 The Python drivers' values stay the contract (they are what the capture's values are held to):
-a column is read natively only where the native value is that value, which
-`tests/engine/test_native_reads.py` checks type by type. DECIMAL travels as its text and Arrow
-parses it at the declared scale (connectorx would round past 10 decimals). A MySQL TIMESTAMP
-travels as its stored instant in microseconds, whatever the session's zone. A table with any
-other column (MySQL BIT, ENUM, SET, JSON, TIME, FLOAT; PostgreSQL types staged as their text,
-REAL) is read by the Python driver, whole. A value the
-native driver cannot give exactly (a zero DATETIME, an infinite PostgreSQL timestamp) fails the
-chunk's native read: that chunk is then read by the Python driver (`Source.select_chunk_table`).
+each dialect's `native_select_list` names the column types a native read gives exactly and how
+(`tests/engine/test_native_reads.py` checks them type by type); a table with any other column is
+read by the Python driver, whole. Here, a native column whose Arrow type is not the kind its
+staged type expects, or a value the Python drivers cannot hold (outside years 1-9999: a zero or
+infinite date), or any failure of the native read, fails the chunk's native read: that chunk is
+then read by the Python driver (`Source.select_chunk_table`).
 """
 from __future__ import annotations
 
 import abc
-import re
-from typing import Any, Callable
-from urllib.parse import quote
+import contextlib
+from typing import Any
+from urllib.parse import quote, urlencode
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..schema import Column, TableSchema
+from ..schema import TableSchema
 from ..staged import arrow_schema
 
 # What Python's datetime holds (year 1 to 9999), the range the Python drivers give.
@@ -37,30 +35,18 @@ class NativeUnfit(ValueError):
 class NativeReads(abc.ABC):
     """A source's native chunk reader; it holds at most one connection (`close`)."""
 
-    def select_list(self, schema: TableSchema, quote_name: Callable[[str], str]) -> str | None:
-        """The chunk SELECT's columns in schema order, or None if a column is not read exactly."""
-        out = []
-        for c in schema.columns:
-            expr = self.expression(c, quote_name(c.name))
-            if expr is None:
-                return None
-            out.append(expr)
-        return ", ".join(out)
-
-    @abc.abstractmethod
-    def expression(self, column: Column, quoted: str) -> str | None:
-        """How the SELECT reads `column` natively, or None where the native value would differ."""
-
     @abc.abstractmethod
     def fetch(self, sql: str) -> pa.Table:
-        """Run one SELECT (its values already in it) and return its result."""
+        """Run one SELECT (its values already in it) and return its result; NativeUnfit if it fails."""
 
     def read(self, schema: TableSchema, sql: str) -> pa.Table:
-        """The chunk's rows in the staged column types."""
+        """The chunk's rows in the staged column types (the SELECT's columns in schema order)."""
         got = self.fetch(sql)
         target = arrow_schema(schema, [])
         arrays = []
         for field, values in zip(target, got.columns):
+            if not _fits(values.type, field.type):  # a driver version that maps a type otherwise
+                raise NativeUnfit(f"column {field.name} came as {values.type}, not as {field.type} is read")
             _check_range(field, values)
             try:
                 arrays.append(values.cast(field.type))  # safe casts: one that would lose a digit raises
@@ -72,7 +58,24 @@ class NativeReads(abc.ABC):
         """Let go of the connection, if the reader keeps one."""
 
 
+def _fits(native: pa.DataType, staged: pa.DataType) -> bool:
+    """Whether a native column of type `native` is the kind of value `staged` is cast from."""
+    t = pa.types
+    if t.is_integer(staged):
+        return t.is_integer(native)
+    if t.is_decimal(staged):
+        return t.is_string(native) or t.is_large_string(native)   # the value's text
+    if t.is_timestamp(staged):
+        return (t.is_timestamp(native) and native.tz == staged.tz) or t.is_int64(native)  # or microseconds
+    if t.is_string(staged):
+        return t.is_string(native) or t.is_large_string(native)
+    if t.is_binary(staged):
+        return t.is_binary(native) or t.is_large_binary(native)
+    return native == staged  # float64, date32, bool
+
+
 def _check_range(field: pa.Field, values: pa.ChunkedArray) -> None:
+    """Python's datetime cannot hold what a native driver gives for an infinite or zero date."""
     if not (pa.types.is_timestamp(values.type) or pa.types.is_date32(values.type)) or values.null_count == len(values):
         return
     raw = values.cast(pa.int64() if pa.types.is_timestamp(values.type) else pa.int32())
@@ -82,40 +85,31 @@ def _check_range(field: pa.Field, values: pa.ChunkedArray) -> None:
         raise NativeUnfit(f"column {field.name} holds a value outside years 1-9999 (an infinite or zero date)")
 
 
-_MYSQL_PLAIN = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year", "double", "date", "datetime",
-                "char", "varchar", "tinytext", "text", "mediumtext", "longtext",
-                "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+def _url(scheme: str, host: str, port: int, user: str, password: str, database: str, **params: str) -> str:
+    query = f"?{urlencode(params)}" if params else ""
+    return f"{scheme}://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/{quote(database, safe='')}{query}"
 
 
 class MySQLNative(NativeReads):
-    """connectorx, a connection per chunk (its pools are per call): a few milliseconds a chunk."""
+    """connectorx, a connection per chunk (its pools are per call): a few milliseconds a chunk.
+    Its pool waits 30 s for a server that refuses connections: the caller checks its own
+    connection first (`Source._interpolate`)."""
 
     def __init__(self, host: str, port: int, user: str, password: str, database: str):
-        self.url = f"mysql://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/{quote(database, safe='')}"
-
-    def expression(self, column: Column, quoted: str) -> str | None:
-        if pa.types.is_decimal(column.arrow_type):  # DECIMAL, and BIGINT UNSIGNED staged as DECIMAL(20,0)
-            return f"CAST({quoted} AS CHAR) AS {quoted}"
-        kind = re.split(r"[ (]", column.source_type.lower(), maxsplit=1)[0]
-        if kind == "timestamp":  # the instant as stored; 0 is the zero date, which drivers give as NULL
-            return (f"CASE WHEN UNIX_TIMESTAMP({quoted}) = 0 THEN NULL "
-                    f"ELSE CAST(UNIX_TIMESTAMP({quoted}) * 1000000 AS SIGNED) END AS {quoted}")
-        return quoted if kind in _MYSQL_PLAIN else None
+        self.url = _url("mysql", host, port, user, password, database)
 
     def fetch(self, sql: str) -> pa.Table:
-        import connectorx  # the dump's reads only: the capture and Airflow's parsing never load it
-
         try:
-            return connectorx.read_sql(self.url, sql, return_type="arrow")
-        except BaseException as exc:  # a value it cannot convert is a Rust panic, not an Exception
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            import connectorx  # the dump's reads only: the capture and Airflow's parsing never load it
+
+            # utf8mb4 as the Python driver's session has it, whatever the server's default.
+            return connectorx.read_sql(self.url, sql, return_type="arrow", pre_execution_query="SET NAMES utf8mb4")
+        except Exception as exc:  # noqa: BLE001 - any failure: the Python driver reads the chunk
+            raise NativeUnfit(_first_line(exc)) from exc
+        except BaseException as exc:  # a value it cannot convert is a Rust panic (pyo3's PanicException)
+            if type(exc).__name__ != "PanicException":
                 raise
-            raise NativeUnfit(str(exc).splitlines()[0][:300]) from exc
-
-
-_POSTGRES_PLAIN = {"smallint", "integer", "bigint", "double precision", "boolean", "bytea", "date",
-                   "timestamp without time zone", "timestamp with time zone",
-                   "text", "character varying", "character"}
+            raise NativeUnfit(_first_line(exc)) from exc
 
 
 class PostgresNative(NativeReads):
@@ -123,26 +117,22 @@ class PostgresNative(NativeReads):
     chunks, so no lock outlives its SELECT), opened at the first chunk."""
 
     def __init__(self, host: str, port: int, user: str, password: str, dbname: str):
-        self.url = f"postgresql://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/{quote(dbname, safe='')}"
+        self.url = _url("postgresql", host, port, user, password, dbname, client_encoding="UTF8", connect_timeout="10")
         self._conn: Any = None
 
-    def expression(self, column: Column, quoted: str) -> str | None:
-        if pa.types.is_decimal(column.arrow_type):
-            return f"{quoted}::text AS {quoted}"
-        return quoted if column.source_type.lower() in _POSTGRES_PLAIN else None
-
     def fetch(self, sql: str) -> pa.Table:
-        import adbc_driver_postgresql.dbapi as adbc
-
         try:
+            import adbc_driver_postgresql.dbapi as adbc
+
             if self._conn is None:
                 self._conn = adbc.connect(self.url, autocommit=True)
             with self._conn.cursor() as cur:
                 cur.execute(sql)
                 return cur.fetch_arrow_table()
-        except adbc.Error as exc:
-            self.close()
-            raise NativeUnfit(str(exc).splitlines()[0][:300]) from exc
+        except Exception as exc:  # noqa: BLE001 - any failure: the Python driver reads the chunk
+            with contextlib.suppress(Exception):
+                self.close()  # a failed connection is opened again at the next chunk
+            raise NativeUnfit(_first_line(exc)) from exc
 
     def close(self) -> None:
         if self._conn is not None:
@@ -150,3 +140,7 @@ class PostgresNative(NativeReads):
                 self._conn.close()
             finally:
                 self._conn = None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]

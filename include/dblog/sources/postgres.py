@@ -13,7 +13,7 @@ import pyarrow as pa
 from ..events import ChangeEvent, RepairNeed
 from ..positions import encode as encode_position
 from ..positions import int_to_lsn, lsn_to_int, postgres_position
-from ..schema import Column, decimal_type, normalize_key
+from ..schema import Column, TableSchema, decimal_type, normalize_key
 from ..staged import Op
 from .native import NativeReads, PostgresNative
 from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
@@ -50,6 +50,28 @@ def arrow_type(type_name: str, precision, scale) -> pa.DataType:
     return pa.string()  # text, varchar, uuid, json(b), time, interval, arrays...: exact as text
 
 
+# Read by ADBC as they are, to psycopg2's values (sources/native.py): not REAL (psycopg2's value
+# comes from its shortest text, ADBC's from its bits), nor the types staged as their server text.
+_NATIVE_AS_IS = {"smallint", "integer", "bigint", "double precision", "boolean", "bytea", "date",
+                 "timestamp without time zone", "timestamp with time zone", "text", "character varying", "character"}
+
+
+class PostgresDialect(Dialect):
+    def native_select_list(self, schema: TableSchema) -> str | None:
+        """NUMERIC(p,s) as its text, parsed by Arrow at its scale; aliased apart, so ORDER BY a
+        key column still sorts by its own type."""
+        out = []
+        for i, c in enumerate(schema.columns):
+            q = self.quote(c.name)
+            if pa.types.is_decimal(c.arrow_type):
+                out.append(f'{q}::text AS "_dblog_native_{i}"')
+            elif c.source_type.lower() in _NATIVE_AS_IS:
+                out.append(q)
+            else:
+                return None
+        return ", ".join(out)
+
+
 _SHUTDOWN = {"57P01", "57P02", "57P03"}  # admin shutdown, crash shutdown, cannot connect now
 _GONE = ("connection refused", "server closed the connection", "terminating connection", "shutting down",
          "starting up", "could not receive data", "could not send data", "no connection to the server",
@@ -80,7 +102,7 @@ def _server_text(value, cursor):
 
 class PostgresSource(Source):
     kind = "postgres"
-    dialect = Dialect()
+    dialect = PostgresDialect()
 
     def __init__(self, name: str, host: str, port: int, user: str, password: str, database: str,
                  schema: str = "public", slot: str | None = None, publication: str = "dblog"):
@@ -94,7 +116,8 @@ class PostgresSource(Source):
     # -- plain SQL ------------------------------------------------------------------------------
     def connect(self, **extra):
         try:
-            conn = psycopg2.connect(**self.dsn, connect_timeout=10, options="-c TimeZone=UTC", **extra)
+            conn = psycopg2.connect(**self.dsn, connect_timeout=10, options="-c TimeZone=UTC",
+                                    client_encoding="UTF8", **extra)  # UTF-8 as the native reads (and key bounds)
         except psycopg2.OperationalError as exc:
             error = SourceUnavailable if self._lost_connection(exc) else SourceError
             raise error(f"{self.name}: cannot connect to PostgreSQL at {self.dsn['host']}:{self.dsn['port']} "
