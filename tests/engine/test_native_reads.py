@@ -155,7 +155,7 @@ def test_a_native_connection_the_server_ended_costs_one_chunk_read_by_the_python
             assert again.equals(python) and again.equals(first)
             assert "is read by the Python driver, not the native reader" in caplog.text
             caplog.clear()
-            source._unfit.clear()  # so a fallback would be logged again
+            source._told.clear()  # so a fallback would be logged again
             third, _ = _both(source, schema)
         assert third.equals(first) and "read by the Python driver" not in caplog.text  # natively, reconnected
     finally:

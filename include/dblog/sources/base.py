@@ -156,21 +156,21 @@ class Source(abc.ABC):
         self.deployment: str | None = None
         self._foreign: set[str] = set()  # other deployments whose watermarks were seen (logged once)
         self._native: NativeReads | None = None  # the dump's native chunk reader, made at its first chunk
-        self._unfit: set[str] = set()  # tables whose chunks the native reader passed on (logged once)
+        self._told: set[tuple[str, bool]] = set()  # (table, a chunk's fallback): native fallbacks logged once
 
     def clone(self) -> "Source":
         """The same source on a connection of its own, so another thread's reads never wait on
         this one's (the capture's repairs)."""
         other = copy.copy(self)
         other._conn, other._lock, other._schemas, other._known = None, threading.Lock(), {}, {}
-        other._native, other._unfit = None, set()
+        other._native, other._told = None, set()
         return other
 
     def __getstate__(self) -> dict:
         """A source travels to Spark executors (a dump's split reads) without its connection,
         lock and caches: each process connects for itself."""
         state = dict(self.__dict__)
-        state.update(_conn=None, _lock=None, _schemas={}, _known={}, _native=None, _unfit=set())
+        state.update(_conn=None, _lock=None, _schemas={}, _known={}, _native=None, _told=set())
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -198,15 +198,20 @@ class Source(abc.ABC):
     def _run(self, sql: str, params=None, fetch: bool = True):
         """Run one autocommitted statement on the source's SQL connection."""
         with self._lock:
-            if self._conn is None or not self._usable(self._conn):
-                self._conn = self.connect()
+            conn = self._connection()
             try:
-                with self._conn.cursor() as cur:
+                with conn.cursor() as cur:
                     cur.execute(sql, params)
                     return list(cur.fetchall()) if fetch else None
             except self._disconnects:
                 self._conn = None  # reconnect on the next statement
                 raise
+
+    def _connection(self):
+        """The SQL connection, opened again if the server dropped it (the caller holds `_lock`)."""
+        if self._conn is None or not self._usable(self._conn):
+            self._conn = self.connect()
+        return self._conn
 
     @property
     @abc.abstractmethod
@@ -333,12 +338,12 @@ class Source(abc.ABC):
             try:
                 return native.read(schema, self._interpolate(sql, params))
             except NativeUnfit as exc:
-                if schema.name not in self._unfit:
-                    self._unfit.add(schema.name)
+                if (schema.name, True) not in self._told:
+                    self._told.add((schema.name, True))
                     log.warning("%s: a chunk of %s is read by the Python driver, not the native reader: %s "
                                 "(its values stay exact; only slower)", self.name, schema.name, exc)
-        elif native is not None and schema.name not in self._unfit:
-            self._unfit.add(schema.name)
+        elif native is not None and (schema.name, False) not in self._told:
+            self._told.add((schema.name, False))
             log.info("%s: %s has a column the native reader does not read exactly: its chunks are read by "
                      "the Python driver", self.name, schema.name)
         return rows_table(schema, [], self.select_chunk(schema, after_key, limit, upto_key))
@@ -352,9 +357,7 @@ class Source(abc.ABC):
         Its connection is checked first (a ping on MySQL): a server that is down then fails the
         read at once, transient, where connectorx's pool would wait 30 s before giving up."""
         with self._lock:
-            if self._conn is None or not self._usable(self._conn):
-                self._conn = self.connect()
-            with self._conn.cursor() as cur:
+            with self._connection().cursor() as cur:
                 text = cur.mogrify(sql, params)
         return text.decode() if isinstance(text, bytes) else text
 
