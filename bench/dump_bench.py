@@ -52,13 +52,20 @@ TOOLS = ("ours", "plain", "spark_jdbc", "dlt")
 
 
 def warm(spark) -> None:
-    """Start the session's Python workers before any copy is timed, as its JVM already is: neither
-    Spark JDBC nor dblog's merge then pays Spark's start-up (which a long-lived session, the
-    continuous merge's, pays once)."""
-    spark.range(4, numPartitions=2).mapInArrow(lambda batches: batches, "id long").collect()
+    """Start the session's Python workers, with the modules a merge's tasks import, before each
+    copy is timed, as its JVM already is: neither Spark JDBC nor dblog's merge then pays Spark's
+    start-up, which a long-lived session (the continuous merge's) pays once. Spark stops a Python
+    worker idle for a minute, so once per run is not enough: a rep's merge comes minutes after
+    the last one."""
+    def imports(batches):
+        import dblog.spark.chunk_loader  # noqa: F401  (as a first load's tasks do)
+        import dblog.warehouse.files  # noqa: F401  (as the general merge's do)
+        yield from batches
+    spark.range(4, numPartitions=2).mapInArrow(imports, "id long").collect()
 
 
 def copy(tool: str, h: Harness, spark, chunk_size: int) -> dict:
+    warm(spark)
     if tool == "ours":
         return ours(h, spark, chunk_size)
     return baseline(tool, h.kind, spark, f"{h.dir}/{tool}")
@@ -67,7 +74,6 @@ def copy(tool: str, h: Harness, spark, chunk_size: int) -> dict:
 def idle(kind: str, spark, rows: int, chunk_size: int, reps: int, tools: tuple[str, ...] = TOOLS) -> dict:
     """Scenario 2. Returns per tool: median rows/s, ratio to the plain SELECT, rows differing."""
     bigtable.create(kind, NS, rows)
-    warm(spark)
     h = Harness(kind, NS, f"bench_{kind}")
     h.start_capture()
     runs: dict[str, list[dict]] = {t: [] for t in tools}

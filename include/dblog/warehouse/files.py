@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,6 +23,7 @@ from .types import BUCKET, MISSING
 TOMBSTONE = "_t"            # routing column: the row is a tombstone (goes to the tombstone branch)
 WRITTEN = "uri string, bucket int, tombstone boolean, rows long, missing long"   # one row per file
 ROWS_PER_FILE = 1_000_000
+ROW_GROUP_BYTES = 128 << 20  # Arrow bytes a task buffers before writing a row group early
 
 
 def rebuild_list(column: pa.ChunkedArray | pa.Array) -> pa.Array:
@@ -42,35 +44,67 @@ def data_path(location: str, bucket: int, name: str) -> str:
     return f"{location}/data/{BUCKET}={bucket}/{name}.parquet"
 
 
+@dataclass
+class _OpenFile:
+    uri: str
+    writer: pq.ParquetWriter
+    bucket: int
+    tombstone: bool
+    rows: int = 0            # written and buffered
+    missing: int = 0
+    parts: list[pa.Table] = field(default_factory=list)   # buffered, not yet a row group
+    buffered: int = 0        # their Arrow bytes
+
+
 class DataFiles:
     """The data files one Spark task writes: one open file per (bucket, tombstone), rolled over
-    at ROWS_PER_FILE rows; `written` is one row per file (`WRITTEN`)."""
+    at ROWS_PER_FILE rows; `written` is one row per file (`WRITTEN`).
+
+    Parts are buffered and written as one row group per file where memory allows: a part is a
+    chunk or an Arrow batch's share of a bucket (20,000 rows, often far fewer), and a row group
+    each made files a third larger and slower to write and gave readers dozens of row groups to
+    plan per file (README, Performance). When the task's buffers pass ROW_GROUP_BYTES, the
+    largest is written as a row group of its own."""
 
     def __init__(self, location: str, target: pa.Schema, prefix: str):
         self.location, self.target, self.prefix = location, target, f"{prefix}-{uuid.uuid4().hex[:8]}"
         self.fs = filesystem(location)[0]
-        self.open: dict[tuple[int, bool], list] = {}   # (bucket, tombstone) -> [uri, writer, rows, missing]
-        self.done: list[list] = []
+        self.open: dict[tuple[int, bool], _OpenFile] = {}
+        self.done: list[_OpenFile] = []
+        self.buffered = 0
 
     def write(self, bucket: int, dead: bool, part: pa.Table) -> None:
         """Append `part` (exactly the target schema) to the bucket's open file."""
-        entry = self.open.get((bucket, dead))
-        if entry is None:
-            uri = data_path(self.location, bucket, f"{self.prefix}-{len(self.done) + len(self.open)}"
-                            + ("-t" if dead else ""))
-            path = filesystem(uri)[1]
-            if not atomic_puts(self.fs):   # an object store has no directories to make
-                self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-            entry = self.open[(bucket, dead)] = [uri, pq.ParquetWriter(path, self.target, filesystem=self.fs),
-                                                 0, 0, bucket, dead]
-        entry[1].write_table(part)
-        entry[2] += part.num_rows
-        entry[3] += 0 if dead else missing_count(part.column(MISSING))
-        if entry[2] >= ROWS_PER_FILE:
+        entry = self.open.get((bucket, dead)) or self._open(bucket, dead)
+        entry.parts.append(part)
+        entry.buffered += part.nbytes
+        self.buffered += part.nbytes
+        entry.rows += part.num_rows
+        entry.missing += 0 if dead else missing_count(part.column(MISSING))
+        if entry.rows >= ROWS_PER_FILE:
             self._close(self.open.pop((bucket, dead)))
+        elif self.buffered >= ROW_GROUP_BYTES:
+            self._flush(max(self.open.values(), key=lambda e: e.buffered))
 
-    def _close(self, entry: list) -> None:
-        entry[1].close()
+    def _open(self, bucket: int, dead: bool) -> _OpenFile:
+        uri = data_path(self.location, bucket, f"{self.prefix}-{len(self.done) + len(self.open)}" + ("-t" if dead else ""))
+        path = filesystem(uri)[1]
+        if not atomic_puts(self.fs):   # an object store has no directories to make
+            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        entry = self.open[(bucket, dead)] = _OpenFile(uri, pq.ParquetWriter(path, self.target, filesystem=self.fs),
+                                                      bucket, dead)
+        return entry
+
+    def _flush(self, entry: _OpenFile) -> None:
+        if entry.parts:
+            group = pa.concat_tables(entry.parts)
+            entry.writer.write_table(group, row_group_size=group.num_rows)
+            self.buffered -= entry.buffered
+            entry.parts, entry.buffered = [], 0
+
+    def _close(self, entry: _OpenFile) -> None:
+        self._flush(entry)
+        entry.writer.close()
         self.done.append(entry)
 
     def written(self) -> pa.RecordBatch | None:
@@ -82,9 +116,9 @@ class DataFiles:
         if not done:
             return None
         return pa.RecordBatch.from_pydict(
-            {"uri": [e[0] for e in done], "bucket": pa.array([e[4] for e in done], pa.int32()),
-             "tombstone": [bool(e[5]) for e in done], "rows": pa.array([e[2] for e in done], pa.int64()),
-             "missing": pa.array([e[3] for e in done], pa.int64())})
+            {"uri": [e.uri for e in done], "bucket": pa.array([e.bucket for e in done], pa.int32()),
+             "tombstone": [e.tombstone for e in done], "rows": pa.array([e.rows for e in done], pa.int64()),
+             "missing": pa.array([e.missing for e in done], pa.int64())})
 
 
 def bucket_writer(location: str, schema_ipc: bytes, merge_id: str) -> Callable[[Iterator[pa.RecordBatch]],
