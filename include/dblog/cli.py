@@ -216,6 +216,8 @@ def cmd_status(args) -> int:
                   f"{kept['oldest'] or '-'}")
             for d in st["dumps"]:
                 tables = ", ".join(f"{t} {p['status']} {p['rows']} rows/{p['chunks']} chunks"
+                                   + (f" ({p['fallback_chunks']} read by the Python driver: the native reader gave "
+                                      "up on them)" if p.get("fallback_chunks") else "")
                                    for t, p in d["tables"].items() if p)
                 print(f"  dump {d['id']}: {d['state']}; {tables}")
             for table, w in st["repairs"].items():

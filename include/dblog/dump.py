@@ -98,6 +98,7 @@ class TableProgress:
     recent_rows_per_s: float | None = None    # rows / working seconds of the last RATE_WINDOW chunks
     recent_chunks: list = field(default_factory=list)  # [[rows, working seconds], ...] behind it
     window: dict | None = None                # the window in flight (`windows.WindowPlan.record`)
+    fallback_chunks: int = 0                  # read by the Python driver after the native reader gave up
 
     @classmethod
     def load(cls, record: dict, path: str) -> "TableProgress":
@@ -611,6 +612,7 @@ class TableDump:
         files = sum(1 for k, r in reads.items() if r.rows or not (plan.splits and plan.splits[k].open))
         progress.chunks += files
         progress.rows += rows
+        progress.fallback_chunks += sum(r.fallback for r in reads.values())
         progress.next_chunk = plan.chunk + numbers
         if carried is None:
             progress.window = None

@@ -84,7 +84,7 @@ def table_view(table: str, progress: dict | None, merged: dict | None, control: 
     reading = status == RUNNING and dump_state == RUNNING  # a paused or failed table has no rate now
     rate = p.get("recent_rows_per_s") if reading else None
     return {"table": table, "status": status, "rows": p["rows"], "chunks": p["chunks"],
-            "estimated_rows": p.get("estimated_rows"),
+            "fallback_chunks": p.get("fallback_chunks", 0), "estimated_rows": p.get("estimated_rows"),
             "fraction": progress_fraction(p["rows"], p.get("estimated_rows"), status),
             "rows_per_s": rate,
             "eta_s": 0.0 if status == DONE else eta_seconds(p["rows"], p.get("estimated_rows"), rate,

@@ -67,10 +67,12 @@ def plan_window(source: Source, schema: TableSchema, after: tuple | None, upto: 
 @dataclass(frozen=True)
 class SplitRead:
     """What staging one split gave: its rows and the key it ends at (JSON; None: it read no row
-    and is open, so it ends nowhere yet)."""
+    and is open, so it ends nowhere yet); `fallback`: the native reader gave up on it, so the
+    Python driver read it (same values, slower: counted in the table's progress)."""
     index: int
     rows: int
     key_to: str | None
+    fallback: bool = False
 
 
 @dataclass(frozen=True)
@@ -153,16 +155,17 @@ class SplitStaging:
     native: bool = True  # decode natively where exact (DBLOG_DUMP_DECODER)
 
     def __call__(self, source: Source, schema: TableSchema, plan: WindowPlan, index: int) -> SplitRead:
-        split = plan.splits[index]
+        split, fallbacks = plan.splits[index], source.fallbacks
         rows = source.select_chunk_table(schema, split.after, split.limit, split.upto, self.native)
+        fallback = source.fallbacks > fallbacks
         crash_point("dump.split_read")
         if split.open and not rows.num_rows:
-            return SplitRead(index, 0, None)
+            return SplitRead(index, 0, None, fallback)
         key_to = encode_key(last_key(schema, rows)) if split.open else _key_json(split.upto)
         self.staged.write_chunk(source.name, schema, plan.meta(self.dump_id, index, key_to), rows,
                                 Op.READ)
         crash_point("dump.split_staged")
-        return SplitRead(index, len(rows), key_to)
+        return SplitRead(index, len(rows), key_to, fallback)
 
 
 class WindowReads(Protocol):

@@ -4,7 +4,10 @@ the Python driver, and the log says so. The Python driver's values are the ones
 `test_type_fidelity.py` holds to the capture's."""
 from __future__ import annotations
 
+import json
 import logging
+
+import pytest
 
 from dblog.staged import last_key
 from kinds_table import HOSTILE, KINDS
@@ -117,9 +120,10 @@ def test_a_table_with_a_column_the_native_reader_cannot_read_exactly_is_read_by_
         source.close()
 
 
-def test_a_value_the_native_reader_cannot_give_exactly_sends_its_chunk_to_the_python_driver(src, caplog):
-    # A zero DATETIME (legacy SQL modes) and an infinite timestamp: the Python drivers give NULL
-    # and datetime.max; the native ones would give a panic and a wrapped-around instant.
+def _odd(src) -> str:
+    """A table whose second row the native reader cannot give exactly: a zero DATETIME (legacy SQL
+    modes) or an infinite timestamp. The Python drivers give NULL and datetime.max; the native ones
+    would give a panic and a wrapped-around instant."""
     if src.kind == "mariadb":
         create = "CREATE TABLE {ns}.odd (id INT PRIMARY KEY, dt DATETIME, dd DATE)"
         rows, session = [(1, "2024-01-01 00:00:00", "2024-01-01"), (2, "0000-00-00 00:00:00", "0000-00-00")], \
@@ -128,17 +132,36 @@ def test_a_value_the_native_reader_cannot_give_exactly_sends_its_chunk_to_the_py
         create = "CREATE TABLE {ns}.odd (id INT PRIMARY KEY, dt TIMESTAMP, dd DATE)"
         rows, session = [(1, "2024-01-01 00:00:00", "2024-01-01"), (2, "infinity", "-infinity")], None
     _create(src, create, rows, "odd", session)
+    return src.table("odd")
+
+
+def test_a_value_the_native_reader_cannot_give_exactly_sends_its_chunk_to_the_python_driver(src, caplog):
+    table = _odd(src)
     source = src.source()
-    schema = source.table_schema(src.table("odd"))
+    schema = source.table_schema(table)
     try:
         with caplog.at_level(logging.INFO, logger="dblog.source"):
             first, first_python = _both(source, schema, None, 1)
             assert first.equals(first_python) and "read by the Python driver" not in caplog.text
             odd, odd_python = _both(source, schema, (1,), 1)
         assert odd.equals(odd_python, check_metadata=True) and odd.num_rows == 1
-        assert f"a chunk of {src.table('odd')} is read by the Python driver, not the native reader" in caplog.text
+        assert f"a chunk of {table} is read by the Python driver, not the native reader" in caplog.text
+        assert source.fallbacks == 1
     finally:
         source.close()
+
+
+@pytest.mark.parametrize("reader", ["threads", "spark"])
+def test_a_dump_counts_the_chunks_the_native_reader_gave_up_on_in_its_progress(src, reader):
+    table = _odd(src)
+    src.start_capture()
+    dump = src.dblog("dump", "start", "odd", "--source", src.source_id, "--table", table, "--chunk-size", "1",
+                     "--parallelism", "2", check=True, env={"DBLOG_DUMP_READER": reader})
+    assert ("read on Spark executors" in dump.stderr) == (reader == "spark"), dump.stderr[-2000:]
+    progress = json.loads(dump.stdout)["tables"][table]
+    assert (progress["status"], progress["rows"], progress["fallback_chunks"]) == ("done", 2, 1), progress
+    status = src.dblog("status", "--source", src.source_id, check=True).stdout
+    assert "2 rows/2 chunks (1 read by the Python driver: the native reader gave up on them)" in status, status
 
 
 def test_a_native_connection_the_server_ended_costs_one_chunk_read_by_the_python_driver(postgres, caplog):

@@ -177,6 +177,13 @@ def test_a_finished_dump_shows_the_rows_its_merge_dropped():
     assert [t["dropped"] for t in d["tables"]] == [4, None]
 
 
+def test_each_table_shows_the_chunks_the_native_reader_gave_up_on_and_older_records_show_none():
+    slow = {**progress("s.a", DONE, 1000, 1000), "fallback_chunks": 3}
+    older = {k: v for k, v in progress("s.b", DONE, 5, 5).items() if k != "fallback_chunks"}
+    d = dump_view(dump_status(MemoryStore(dump_nodes("src", "d1", {"s.a": slow, "s.b": older})), "src", "d1"))
+    assert [t["fallback_chunks"] for t in d["tables"]] == [3, 0]
+
+
 class FakeSource:
     name, kind = "src", "mysql"
 

@@ -157,20 +157,21 @@ class Source(abc.ABC):
         self._foreign: set[str] = set()  # other deployments whose watermarks were seen (logged once)
         self._native: NativeReads | None = None  # the dump's native chunk reader, made at its first chunk
         self._told: set[tuple[str, bool]] = set()  # (table, a chunk's fallback): native fallbacks logged once
+        self.fallbacks = 0  # chunks the native reader gave up on, read by the Python driver instead
 
     def clone(self) -> "Source":
         """The same source on a connection of its own, so another thread's reads never wait on
         this one's (the capture's repairs)."""
         other = copy.copy(self)
         other._conn, other._lock, other._schemas, other._known = None, threading.Lock(), {}, {}
-        other._native, other._told = None, set()
+        other._native, other._told, other.fallbacks = None, set(), 0
         return other
 
     def __getstate__(self) -> dict:
         """A source travels to Spark executors (a dump's split reads) without its connection,
         lock and caches: each process connects for itself."""
         state = dict(self.__dict__)
-        state.update(_conn=None, _lock=None, _schemas={}, _known={}, _native=None, _told=set())
+        state.update(_conn=None, _lock=None, _schemas={}, _known={}, _native=None, _told=set(), fallbacks=0)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -338,6 +339,7 @@ class Source(abc.ABC):
             try:
                 return native.read(schema, self._interpolate(sql, params))
             except NativeUnfit as exc:
+                self.fallbacks += 1
                 if (schema.name, True) not in self._told:
                     self._told.add((schema.name, True))
                     log.warning("%s: a chunk of %s is read by the Python driver, not the native reader: %s "

@@ -239,6 +239,8 @@ class DumpTableOperator(BaseOperator):
             metrics.incr("dump.rows", rows, subject, **tags)
             if p.recent_rows_per_s is not None:  # the engine's rate: pauses and throttle delays excluded
                 metrics.gauge("dump.rows_per_second", p.recent_rows_per_s, subject, **tags)
+            if p.fallback_chunks:  # slower, same values: the native reader gave up on these chunks
+                metrics.gauge("dump.fallback_chunks", p.fallback_chunks, subject, **tags)
             fraction = progress_fraction(p.rows, p.estimated_rows, p.status)  # what the DBLog page shows
             if fraction is not None:
                 metrics.gauge("dump.progress_percent", round(100 * fraction, 1), subject, **tags)
