@@ -124,7 +124,20 @@ class Dialect:
     def native_select_list(self, schema: TableSchema) -> str | None:
         """The columns a native chunk read selects (`sources.native`), in schema order; None when
         one would not read as the Python driver reads it. Columns read through an expression are
-        aliased apart, so ORDER BY a key column still sorts by the column itself."""
+        aliased apart, so ORDER BY a key column still sorts by the column itself (a DECIMAL key
+        would otherwise page in the order of its text)."""
+        out = []
+        for i, c in enumerate(schema.columns):
+            q = self.quote(c.name)
+            how = self.native_column(q, c)
+            if how is None:
+                return None
+            out.append(q if how == q else f"{how} AS {self.quote(f'_dblog_native_{i}')}")
+        return ", ".join(out)
+
+    def native_column(self, quoted: str, column: Column) -> str | None:
+        """How a native read selects `column` (`quoted`): the column itself, an expression of it
+        the native driver reads exactly, or None when it reads no such type exactly."""
         return None
 
     def keys_query(self, schema: TableSchema, keys: Sequence[tuple]) -> tuple[str, list]:

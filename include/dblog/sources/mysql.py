@@ -66,23 +66,17 @@ class MySQLDialect(Dialect):
                        else self.quote(c.name))
         return ", ".join(out)
 
-    def native_select_list(self, schema: TableSchema) -> str | None:
+    def native_column(self, quoted: str, column: Column) -> str | None:
         """DECIMAL (and BIGINT UNSIGNED, staged as DECIMAL(20,0)) as its text, parsed by Arrow at
         its scale (connectorx rounds past 10 decimals); TIMESTAMP as its stored instant in
         microseconds, whatever the session's zone (0 is the zero date, which drivers give as NULL)."""
-        out = []
-        for i, c in enumerate(schema.columns):
-            q, kind = self.quote(c.name), re.split(r"[ (]", c.source_type.lower(), maxsplit=1)[0]
-            if pa.types.is_decimal(c.arrow_type):
-                out.append(f"CAST({q} AS CHAR) AS `_dblog_native_{i}`")
-            elif kind == "timestamp":
-                out.append(f"CASE WHEN UNIX_TIMESTAMP({q}) = 0 THEN NULL "
-                           f"ELSE CAST(UNIX_TIMESTAMP({q}) * 1000000 AS SIGNED) END AS `_dblog_native_{i}`")
-            elif kind in _NATIVE_AS_IS:
-                out.append(q)
-            else:
-                return None
-        return ", ".join(out)
+        kind = re.split(r"[ (]", column.source_type.lower(), maxsplit=1)[0]
+        if pa.types.is_decimal(column.arrow_type):
+            return f"CAST({quoted} AS CHAR)"
+        if kind == "timestamp":
+            return (f"CASE WHEN UNIX_TIMESTAMP({quoted}) = 0 THEN NULL "
+                    f"ELSE CAST(UNIX_TIMESTAMP({quoted}) * 1000000 AS SIGNED) END")
+        return quoted if kind in _NATIVE_AS_IS else None
 
 
 def arrow_type(data_type: str, column_type: str, precision, scale) -> pa.DataType:

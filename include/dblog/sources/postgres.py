@@ -13,7 +13,7 @@ import pyarrow as pa
 from ..events import ChangeEvent, RepairNeed
 from ..positions import encode as encode_position
 from ..positions import int_to_lsn, lsn_to_int, postgres_position
-from ..schema import Column, TableSchema, decimal_type, normalize_key
+from ..schema import Column, decimal_type, normalize_key
 from ..staged import Op
 from .native import NativeReads, PostgresNative
 from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
@@ -57,19 +57,11 @@ _NATIVE_AS_IS = {"smallint", "integer", "bigint", "double precision", "boolean",
 
 
 class PostgresDialect(Dialect):
-    def native_select_list(self, schema: TableSchema) -> str | None:
-        """NUMERIC(p,s) as its text, parsed by Arrow at its scale; aliased apart, so ORDER BY a
-        key column still sorts by its own type."""
-        out = []
-        for i, c in enumerate(schema.columns):
-            q = self.quote(c.name)
-            if pa.types.is_decimal(c.arrow_type):
-                out.append(f'{q}::text AS "_dblog_native_{i}"')
-            elif c.source_type.lower() in _NATIVE_AS_IS:
-                out.append(q)
-            else:
-                return None
-        return ", ".join(out)
+    def native_column(self, quoted: str, column: Column) -> str | None:
+        """NUMERIC(p,s) as its text, parsed by Arrow at its scale."""
+        if pa.types.is_decimal(column.arrow_type):
+            return f"{quoted}::text"
+        return quoted if column.source_type.lower() in _NATIVE_AS_IS else None
 
 
 _SHUTDOWN = {"57P01", "57P02", "57P03"}  # admin shutdown, crash shutdown, cannot connect now
