@@ -14,16 +14,8 @@ from . import config
 from . import state as paths
 from .capture import Capture, ensure_checkpoint, reset_checkpoint
 from .export import ExportError, export
-from .dump import (
-    DumpError,
-    DumpSpec,
-    check_finite,
-    control_changes,
-    create_dump,
-    dump_status,
-    run_dump,
-    set_control,
-)
+from .dump import control_changes, create_dump, dump_status, run_dump, set_control
+from .dump_spec import DumpError, DumpSpec, check_finite
 from .settings import settings
 from .sources.base import SourceError
 from .staged_maintain import size_text

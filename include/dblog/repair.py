@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
 from . import state as paths
-from .dump import CANCELLED, DONE, DumpError, DumpSpec, create_dump, dump_status, run_dump
+from .dump import CANCELLED, DONE, create_dump, dump_status, run_dump
+from .dump_spec import DumpError, DumpSpec
 from .events import RepairNeed
 from .schema import encode_key, normalize_key
 from .sources.base import Source, SourceError, SourceUnavailable, UnknownTable

@@ -10,7 +10,8 @@ import pytest
 from conftest import ROOT, settle, wait_for
 from kazoo.client import KazooClient, KazooState
 from dblog import state as paths
-from dblog.dump import DumpSpec, TableDump, create_dump
+from dblog.dump import TableDump, create_dump
+from dblog.dump_spec import DumpSpec
 from dblog.staged import ChunkFile, ChunkMeta, SegmentFile
 from dblog.state import Fenced
 from test_convergence import assert_converged

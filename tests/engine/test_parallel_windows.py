@@ -8,7 +8,8 @@ from collections import Counter
 
 import pytest
 from conftest import settle
-from dblog.dump import DumpSpec, TableDump, create_dump, read_progress, set_control
+from dblog.dump import TableDump, create_dump, read_progress, set_control
+from dblog.dump_spec import DumpSpec
 from dblog.schema import decode_key, normalize_key
 from dblog.sources.base import SourceError
 from dblog.staged import ChunkMeta

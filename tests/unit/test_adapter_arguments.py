@@ -129,7 +129,7 @@ def test_a_zookeeper_connection_without_a_host_is_refused_naming_it(airflow_home
 
 
 def test_a_dump_start_task_builds_its_dump_from_the_form_fields(airflow_home):
-    from dblog.dump import DumpSpec
+    from dblog.dump_spec import DumpSpec
     from dblog_airflow.operators.dump import dump_spec
     # The form gives one key per line, a line being JSON or a bare string; empty fields come as None or "".
     assert dump_spec(None, ["7", '"abc"', '[1, "a"]', "plain", " "], 500, 0.5, "", None) == DumpSpec(

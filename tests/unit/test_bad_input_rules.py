@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from dblog.dump import DumpError, DumpSpec, check_chunk_size, check_delay, control_changes, validate
+from dblog.dump import control_changes
+from dblog.dump_spec import DumpError, DumpSpec, check_chunk_size, check_delay, validate
 from dblog.schema import Column, TableSchema, decode_key
 from dblog.sources.base import NoPrimaryKey, SourceError, SourceUnavailable
 from dblog.staged import ChunkMeta, Op

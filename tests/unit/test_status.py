@@ -8,8 +8,9 @@ from dataclasses import asdict
 import pytest
 
 from dblog import state as paths
-from dblog.dump import (CANCELLED, DONE, FAILED, PAUSED, PENDING, RUNNING, UNREADABLE, DumpError, TableProgress,
-                        dump_status, dumping, read_progress, record_chunk_rate)
+from dblog.dump import (CANCELLED, DONE, FAILED, PAUSED, PENDING, RUNNING, UNREADABLE, TableProgress, dump_status,
+                        dumping, read_progress, record_chunk_rate)
+from dblog.dump_spec import DumpError
 from dblog.sources.postgres import estimate_from_stats
 from dblog.status import data_age, dump_view, eta_seconds, lag_at, page_snapshot, progress_fraction
 from staged_fakes import MemoryStore

@@ -37,12 +37,12 @@ def fail(log, message: str) -> NoReturn:
 
 
 def _passes(check: str, value: Any) -> bool:
-    """The engine's own rule (`dblog.dump.check_*`), so a form, the CLI and the page agree."""
-    from dblog import dump
+    """The engine's own rule (`dblog.dump_spec.check_*`), so a form, the CLI and the page agree."""
+    from dblog import dump_spec
     try:
-        getattr(dump, check)(value)
+        getattr(dump_spec, check)(value)
         return True
-    except dump.DumpError:
+    except dump_spec.DumpError:
         return False
 
 
@@ -130,7 +130,7 @@ def check_run(task: BaseOperator, context, **values: Any) -> None:
 
 def _input_errors() -> tuple[type[Exception], ...]:
     from dblog.config import ConfigError
-    from dblog.dump import DumpError
+    from dblog.dump_spec import DumpError
     from dblog.sources.base import SourceError
     return DumpError, SourceError, ConfigError
 
@@ -154,7 +154,7 @@ def _keys(keys: Any) -> list | None:
 def dump_spec(tables: Any = None, keys: Any = None, chunk_size: Any = None, delay_seconds: Any = 0.0,
               dump_id: str | None = None, exclude: Any = None, parallelism: Any = None):
     """The engine's DumpSpec from a run's rendered params (the form leaves empty fields as None or "")."""
-    from dblog.dump import DumpSpec
+    from dblog.dump_spec import DumpSpec
     return DumpSpec(tables=list(tables or []), keys=_keys(keys), chunk_size=chunk_size, delay_s=delay_seconds,
                     dump_id=dump_id or None, exclude=list(exclude or []), parallelism=parallelism)
 
@@ -272,7 +272,8 @@ class DumpControlOperator(BaseOperator):
         self.zookeeper_conn_id = zookeeper_conn_id
 
     def execute(self, context) -> dict:
-        from dblog.dump import DumpError, control_changes, dump_status, set_control
+        from dblog.dump import control_changes, dump_status, set_control
+        from dblog.dump_spec import DumpError
         check_run(self, context, chunk_size=self.chunk_size, delay_seconds=self.delay_seconds,
                   parallelism=self.parallelism)
         if self.action not in self.ACTIONS:

@@ -182,7 +182,8 @@ async def control(source: str, dump_id: str, action: str, request: Request, user
 
 
 def _act(source: str, dump_id: str, action: str, body: dict[str, Any], who: str) -> dict:
-    from dblog.dump import DumpError, control_changes, dump_status, set_control
+    from dblog.dump import control_changes, dump_status, set_control
+    from dblog.dump_spec import DumpError
     from dblog.status import dump_view
     try:
         changes = control_changes(action, body.get("chunk_size"), body.get("delay_s"), body.get("parallelism"))
