@@ -1,6 +1,7 @@
 """Watermark chunk dumps: scope, bad input, key lists, run-time controls, and no locks."""
 import json
 import threading
+from collections import Counter
 
 import pytest
 from conftest import checkpoint, wait_for
@@ -98,7 +99,7 @@ def _run_in_background(env, dump_id):
     return env.spawn("dump", "run", dump_id, "--source", env.source_id)
 
 
-def test_chunk_size_delay_pause_resume_and_cancel_act_on_a_running_dump(mariadb):
+def test_chunk_size_parallelism_pause_resume_and_cancel_act_on_a_running_dump(mariadb):
     env = mariadb
     env.workload(seed=14, rows=600).create()
     env.dblog("capture", "--init", "--source", env.source_id, check=True)
@@ -108,7 +109,8 @@ def test_chunk_size_delay_pause_resume_and_cancel_act_on_a_running_dump(mariadb)
     progress = lambda: store.get(paths.table_progress_path(env.source_id, dump_id, env.table("accounts")))
     proc = _run_in_background(env, dump_id)
     wait_for(lambda: progress()["chunks"] >= 3, 60, what="3 chunks")
-    env.dblog("dump", "throttle", dump_id, "--source", env.source_id, "--chunk-size", "3", check=True)
+    env.dblog("dump", "throttle", dump_id, "--source", env.source_id, "--chunk-size", "3", "--parallelism", "3",
+              check=True)
     env.dblog("dump", "pause", dump_id, "--source", env.source_id, check=True)
     # The worker reads the control before every chunk: it reports the pause and stops advancing.
     wait_for(lambda: "paused; waiting for resume" in proc.stderr.readline(), 60, interval=0, what="the pause")
@@ -119,9 +121,13 @@ def test_chunk_size_delay_pause_resume_and_cancel_act_on_a_running_dump(mariadb)
     assert proc.wait(60) == 0
     final = progress()
     assert final["status"] == "cancelled" and final["rows"] < 600
-    sizes = [env.staged().read_chunk(p).num_rows
-             for p in env.staged().chunk_files(env.source_id, env.table("accounts"), dump_id)]
+    chunks = [env.staged().read_chunk(p) for p in env.staged().chunk_files(env.source_id, env.table("accounts"), dump_id)]
+    sizes = [c.num_rows for c in chunks]
     assert sizes[:3] == [10, 10, 10] and set(sizes[paused_at:]) == {3}
+    # The throttled parallelism too: windows after the pause read three key ranges between one LW and HW.
+    splits = Counter(ChunkMeta.of(c).lw for c in chunks)
+    assert [splits[ChunkMeta.of(c).lw] for c in chunks[:3]] == [1, 1, 1]
+    assert {splits[ChunkMeta.of(c).lw] for c in chunks[paused_at:]} == {3}
     assert env.dblog("dump", "resume", dump_id, "--source", env.source_id).returncode == 2
     store.stop()
 

@@ -2,6 +2,7 @@
 history, competing captures. After each, the oracles of invariant 6 must still hold."""
 import json
 import os
+import re
 import signal
 import subprocess
 import socket
@@ -66,13 +67,13 @@ def test_a_dump_whose_zookeeper_session_expires_stops_before_staging_and_its_suc
     store.stop(); observer.stop()
 
 
-def _dump_under_writes(src, dump_id: str, parallelism: int = 1):
+def _dump_under_writes(src, dump_id: str, parallelism: int = 1, reader: str = "threads"):
     """Capture, a writer and a throttled dump of both tables, all running."""
     src.workload(seed=33, rows=3000).create()
     capture = src.start_capture()
     writer = src.spawn_workload(seconds=3600, seed=34, rows=3000)
     dump = src.spawn("dump", "start", dump_id, "--source", src.source_id, "--all", "--chunk-size", "40",
-                     "--delay", "0.05", "--parallelism", str(parallelism))
+                     "--delay", "0.05", "--parallelism", str(parallelism), env={"DBLOG_DUMP_READER": reader})
     store = src.store()
     progress = paths.table_progress_path(src.source_id, dump_id, src.table("accounts"))
     wait_for(lambda: (store.get(progress) or {}).get("chunks", 0) >= 5 or dump.poll() is not None, 120,
@@ -102,14 +103,21 @@ def test_a_zookeeper_restart_pauses_the_capture_and_a_dump_which_carry_on_and_co
     assert_converged(mariadb)
 
 
-def test_a_source_restart_pauses_the_capture_and_a_dump_reading_parallel_windows_which_resume_and_converge(src):
-    capture, writer, dump = _dump_under_writes(src, "source-restart", parallelism=3)
+@pytest.mark.parametrize("reader", ["threads", "spark"])
+def test_a_source_restart_pauses_the_capture_and_a_dump_reading_parallel_windows_which_resume_and_converge(
+        src, reader):
+    """The window the restart broke is closed with the splits it staged (its HW written once the
+    source is back) and only the others are read again, whichever reader read them."""
+    capture, writer, dump = _dump_under_writes(src, "source-restart", parallelism=3, reader=reader)
     service("stop", src.kind)
     writer.wait()  # the application lost its connection too
     service("start", src.kind)
     writer = src.spawn_workload(seconds=3600, seed=35, rows=3000)
-    assert dump.wait(timeout=300) == 0, dump.stderr.read()
+    _, dump_log = dump.communicate(timeout=300)   # read as it runs: Spark's log could fill the pipe
+    assert dump.returncode == 0, dump_log[-3000:]
     writer.terminate(); writer.wait()
+    assert ("read on Spark executors" in dump_log) == (reader == "spark"), dump_log[-3000:]
+    assert re.search(r"window \d+ was left unfinished; \d of its \d split\(s\) were staged", dump_log), dump_log[-3000:]
     settle(src)
     assert capture.poll() is None, "the capture exited instead of reconnecting"
     assert_converged(src)
@@ -176,13 +184,16 @@ def test_of_two_captures_started_together_exactly_one_stages_and_checkpoints(mar
     store.stop()
 
 
-@pytest.mark.parametrize(("point", "reader", "parallelism"), [
-    ("dump.after_high_watermark", "threads", 1),
-    ("dump.split_staged", "threads", 3),   # the worker dies with part of a window's splits staged
-    ("dump.after_staging", "spark", 3),    # the Spark driver dies once its executors staged a window
+@pytest.mark.parametrize(("point", "reader", "parallelism", "nth", "window"), [
+    ("dump.after_high_watermark", "threads", 1, 5, 4),
+    ("dump.split_staged", "threads", 3, 5, 3),   # the worker dies with part of a window's splits staged
+    ("dump.after_staging", "spark", 3, 2, 3),    # the Spark driver dies once its executors staged a window
+    # An executor's first staged split kills the driver: with local[2], the window's third split
+    # cannot have started, so part of the window is staged.
+    ("dump.split_staged", "spark", 3, 1, 0),
 ])
 def test_a_dump_killed_mid_window_resumes_reading_only_the_splits_it_had_not_staged_and_converges(
-        mariadb, point, reader, parallelism):
+        mariadb, point, reader, parallelism, nth, window):
     """kill -9 in the middle of a window (the Spark driver, with the Spark reader: its executors'
     JVM goes with it). The re-run closes that window with the splits it staged, replaces none of
     their files, reads only the other splits again, and the table converges."""
@@ -192,20 +203,21 @@ def test_a_dump_killed_mid_window_resumes_reading_only_the_splits_it_had_not_sta
     table = mariadb.table("accounts")
     dump_id = mariadb.dblog("dump", "--source", mariadb.source_id, "--table", "accounts", "--chunk-size", "50",
                             "--parallelism", str(parallelism), "--create-only", check=True).stdout.strip()
-    env = {"DBLOG_DUMP_READER": reader}
-    nth = {"dump.split_staged": 5, "dump.after_staging": 2, "dump.after_high_watermark": 5}[point]
+    env = {"DBLOG_DUMP_READER": reader, "DBLOG_SPARK_MASTER": "local[2]"}
     crashed = mariadb.dblog("dump", "run", dump_id, "--source", mariadb.source_id,
-                            env={**env, "DBLOG_CRASH_AT": f"{point}@{nth}"})
-    assert crashed.returncode == -signal.SIGKILL
+                            env={**env, "DBLOG_CRASH_AT": f"{point}@{nth}", "DBLOG_CRASH_DRIVER": "1"})
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     with mariadb.store() as store:
         at_crash = store.get(paths.table_progress_path(mariadb.source_id, dump_id, table))
     plan = at_crash["window"]
     assert plan is not None, "the window in flight was not recorded before its reads"
-    assert at_crash["chunks"] == plan["chunk"] == (4 if parallelism == 1 else 3)
+    assert at_crash["chunks"] == plan["chunk"] == window
     in_plan = range(plan["chunk"], plan["chunk"] + len(plan["splits"]))
     before = staged_files(mariadb, table, dump_id)
     kept = [n for n in before if n in in_plan]
     assert kept and sorted(before) == list(range(plan["chunk"])) + kept
+    if (point, reader) == ("dump.split_staged", "spark"):
+        assert len(kept) < len(plan["splits"]), "the window was staged whole: nothing to read again"
     resumed = mariadb.dblog("dump", "run", dump_id, "--source", mariadb.source_id, check=True, env=env)
     writer.terminate(); writer.wait()
     assert ("read on Spark executors" in resumed.stderr) == (reader == "spark")

@@ -69,3 +69,27 @@ def test_composite_keys_page_with_row_values_between_bounds():
     assert params == [1, "a", 9, "z", 100]
     sql, params = Dialect().keys_query(S, [(1, "a"), (2, "b")])
     assert sql.endswith('WHERE ("a", "b") IN ((%s, %s), (%s, %s)) ORDER BY "a", "b"') and params == [1, "a", 2, "b"]
+
+
+def test_a_mysql_composite_bound_is_spelled_out_column_by_column_so_it_is_a_key_range():
+    sql, params = MySQLDialect().chunk_query(S, (1, "a"), 100, upto_key=(9, "z"))
+    assert ("WHERE (`a` > %s OR (`a` = %s AND `b` > %s)) AND (`a` < %s OR (`a` = %s AND `b` <= %s)) "
+            "ORDER BY `a`, `b` LIMIT %s") in sql
+    assert params == [1, 1, "a", 9, 9, "z", 100]
+
+
+@pytest.mark.parametrize("dialect", [Dialect(), MySQLDialect()])
+def test_a_key_bound_selects_exactly_the_keys_past_it_in_key_order(dialect):
+    """Both spellings against every key of a 3-column grid, evaluated by SQLite (which takes
+    row values, backquotes and double quotes)."""
+    import itertools
+    import sqlite3
+    keys = list(itertools.product(range(3), repeat=3))
+    db = sqlite3.connect(":memory:")
+    db.execute('CREATE TABLE t ("a" INT, "b" INT, "c" INT)')
+    db.executemany("INSERT INTO t VALUES (?, ?, ?)", keys)
+    for bound in keys:
+        for op, past in ((">", [k for k in keys if k > bound]), ("<=", [k for k in keys if k <= bound])):
+            where, params = dialect.key_bound(("a", "b", "c"), op, bound)
+            found = db.execute(f"SELECT a, b, c FROM t WHERE {where.replace('%s', '?')}", params).fetchall()
+            assert sorted(found) == past, (op, bound, where)

@@ -78,9 +78,8 @@ class Dialect:
     def chunk_query(self, schema: TableSchema, after_key: tuple | None, limit: int | None,
                     upto_key: tuple | None = None, cols: str | None = None) -> tuple[str, list]:
         """Rows with after_key < key <= upto_key in key order, at most `limit` (None: all of them;
-        a split whose upper key bounds it). Keyset pagination: composite keys use row-value
-        comparison, which both families serve from the key index. `cols`: another select list
-        (a native read's)."""
+        a split whose upper key bounds it). Keyset pagination from the key index (`key_bound`).
+        `cols`: another select list (a native read's)."""
         cols = cols or self.select_list(schema)
         where, params = self._key_range(schema, after_key, upto_key)
         keys = ", ".join(self.quote(c) for c in schema.key)
@@ -99,18 +98,17 @@ class Dialect:
 
     def _key_range(self, schema: TableSchema, after_key: tuple | None,
                    upto_key: tuple | None) -> tuple[str, list[Any]]:
-        keys = ", ".join(self.quote(c) for c in schema.key)
-        key_expr = f"({keys})" if len(schema.key) > 1 else keys
-        marks = f"({', '.join(['%s'] * len(schema.key))})" if len(schema.key) > 1 else "%s"
-        conditions: list[str] = []
-        params: list[Any] = []
-        if after_key is not None:
-            conditions.append(f"{key_expr} > {marks}")
-            params.extend(after_key)
-        if upto_key is not None:
-            conditions.append(f"{key_expr} <= {marks}")
-            params.extend(upto_key)
-        return (f" WHERE {' AND '.join(conditions)}" if conditions else ""), params
+        bounds = [self.key_bound(schema.key, op, key) for op, key in ((">", after_key), ("<=", upto_key))
+                  if key is not None]
+        where = " AND ".join(sql for sql, _ in bounds)
+        return (f" WHERE {where}" if bounds else ""), [v for _, params in bounds for v in params]
+
+    def key_bound(self, columns: tuple[str, ...], op: str, key: tuple) -> tuple[str, list[Any]]:
+        """`(columns) op key` in key order (op: > or <=), in a form the key index serves as a
+        range: a row-value comparison, which PostgreSQL scans from the bound."""
+        cols = ", ".join(self.quote(c) for c in columns)
+        marks = ", ".join(["%s"] * len(columns))
+        return (f"({cols}) {op} ({marks})" if len(columns) > 1 else f"{cols} {op} %s"), list(key)
 
     def last_key_query(self, schema: TableSchema) -> str:
         keys = ", ".join(self.quote(c) for c in schema.key)

@@ -55,6 +55,16 @@ _BIT = re.compile(r"bit\((\d+)\)")
 class MySQLDialect(Dialect):
     quote_char = "`"
 
+    def key_bound(self, columns: tuple[str, ...], op: str, key: tuple) -> tuple[str, list[Any]]:
+        """A composite bound spelled out column by column, `a > x OR (a = x AND b > y)`: MariaDB
+        (10.11) makes no range of a row-value comparison, so every chunk of a composite key walked
+        the key index from the table's first key; this form is a range on it."""
+        if len(columns) == 1:
+            return super().key_bound(columns, op, key)
+        first, (rest, params) = self.quote(columns[0]), self.key_bound(columns[1:], op, key[1:])
+        strict = op[0]   # > or <: past the bound on the first column, whatever the rest
+        return f"({first} {strict} %s OR ({first} = %s AND {rest}))", [key[0], key[0], *params]
+
     def select_list(self, schema: TableSchema) -> str:
         """BIT columns as the zero-padded bit string the binlog decoder gives (the driver returns
         raw bytes), so a dumped and a captured row stage the same value. Aliased apart, so ORDER
