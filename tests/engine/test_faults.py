@@ -117,7 +117,13 @@ def test_a_source_restart_pauses_the_capture_and_a_dump_reading_parallel_windows
     assert dump.returncode == 0, dump_log[-3000:]
     writer.terminate(); writer.wait()
     assert ("read on Spark executors" in dump_log) == (reader == "spark"), dump_log[-3000:]
-    assert re.search(r"window \d+ was left unfinished; \d of its \d split\(s\) were staged", dump_log), dump_log[-3000:]
+    # PostgreSQL's restart ends the reading threads' kept connections, so the first window after it
+    # fails on them. MariaDB's driver pings and reconnects before each statement, and a Spark task
+    # opens a connection of its own: there a window breaks only if the restart falls inside it (a
+    # matter of timing, not asserted; a Spark task lost mid-window is test_parallel_windows').
+    if (src.kind, reader) == ("postgres", "threads"):
+        assert re.search(r"window \d+ was left unfinished; \d of its \d split\(s\) were staged", dump_log), \
+            dump_log[-3000:]
     settle(src)
     assert capture.poll() is None, "the capture exited instead of reconnecting"
     assert_converged(src)

@@ -38,29 +38,32 @@ class LabelsWriter(threading.Thread):
     def __init__(self, src, seed: int):
         super().__init__(daemon=True)
         self.src, self.rng, self.stop, self.commits = src, random.Random(seed), threading.Event(), 0
+        self.error: Exception | None = None
 
     def run(self) -> None:
         table, conn = self.src.table("labels"), self.src.admin()
         cur, n = conn.cursor(), 0
-        while not self.stop.is_set():
-            n += 1
-            cur.execute(f"SELECT code FROM {table} ORDER BY code LIMIT 1 OFFSET %s", (self.rng.randrange(1500),))
-            found = cur.fetchall()
-            if not found:
-                continue
-            code, kind = found[0][0], n % 4
-            if kind == 0:
-                cur.execute(f"UPDATE {table} SET title = %s WHERE code = %s", (f"u{n}", code))
-            elif kind == 1:
-                cur.execute(f"DELETE FROM {table} WHERE code = %s", (code,))
-                cur.execute(f"INSERT INTO {table} (code, title) VALUES (%s, %s)", (code, f"back{n}"))
-            elif kind == 2:
-                cur.execute(f"INSERT INTO {table} (code, title) VALUES (%s, %s)", (f"{code}~w{n}", f"new{n}"))
-            else:
-                cur.execute(f"UPDATE {table} SET code = %s WHERE code = %s", (f"{code}~k{n}", code))
-            conn.commit()
-            self.commits += 1
-        conn.close()
+        try:
+            while not self.stop.is_set():
+                n += 1
+                cur.execute(f"SELECT code FROM {table} ORDER BY code LIMIT 1 OFFSET %s", (self.rng.randrange(1500),))
+                code, kind = cur.fetchall()[0][0], n % 4
+                root = code.split("~")[0]   # a new key sorts just after its root: between existing keys
+                if kind == 0:
+                    cur.execute(f"UPDATE {table} SET title = %s WHERE code = %s", (f"u{n}", code))
+                elif kind == 1:
+                    cur.execute(f"DELETE FROM {table} WHERE code = %s", (code,))
+                    cur.execute(f"INSERT INTO {table} (code, title) VALUES (%s, %s)", (code, f"back{n}"))
+                elif kind == 2:
+                    cur.execute(f"INSERT INTO {table} (code, title) VALUES (%s, %s)", (f"{root}~w{n}", f"new{n}"))
+                else:
+                    cur.execute(f"UPDATE {table} SET code = %s WHERE code = %s", (f"{root}~k{n}", code))
+                conn.commit()
+                self.commits += 1
+        except Exception as exc:  # noqa: BLE001 - reported by the test, which asserts the writer ran to the end
+            self.error = exc
+        finally:
+            conn.close()   # an open transaction would hold the table's metadata lock past the test
 
 
 def key_of(schema, row: dict) -> tuple:
@@ -157,7 +160,7 @@ def test_a_dump_reading_four_key_ranges_per_window_converges_under_writes_on_eve
     dump = src.dblog("dump", "start", "par4", "--source", src.source_id, "--all", "--chunk-size", "37",
                      "--parallelism", "4", check=True, env={"DBLOG_DUMP_READER": reader})
     assert ("read on Spark executors" in dump.stderr) == (reader == "spark"), dump.stderr[-2000:]
-    assert writer.poll() is None and labels.is_alive(), "the writers must still be running when the dump ends"
+    assert writer.poll() is None and labels.is_alive(), f"the writers must still be running when the dump ends ({labels.error!r})"
     writer.terminate(); writer.wait()
     labels.stop.set(); labels.join()
     tables = json.loads(dump.stdout)["tables"]
