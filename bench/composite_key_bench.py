@@ -27,7 +27,7 @@ def create(rows: int) -> None:
     run_sql("mysql", f"CREATE TABLE {NS}.{TABLE} (order_id BIGINT, line_no INT, sku VARCHAR(40), "
                      "qty INT, price DECIMAL(12,2), PRIMARY KEY (order_id, line_no)) ENGINE=InnoDB",
             f"INSERT INTO {NS}.{TABLE} SELECT seq DIV 5, seq MOD 5, CONCAT('sku-', seq MOD 977), seq MOD 9, "
-            f"seq / 7 FROM seq_0_to_{rows - 1}",
+            f"seq / 7 FROM {NS}.seq_0_to_{rows - 1}",
             f"ANALYZE TABLE {NS}.{TABLE}")
 
 
