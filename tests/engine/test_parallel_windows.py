@@ -156,13 +156,16 @@ def test_a_dump_reading_four_key_ranges_per_window_converges_under_writes_on_eve
     src.start_capture()
     writer, labels = src.spawn_workload(seconds=3600, seed=43, rows=3000), LabelsWriter(src, 46)
     labels.start()
-    wait_for(lambda: labels.commits > 10, 30, what="the labels writer to commit")
-    dump = src.dblog("dump", "start", "par4", "--source", src.source_id, "--all", "--chunk-size", "37",
-                     "--parallelism", "4", check=True, env={"DBLOG_DUMP_READER": reader})
-    assert ("read on Spark executors" in dump.stderr) == (reader == "spark"), dump.stderr[-2000:]
-    assert writer.poll() is None and labels.is_alive(), f"the writers must still be running when the dump ends ({labels.error!r})"
-    writer.terminate(); writer.wait()
-    labels.stop.set(); labels.join()
+    try:
+        wait_for(lambda: labels.commits > 10, 30, what="the labels writer to commit")
+        dump = src.dblog("dump", "start", "par4", "--source", src.source_id, "--all", "--chunk-size", "37",
+                         "--parallelism", "4", check=True, env={"DBLOG_DUMP_READER": reader})
+        assert ("read on Spark executors" in dump.stderr) == (reader == "spark"), dump.stderr[-2000:]
+        assert writer.poll() is None and labels.is_alive(), \
+            f"the writers must still be running when the dump ends ({labels.error!r})"
+    finally:
+        writer.terminate(); writer.wait()
+        labels.stop.set(); labels.join()
     tables = json.loads(dump.stdout)["tables"]
     assert all(p["status"] == "done" for p in tables.values())
     settle(src)
