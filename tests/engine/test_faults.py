@@ -106,8 +106,8 @@ def test_a_zookeeper_restart_pauses_the_capture_and_a_dump_which_carry_on_and_co
 @pytest.mark.parametrize("reader", ["threads", "spark"])
 def test_a_source_restart_pauses_the_capture_and_a_dump_reading_parallel_windows_which_resume_and_converge(
         src, reader):
-    """The window the restart broke is closed with the splits it staged (its HW written once the
-    source is back) and only the others are read again, whichever reader read them."""
+    """Both readers ride out the restart and converge; a window the restart broke is closed with
+    the splits it staged (its HW written once the source is back) and only the others are read again."""
     capture, writer, dump = _dump_under_writes(src, "source-restart", parallelism=3, reader=reader)
     service("stop", src.kind)
     writer.wait()  # the application lost its connection too
