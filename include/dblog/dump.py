@@ -30,7 +30,7 @@ from .sources.base import Source
 from .staged import ChunkMeta, Op, absent_row
 from .staging import StagedLog, StagingError
 from .state import Lease, StateStore
-from .windows import SplitRead, SplitStaging, WindowPlan, WindowReader, WindowReads, plan_window
+from .windows import SplitRead, SplitStaging, WindowPlan, WindowReader, WindowReads, plan_window, steps_next
 
 log = logging.getLogger("dblog.dump")
 RUNNING, PAUSED, CANCELLED = "running", "paused", "cancelled"
@@ -229,6 +229,7 @@ class TableDump:
         self.reader: WindowReads = WindowReader(source)   # a big table's: see _choose_reader
         self.stage = SplitStaging(staged, dump_id, native=settings().dump.decoder == "native")
         self._started, self._rows = time.monotonic(), 0
+        self._step = False   # the next window splits its keys by arithmetic (`windows.steps_next`)
 
     def run(self, lease_timeout: float | None = 0) -> TableProgress:
         try:
@@ -355,7 +356,15 @@ class TableDump:
         crash_point("dump.after_staging")
         self.source.write_watermark(self.slot, plan.hw)
         crash_point("dump.after_high_watermark")
-        done = not carried and keys is None and not sum(r.rows for r in reads.values())
+        # Only an open split that read nothing shows the end: a stepped window may cross a gap.
+        done = not carried and keys is None and any(s.open for s in plan.splits) \
+            and not sum(r.rows for r in reads.values())
+        if not carried and keys is None:
+            step = steps_next(schema, plan, reads, parallelism)
+            if step != self._step:
+                log.info("%s: windows now split the keys %s", self.table, "by arithmetic (they are dense)" if step
+                         else "at boundaries from the key index (they are sparse here)")
+            self._step = step
         # A plan's numbers stay its own (a late attempt of a split may still write its file), so
         # an open split that staged nothing leaves a gap; only a dump's last window, which read
         # nothing, gives its open split's number back, as no later plan exists to take it.
@@ -374,7 +383,8 @@ class TableDump:
         after = None if progress.after_key is None else \
             normalize_key(decode_key(json.loads(progress.after_key), schema), schema)
         upto = None if progress.upto_key is None else decode_key(json.loads(progress.upto_key), schema)
-        return WindowPlan.fresh(number, plan_window(self.source, schema, after, upto, limit, parallelism))
+        splits = plan_window(self.source, schema, after, upto, limit, parallelism, self._step)
+        return WindowPlan.fresh(number, splits) if splits else None   # stepped up to the bound: done
 
     def _read(self, schema: TableSchema, keys: list[tuple] | None, plan: WindowPlan) -> dict[int, SplitRead]:
         """The plan's splits read and staged; a failed split fails the read once all are done."""

@@ -16,7 +16,14 @@ again, in a fresh window (`WindowPlan.carry`).
 The boundaries come from the key index alone (`Source.key_after`: a keyset query with an OFFSET
 that reads only key columns); the last split is open above and bounded by a row count instead,
 as the single-connection read always was. So with one split a window is exactly the classic
-chunk, and a window that reads no row at all means no row is left up to the dump's bound.
+chunk, and a window whose open split reads no row means no row is left up to the dump's bound.
+
+A single integer key that the last window found dense (`steps_next`) is split by arithmetic
+instead: boundaries `split_rows` key values apart, every split closed. No boundary query runs
+(on InnoDB each walked `split_rows` rows of the clustered index while every connection of the
+window waited: 16% of an idle 10M-row dump at four splits; README, Performance), and as keys are
+distinct integers a split still holds at most `split_rows` rows. A sparse stretch only makes
+windows smaller, and the next window goes back to the index once it sees one.
 """
 from __future__ import annotations
 
@@ -26,6 +33,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Protocol
+
+import pyarrow as pa
 
 from .faults import crash_point
 from .schema import TableSchema, decode_key, encode_key, normalize_key
@@ -47,11 +56,30 @@ class Split:
         return self.limit is not None
 
 
+# A window that found at least this share of its integer key span present: the next one steps.
+# Stepping spares (parallelism - 1) boundary queries a window and makes a window that finds a
+# share d of its keys d times its size. Measured on MariaDB (10M rows, 20,000-row splits), the
+# queries cost ~15 ms a window of four splits and ~5 ms of two against ~8 ms of watermarks and
+# records a window: a window a quarter smaller still comes out even at two splits.
+DENSE = 0.75
+
+
 def plan_window(source: Source, schema: TableSchema, after: tuple | None, upto: tuple | None,
-                split_rows: int, parallelism: int) -> list[Split]:
+                split_rows: int, parallelism: int, step: bool = False) -> list[Split]:
     """Up to `parallelism` contiguous splits of about `split_rows` rows after `after`: each
     boundary is the key `split_rows` rows past the previous one. Fewer splits when fewer rows are
-    left; always at least the last, open one."""
+    left; always at least the last, open one.
+
+    With `step` (`steps_next` said so), `split_rows` key values apart up to `upto`, all closed;
+    no split at all once `after` has reached `upto`: nothing is left to read."""
+    if step and after is not None and upto is not None:
+        stepped: list[Split] = []
+        start = after[0]
+        while len(stepped) < parallelism and start < upto[0]:
+            end = min(start + split_rows, upto[0])
+            stepped.append(Split((start,), (end,)))
+            start = end
+        return stepped
     splits: list[Split] = []
     start = after
     for _ in range(parallelism - 1):
@@ -109,7 +137,9 @@ class WindowPlan:
         """The range cursor once every split is staged (`reads`: each split's)."""
         if self.end is not None:
             return self.end
-        opened = next(k for k, s in enumerate(self.splits) if s.open)
+        opened = next((k for k, s in enumerate(self.splits) if s.open), None)
+        if opened is None:   # stepped: every split is closed, so the window ends at the last bound
+            return _key_json(self.splits[-1].upto)
         if reads[opened].key_to is not None:
             return reads[opened].key_to
         after = self.splits[opened].after   # the open split read nothing: the window ends below it
@@ -139,6 +169,20 @@ class WindowPlan:
         splits = tuple(Split(key(a), key(u), limit) for a, u, limit in record["splits"])
         return cls(record["chunk"], record["lw"], record["hw"], splits, record.get("end"),
                    record.get("list_from"), record.get("list_to"))
+
+
+def steps_next(schema: TableSchema, plan: WindowPlan, reads: dict[int, SplitRead], parallelism: int) -> bool:
+    """Whether the window after `plan` (a range window that staged `reads`) splits its keys by
+    arithmetic: the key is one integer column, it reads several splits, and this window found
+    at least DENSE of the key values it covered present. The first window, which starts below the
+    first key, cannot tell, so it is planned from the index."""
+    if parallelism < 2 or len(schema.key) != 1 or not pa.types.is_integer(schema.column(schema.key[0]).arrow_type):
+        return False
+    start, end = plan.splits[0].after, plan.end_after(reads)
+    if start is None or end is None:
+        return False
+    span = json.loads(end)[0] - start[0]
+    return span > 0 and sum(r.rows for r in reads.values()) >= DENSE * span
 
 
 def _key_json(key: tuple | None) -> str | None:

@@ -31,9 +31,9 @@ def create_labels(src, rows: int = 700) -> None:
     src.sql(f"INSERT INTO {src.namespace}.labels (code, title) VALUES {values}")
 
 
-class LabelsWriter(threading.Thread):
-    """Writes the string-key table while a dump reads it: updates, deletes, re-inserts, new codes
-    that sort between existing ones, and key updates (a row moves to another key)."""
+class TableWriter(threading.Thread):
+    """Writes one table while a dump reads it, a transaction at a time (`change`), until stopped."""
+    table = ""
 
     def __init__(self, src, seed: int):
         super().__init__(daemon=True)
@@ -41,29 +41,73 @@ class LabelsWriter(threading.Thread):
         self.error: Exception | None = None
 
     def run(self) -> None:
-        table, conn = self.src.table("labels"), self.src.admin()
+        table, conn = self.src.table(self.table), self.src.admin()
         cur, n = conn.cursor(), 0
         try:
             while not self.stop.is_set():
                 n += 1
-                cur.execute(f"SELECT code FROM {table} ORDER BY code LIMIT 1 OFFSET %s", (self.rng.randrange(1500),))
-                code, kind = cur.fetchall()[0][0], n % 4
-                root = code.split("~")[0]   # a new key sorts just after its root: between existing keys
-                if kind == 0:
-                    cur.execute(f"UPDATE {table} SET title = %s WHERE code = %s", (f"u{n}", code))
-                elif kind == 1:
-                    cur.execute(f"DELETE FROM {table} WHERE code = %s", (code,))
-                    cur.execute(f"INSERT INTO {table} (code, title) VALUES (%s, %s)", (code, f"back{n}"))
-                elif kind == 2:
-                    cur.execute(f"INSERT INTO {table} (code, title) VALUES (%s, %s)", (f"{root}~w{n}", f"new{n}"))
-                else:
-                    cur.execute(f"UPDATE {table} SET code = %s WHERE code = %s", (f"{root}~k{n}", code))
+                self.change(cur, table, n)
                 conn.commit()
                 self.commits += 1
         except Exception as exc:  # noqa: BLE001 - reported by the test, which asserts the writer ran to the end
             self.error = exc
         finally:
             conn.close()   # an open transaction would hold the table's metadata lock past the test
+
+    def change(self, cur, table: str, n: int) -> None:
+        raise NotImplementedError
+
+
+class LabelsWriter(TableWriter):
+    """The string-key table: updates, deletes, re-inserts, new codes that sort between existing
+    ones, and key updates (a row moves to another key)."""
+    table = "labels"
+
+    def change(self, cur, table: str, n: int) -> None:
+        cur.execute(f"SELECT code FROM {table} ORDER BY code LIMIT 1 OFFSET %s", (self.rng.randrange(1500),))
+        code, kind = cur.fetchall()[0][0], n % 4
+        root = code.split("~")[0]   # a new key sorts just after its root: between existing keys
+        if kind == 0:
+            cur.execute(f"UPDATE {table} SET title = %s WHERE code = %s", (f"u{n}", code))
+        elif kind == 1:
+            cur.execute(f"DELETE FROM {table} WHERE code = %s", (code,))
+            cur.execute(f"INSERT INTO {table} (code, title) VALUES (%s, %s)", (code, f"back{n}"))
+        elif kind == 2:
+            cur.execute(f"INSERT INTO {table} (code, title) VALUES (%s, %s)", (f"{root}~w{n}", f"new{n}"))
+        else:
+            cur.execute(f"UPDATE {table} SET code = %s WHERE code = %s", (f"{root}~k{n}", code))
+
+
+DENSE = {  # an integer key its writer keeps dense: its windows split by arithmetic
+    "mariadb": "CREATE TABLE {ns}.dense (id BIGINT PRIMARY KEY, v BIGINT NOT NULL) ENGINE=InnoDB",
+    "postgres": "CREATE TABLE {ns}.dense (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)",
+}
+
+
+def create_dense(src, rows: int) -> None:
+    src.sql(DENSE[src.kind].format(ns=src.namespace))
+    src.sql(f"INSERT INTO {src.namespace}.dense (id, v) VALUES " + ", ".join(f"({i}, 0)" for i in range(1, rows + 1)))
+
+
+class DenseWriter(TableWriter):
+    """The dense integer-key table: updates, a delete and re-insert in one transaction, a key
+    update, and a delete whose key the next change of its kind puts back: it stays dense."""
+    table = "dense"
+
+    def change(self, cur, table: str, n: int) -> None:
+        key, kind = self.rng.randint(2, 2000), n % 4
+        if kind == 0:
+            cur.execute(f"UPDATE {table} SET v = v + 1 WHERE id = %s", (key,))
+        elif kind == 1:
+            cur.execute(f"DELETE FROM {table} WHERE id = %s", (key,))
+            cur.execute(f"INSERT INTO {table} (id, v) VALUES (%s, %s)", (key, n))
+        elif kind == 2:   # the row moves above the dump's bound, a new one takes its key
+            cur.execute(f"UPDATE {table} SET id = %s WHERE id = %s", (1_000_000 + n, key))
+            cur.execute(f"INSERT INTO {table} (id, v) VALUES (%s, %s)", (key, n))
+        else:
+            cur.execute(f"DELETE FROM {table} WHERE id = %s", (key,))
+            cur.execute(f"INSERT INTO {table} (id, v) SELECT %s, %s WHERE NOT EXISTS "
+                        f"(SELECT 1 FROM {table} WHERE id = %s)", (key - 1, n, key - 1))
 
 
 def key_of(schema, row: dict) -> tuple:
@@ -153,24 +197,29 @@ def chunk_metas(src, table, dump_id) -> list[ChunkMeta]:
 def test_a_dump_reading_four_key_ranges_per_window_converges_under_writes_on_every_key_kind(src, reader):
     src.workload(seed=42, rows=3000).create()
     create_labels(src, 2000)
+    create_dense(src, 2000)
     src.start_capture()
-    writer, labels = src.spawn_workload(seconds=3600, seed=43, rows=3000), LabelsWriter(src, 46)
-    labels.start()
+    writer, threads = src.spawn_workload(seconds=3600, seed=43, rows=3000), [LabelsWriter(src, 46), DenseWriter(src, 48)]
+    for thread in threads:
+        thread.start()
     try:
-        wait_for(lambda: labels.commits > 10, 30, what="the labels writer to commit")
+        wait_for(lambda: all(t.commits > 10 for t in threads), 30, what="the table writers to commit")
         dump = src.dblog("dump", "start", "par4", "--source", src.source_id, "--all", "--chunk-size", "37",
                          "--parallelism", "4", check=True, env={"DBLOG_DUMP_READER": reader})
         assert ("read on Spark executors" in dump.stderr) == (reader == "spark"), dump.stderr[-2000:]
-        assert writer.poll() is None and labels.is_alive(), \
-            f"the writers must still be running when the dump ends ({labels.error!r})"
+        assert f"{src.table('dense')}: windows now split the keys by arithmetic" in dump.stderr, \
+            "no window of the dense integer key stepped"
+        assert writer.poll() is None and all(t.is_alive() for t in threads), \
+            f"the writers must still be running when the dump ends ({[t.error for t in threads]!r})"
     finally:
         writer.terminate(); writer.wait()
-        labels.stop.set(); labels.join()
+        for thread in threads:
+            thread.stop.set(); thread.join()
     tables = json.loads(dump.stdout)["tables"]
     assert all(p["status"] == "done" for p in tables.values())
     settle(src)
     source, dropped = src.source(), 0
-    for table in ("accounts", "order_lines", "labels"):
+    for table in ("accounts", "order_lines", "labels", "dense"):
         name = src.table(table)
         metas = [m for m in chunk_metas(src, name, "par4") if m is not None]
         windows = Counter(m.lw for m in metas)
@@ -185,7 +234,7 @@ def test_a_dump_reading_four_key_ranges_per_window_converges_under_writes_on_eve
             assert max(read) <= upto < source.last_key(schema), "a split read past the dump's bound"
         dropped += sum(r.dropped for r in rebuild(staged, src.source_id, name, checkpoint(src))[1])
     assert dropped > 0, "no write landed inside a window: the test did not exercise the watermark rule"
-    assert_converged(src, ["accounts", "order_lines", "labels"])
+    assert_converged(src, ["accounts", "order_lines", "labels", "dense"])
 
 
 def test_a_window_whose_one_split_read_fails_keeps_the_splits_it_staged_and_reads_only_that_one_again(
@@ -230,6 +279,37 @@ def test_a_window_whose_one_split_read_fails_keeps_the_splits_it_staged_and_read
     store.stop()
 
 
+def test_dense_integer_keys_are_split_by_arithmetic_and_a_gap_neither_ends_the_dump_nor_is_stepped_through(
+        src, monkeypatch, caplog):
+    """Ids 1-300, then 5001-5300: windows step by 20 key values through each dense run (no
+    boundary query), the first empty stepped window past 300 neither ends the dump nor steps
+    through the 4,700-value gap window by window: the index finds 5001."""
+    table = src.table("gappy")
+    src.sql(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v VARCHAR(20))")
+    for low in (1, 5001):
+        src.sql(f"INSERT INTO {table} (id, v) VALUES " + ", ".join(f"({i}, 'v{i}')" for i in range(low, low + 300)))
+    store, source = src.store(), src.source()
+    asked = []
+    key_after = source.key_after
+    monkeypatch.setattr(source, "key_after", lambda *a: asked.append(a[1]) or key_after(*a))
+    dump_id = create_dump(store, source, DumpSpec(tables=[table], chunk_size=20, parallelism=4))
+    with caplog.at_level(logging.INFO, logger="dblog"):
+        result = TableDump(store, source, src.staged(), dump_id, table).run()
+    assert result.status == "done" and result.rows == 600
+    staged = src.staged()
+    keys = [k for p in staged.chunk_files(src.source_id, table, dump_id) for k in staged.read_chunk(p)["id"].to_pylist()]
+    assert keys == [*range(1, 301), *range(5001, 5301)], "every row once, in key order"
+    windows = Counter(m.lw for m in chunk_metas(src, table, dump_id) if m is not None)
+    assert len(windows) <= 600 // 80 + 2, f"{len(windows)} windows for 600 rows in windows of 80: stepped through the gap"
+    # From the index: the first two windows (the first starts below the first key), the one that
+    # found the gap, and the one after it (the gap made it look sparse); three queries each.
+    assert len(asked) == 4 * 3, f"{len(asked)} boundary queries: the dense runs were not stepped"
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("by arithmetic" in m for m in messages) == 2 and any("from the key index" in m for m in messages), \
+        messages
+    store.stop()
+
+
 def test_every_split_is_staged_inside_its_window_before_the_high_watermark(mariadb):
     """A split's rows must be read between its window's watermarks: staging inside the window is
     what lets a crash keep them, and the window's HW is written only once all are staged."""
@@ -255,7 +335,9 @@ def test_every_split_is_staged_inside_its_window_before_the_high_watermark(maria
     result = TableDump(store, source, Watched(str(src.staging)), dump_id, table).run()
     assert result.status == "done" and result.rows == 600
     assert sorted(seen) == [(n, True) for n in range(10)], "(chunk, staged after its LW and before its HW)"
-    assert len(marks) == 2 * 5, "a window's LW and HW each (the last window reads nothing)"
+    # Four windows: the ids are dense, so from the second on they step, and the one that steps up
+    # to the dump's bound is the last (an index-planned dump ends with a fifth that reads nothing).
+    assert len(marks) == 2 * 4, "a window's LW and HW each"
     store.stop()
 
 

@@ -7,7 +7,7 @@ import pyarrow as pa
 from dblog.schema import Column, TableSchema
 from dblog.sources.base import SourceError
 from dblog.spark.window_reads import WindowReadFailed, _job_failure
-from dblog.windows import Split, SplitRead, WindowPlan, plan_window
+from dblog.windows import Split, SplitRead, WindowPlan, plan_window, steps_next
 
 
 class KeyIndex:
@@ -99,3 +99,36 @@ def test_a_key_list_window_is_carried_whole_until_its_one_chunk_is_staged():
     again = keys.carry({})
     assert again is not None and (again.chunk, again.list_from, again.list_to) == (4, 40, 60)
     assert keys.carry({0: SplitRead(0, 20, None)}) is None
+
+
+def test_dense_integer_keys_are_split_by_arithmetic_all_closed_and_never_past_the_bound():
+    index = KeyIndex([(k,) for k in range(100)])
+    assert plan_window(index, S, (10,), (65,), 20, 4, step=True) == [
+        Split((10,), (30,)), Split((30,), (50,)), Split((50,), (65,))]
+    assert index.queries == 0, "a stepped window asks the index nothing"
+    assert plan_window(index, S, (65,), (65,), 20, 4, step=True) == [], "at the bound nothing is left to read"
+    assert plan_window(index, S, None, (65,), 20, 2, step=True) == [Split(None, (19,)), Split((19,), (65,), 20)], \
+        "the first window starts below the first key: only the index knows where"
+
+
+def test_a_stepped_window_ends_at_its_last_bound_whatever_its_splits_read():
+    stepped = WindowPlan.fresh(4, [Split((10,), (30,)), Split((30,), (50,))])
+    assert stepped.end_after({0: SplitRead(0, 0, "[30]"), 1: SplitRead(1, 0, "[50]")}) == "[50]"
+    carried = stepped.carry({1: SplitRead(1, 20, "[50]")})
+    assert carried is not None and carried.splits == stepped.splits[:1] and carried.end == "[50]"
+
+
+def dense_reads(*rows):
+    return {k: SplitRead(k, n, None) for k, n in enumerate(rows)}
+
+
+def test_the_next_window_steps_only_after_one_that_found_its_integer_keys_dense_and_reads_several_splits():
+    window = WindowPlan.fresh(0, [Split((100,), (120,)), Split((120,), (140,))])
+    assert steps_next(S, window, dense_reads(20, 10), 2), "30 of 40 key values present"
+    assert not steps_next(S, window, dense_reads(20, 9), 2), "29 of 40: sparse enough to plan from the index"
+    assert not steps_next(S, window, dense_reads(20, 20), 1), "one split a window asks the index nothing anyway"
+    first = WindowPlan.fresh(0, [Split(None, (120,)), Split((120,), (140,))])
+    assert not steps_next(S, first, dense_reads(20, 20), 2), "the first window's span is unknown"
+    text = TableSchema("s.t", (Column("code", "varchar", pa.string()),), ("code",))
+    labels = WindowPlan.fresh(0, [Split(("a",), ("b",)), Split(("b",), ("c",))])
+    assert not steps_next(text, labels, dense_reads(20, 20), 2), "only an integer key has arithmetic"
