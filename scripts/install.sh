@@ -38,7 +38,9 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   log "building .venv from requirements.txt"
   [ -x .venv/bin/python ] || uv venv -q --python "$PY" .venv
   # The lock is complete; --no-deps keeps pyspark-client (which overwrites pyspark) out.
-  uv pip sync -q --python .venv/bin/python requirements.txt
+  # Bytecode compiled once here (~15 s): with PYTHONDONTWRITEBYTECODE set, as in containers, every
+  # process would otherwise compile what it imports (an Airflow task 3.6 s -> 1.6 s to import).
+  uv pip sync -q --compile-bytecode --python .venv/bin/python requirements.txt
   uv pip install -q --python .venv/bin/python --no-deps -e .
   echo "$want" >"$stamp"
 fi

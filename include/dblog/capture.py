@@ -29,7 +29,7 @@ from .faults import crash_point
 from .health import Heartbeat
 from .retry import reconnecting
 from .settings import settings
-from .sources.base import WATERMARK_TABLE, Source, Transaction
+from .sources.base import DEPLOYMENT_SEPARATOR, WATERMARK_TABLE, Source, Transaction
 from .staged import encode_event
 from .staging import StagedLog
 from .state import Lease, StateStore
@@ -150,7 +150,7 @@ class Capture:
             self._acked = durable
 
     def _read(self, writer: "_Writer", resume: dict | None, deadline: float | None, until: str | None) -> None:
-        batch, reached = Batch(), False
+        batch, reached, awaited = Batch(), False, False
         last_read = time.monotonic()
         for txn in self.source.stream(resume, self.idle_timeout):
             writer.check()  # a staging failure stops the capture at once, not at the next batch
@@ -159,12 +159,15 @@ class Capture:
                 batch.add(txn)
                 reached = reached or (until is not None and any(
                     e.table == WATERMARK_TABLE and (e.after or {}).get("value") == until for e in txn.events))
+                awaited = awaited or any(is_sync_point(e) for e in txn.events)
             now = time.monotonic()
-            due = batch.txns and (txn is None or reached or batch.count >= self.flush_rows
+            # Someone waits for a sync point (`dblog sync`, a merge after a dump): stage it now,
+            # not when the log goes quiet or the batch is full.
+            due = batch.txns and (txn is None or reached or awaited or batch.count >= self.flush_rows
                                   or now - batch.opened >= self.flush_seconds)
             if due:
                 writer.submit(batch)
-                batch = Batch()
+                batch, awaited = Batch(), False
                 self._acknowledge(writer)
             elif txn is None and not batch.txns and writer.idle:
                 self._acknowledge(writer)
@@ -298,11 +301,20 @@ def caught_up(store: StateStore, staged: StagedLog, source: str, mark: str) -> s
     return position if (checkpoint.get("position") or "") >= position else None
 
 
+SYNC_SLOT = "sync"   # the watermark row of sync points
+
+
 def sync_point(source: Source) -> str:
     """Write a fresh watermark and return its value: once it is staged, so is every earlier commit."""
     value = str(uuid.uuid4())
-    source.write_watermark("sync", value)
+    source.write_watermark(SYNC_SLOT, value)
     return value
+
+
+def is_sync_point(event) -> bool:
+    """A sync point's watermark write (of any deployment: the row id is `[deployment:]sync`)."""
+    return event.table == WATERMARK_TABLE and \
+        str((event.after or {}).get("id") or "").rpartition(DEPLOYMENT_SEPARATOR)[2] == SYNC_SLOT
 
 
 def await_sync(store: StateStore, staged: StagedLog, source: str, mark: str, timeout: float,

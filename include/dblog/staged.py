@@ -12,6 +12,7 @@ alone says what their names, columns and op codes mean, so a writer and a reader
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from dataclasses import dataclass, fields
 from enum import StrEnum
@@ -62,6 +63,7 @@ CHUNK_FIELDS = [
 ]
 
 _TABLE_META, _KEY_META = b"dblog.table", b"dblog.key"
+_CHUNK_META = b"dblog.chunk"   # a chunk file's ChunkMeta as JSON, in its footer beside the columns
 
 
 def log_fields(schema: TableSchema) -> list[pa.Field]:
@@ -213,6 +215,23 @@ class ChunkMeta:
     def columns(self) -> dict:
         return {f"_{f.name}": getattr(self, f.name) for f in fields(self)}
 
+    def footer(self) -> bytes:
+        """The metadata as JSON, for the file's footer: a merge reads which window a chunk belongs
+        to from 500 footers in 0.05 s, from their first rows in 0.9 s (README, Performance)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["read_ts"] = None if self.read_ts is None else self.read_ts.isoformat()
+        return json.dumps(values).encode()
+
+    @classmethod
+    def of_footer(cls, schema: pa.Schema) -> "ChunkMeta | None":
+        """The metadata a chunk file's footer carries; None for a file staged before footers did."""
+        text = (schema.metadata or {}).get(_CHUNK_META)
+        if text is None:
+            return None
+        values = json.loads(text)
+        read_ts = values.pop("read_ts", None)
+        return cls(**values, read_ts=None if read_ts is None else dt.datetime.fromisoformat(read_ts))
+
     @classmethod
     def of(cls, chunk: pa.Table) -> "ChunkMeta | None":
         """The metadata of a chunk file's table; None for a chunk without rows."""
@@ -242,8 +261,10 @@ def chunk_table(schema: TableSchema, meta: ChunkMeta, rows: list[tuple] | pa.Tab
     of the staged column types, `rows_table`), an op each (or one for all)."""
     columns, constants = ({}, {OP: ops, **meta.columns()}) if isinstance(ops, Op) else ({OP: ops}, meta.columns())
     if isinstance(rows, pa.Table):
-        return with_meta(rows, schema, CHUNK_FIELDS, columns, constants)
-    return rows_table(schema, CHUNK_FIELDS, rows, columns, constants)
+        table = with_meta(rows, schema, CHUNK_FIELDS, columns, constants)
+    else:
+        table = rows_table(schema, CHUNK_FIELDS, rows, columns, constants)
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), _CHUNK_META: meta.footer()})
 
 
 def last_key(schema: TableSchema, rows: list[tuple] | pa.Table) -> tuple:

@@ -110,7 +110,7 @@ class StagedLog:
         """One object in one upload, encoded in full first. An upload ended by an exception still
         completes (pyarrow has no abort), so what it left under `path` is deleted."""
         buffer = pa.BufferOutputStream()
-        pq.write_table(table, buffer, compression="zstd")
+        pq.write_table(table, buffer, compression="zstd", **storage.PARQUET_WRITE)
         data = buffer.getvalue()
         try:
             with self.fs.open_output_stream(path) as out:
@@ -157,7 +157,7 @@ class StagedLog:
                 self.fs.create_dir(directory, recursive=True)
             if self.local:
                 with open(tmp, "wb") as f:
-                    pq.write_table(table, f, compression="zstd")
+                    pq.write_table(table, f, compression="zstd", **storage.PARQUET_WRITE)
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, path)
@@ -170,7 +170,7 @@ class StagedLog:
                 self._put(path, table)
             else:
                 with self.fs.open_output_stream(tmp) as out:
-                    pq.write_table(table, out, compression="zstd")
+                    pq.write_table(table, out, compression="zstd", **storage.PARQUET_WRITE)
                 self.fs.move(tmp, path)
         except OSError as exc:  # read-only, disk full, quota, a store that refuses: say so, not a traceback
             try:  # a half-written temporary file would only take space (readers never list it)
@@ -244,17 +244,22 @@ class StagedLog:
         return pq.read_table(path, filesystem=self.fs)
 
     def chunk_infos(self, paths: list[str]) -> list[ChunkInfo]:
-        """What each chunk file says of itself, in order: its footer and its metadata columns' first
-        value, no other data (a GET or two each on an object store, 8 at once)."""
+        """What each chunk file says of itself, in order: its footer (a GET or two each on an
+        object store, 8 at once), or, for a file staged before footers carried `ChunkMeta`, its
+        metadata columns' first value as well."""
         wanted = {f"_{f.name}" for f in fields(ChunkMeta)}
 
         def read(path: str) -> ChunkInfo:
             with self.fs.open_input_file(path) as handle:
                 f = pq.ParquetFile(handle)
+                schema = f.schema_arrow
                 if f.metadata.num_rows == 0:
-                    return ChunkInfo(path, None, 0, f.schema_arrow)
-                first = f.read_row_group(0, columns=[n for n in f.schema_arrow.names if n in wanted]).slice(0, 1)
-                return ChunkInfo(path, ChunkMeta.of(first), f.metadata.num_rows, f.schema_arrow)
+                    return ChunkInfo(path, None, 0, schema)
+                meta = ChunkMeta.of_footer(schema)
+                if meta is None:
+                    first = f.read_row_group(0, columns=[n for n in schema.names if n in wanted]).slice(0, 1)
+                    meta = ChunkMeta.of(first)
+                return ChunkInfo(path, meta, f.metadata.num_rows, schema)
         with ThreadPoolExecutor(8) as pool:
             return list(pool.map(read, paths))
 

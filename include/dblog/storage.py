@@ -16,6 +16,13 @@ import pyarrow.fs as pafs
 
 from .settings import ConfigError
 
+# How every Parquet file dblog writes is encoded (staged log and warehouse). A column chunk's
+# dictionary is given up once it passes 64 KiB instead of Arrow's 1 MiB: a key, an amount or a
+# timestamp is near unique, and hashing each value into a dictionary that then falls back cost
+# half of a first load's write time; low-cardinality columns still fit. Files come out a sixth
+# to a third smaller (README, Performance).
+PARQUET_WRITE = {"dictionary_pagesize_limit": 64 << 10}
+
 ENDPOINT_ENV = "DBLOG_S3_ENDPOINT"
 REGION_ENV = "DBLOG_S3_REGION"
 

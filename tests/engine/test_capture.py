@@ -28,6 +28,26 @@ def test_staged_positions_are_unique_and_increase_in_commit_order(src):
         seen.add(t); previous = t
 
 
+def test_a_sync_point_is_staged_as_soon_as_it_is_read_while_the_log_stays_busy(src):
+    """`dblog sync` (and a merge after a dump) waits for its sync point, so the capture stages it
+    at once. Here the batch would otherwise stay open for five minutes: the flush timer is 300 s,
+    the row bound out of reach, and a writer commits every 20 ms, so the log never goes quiet."""
+    from dblog.capture import caught_up, sync_point
+    src.workload(seed=8, rows=300).create()
+    src.start_capture("--flush-seconds", "300", "--flush-rows", "10000000")
+    store, staged = src.store(), src.staged()
+    writer = src.spawn_workload(seconds=3600, seed=9, rows=300, rate=50)
+    try:
+        wait_for(lambda: store.get(paths.checkpoint_path(src.source_id)), 30, what="the capture's checkpoint")
+        mark = sync_point(src.source())
+        wait_for(lambda: caught_up(store, staged, src.source_id, mark), 60,
+                 what="the sync point staged and checkpointed while the log stays busy")
+        assert writer.poll() is None, "the writer stopped: the log went quiet, which flushes anyway"
+    finally:
+        writer.terminate(); writer.wait()
+        store.stop()
+
+
 def test_a_crashed_capture_resumes_from_its_checkpoint_and_restaged_duplicates_are_harmless(src):
     w = src.workload(seed=6, rows=300)
     w.create()

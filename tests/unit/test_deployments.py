@@ -72,3 +72,14 @@ def test_the_readme_shows_the_watermark_table_and_the_set_up_order():
         assert ddl in README, ddl
     assert "FOR TABLES IN SCHEMA public, TABLE dblog.watermarks" in README
     assert "dblog setup --print-sql" in README and "dblog sync" in README
+
+
+def test_a_sync_point_of_any_deployment_is_told_from_a_dump_s_watermark():
+    """The capture stages a sync point at once (someone waits for it), a dump's watermark with
+    its batch."""
+    from dblog.capture import is_sync_point
+
+    def write(row_id):
+        return ChangeEvent("db", WATERMARK_TABLE, "u", "p", (row_id,), {"id": row_id, "value": "v"})
+    assert is_sync_point(write("sync")) and is_sync_point(write("blue:sync"))
+    assert not is_sync_point(write("3f2a9c")) and not is_sync_point(write("blue:3f2a9c"))

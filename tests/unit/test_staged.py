@@ -35,6 +35,23 @@ def test_a_chunk_decodes_to_its_metadata_and_rows_an_absent_key_without_values()
     assert chunk_rows(table) == [ChunkRow((5,), {"id": 5, "v": "five"}), ChunkRow((6,), None)]
 
 
+def test_a_staged_chunk_s_footer_says_what_its_columns_say_and_a_footer_without_it_still_reads(tmp_path):
+    from dblog.staging import StagedLog
+    staged = StagedLog(str(tmp_path))
+    ranged = ChunkMeta("d1", 7, "lw-id", "hw-id", TS, key_from="[4]", key_to="[5]")
+    listed = ChunkMeta("d1", 8, "lw-id", "hw-id", TS, list_from=10, list_to=12)
+    paths = [staged.write_chunk("s", T, ranged, [(5, "five")], Op.READ),
+             staged.write_chunk("s", T, listed, [(5, "five"), absent_row(T, (6,))], [Op.READ, Op.ABSENT])]
+    for path, meta in zip(paths, (ranged, listed)):
+        table = staged.read_chunk(path)
+        assert ChunkMeta.of_footer(table.schema) == ChunkMeta.of(table) == meta
+    older = staged.read_chunk(paths[0])   # staged before footers carried it: the columns tell
+    older = older.replace_schema_metadata({k: v for k, v in older.schema.metadata.items() if k != b"dblog.chunk"})
+    staged._atomic_write(paths[0], older)
+    assert ChunkMeta.of_footer(staged.read_chunk(paths[0]).schema) is None
+    assert [(i.meta, i.rows) for i in staged.chunk_infos(paths)] == [(ranged, 1), (listed, 2)]
+
+
 def test_a_chunk_without_rows_has_no_metadata_to_read():
     assert ChunkMeta.of(chunk_table(T, ChunkMeta("d1", 0, "l", "h"), [], [])) is None
 

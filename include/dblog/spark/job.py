@@ -238,7 +238,7 @@ def _schemas(infos: list[ChunkInfo]) -> list[str]:
     """One file per distinct schema: Spark reads their schema as it would read all of them."""
     first: dict[pa.Schema, str] = {}
     for i in infos:
-        first.setdefault(i.schema, i.path)
+        first.setdefault(i.schema.remove_metadata(), i.path)   # each footer names its own chunk
     return list(first.values())
 
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..storage import atomic_puts, filesystem
+from ..storage import PARQUET_WRITE, atomic_puts, filesystem
 from .types import BUCKET, MISSING
 
 TOMBSTONE = "_t"            # routing column: the row is a tombstone (goes to the tombstone branch)
@@ -91,8 +91,8 @@ class DataFiles:
         path = filesystem(uri)[1]
         if not atomic_puts(self.fs):   # an object store has no directories to make
             self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        entry = self.open[(bucket, dead)] = _OpenFile(uri, pq.ParquetWriter(path, self.target, filesystem=self.fs),
-                                                      bucket, dead)
+        writer = pq.ParquetWriter(path, self.target, filesystem=self.fs, **PARQUET_WRITE)
+        entry = self.open[(bucket, dead)] = _OpenFile(uri, writer, bucket, dead)
         return entry
 
     def _flush(self, entry: _OpenFile) -> None:

@@ -33,7 +33,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from .. import state as paths
 from ..settings import settings
-from ..storage import atomic_puts, filesystem
+from ..storage import PARQUET_WRITE, atomic_puts, filesystem
 from .catalog import BRANCH
 from .commit import Pending, WrittenFile, data_files, overwrite
 from .files import data_path
@@ -220,7 +220,7 @@ def _write(location: str, bucket: int, tombstone: bool, data: pa.Table, target: 
     fs, path = filesystem(uri)
     if not atomic_puts(fs):   # an object store has no directories to make
         fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    pq.write_table(data, path, filesystem=fs)
+    pq.write_table(data, path, filesystem=fs, **PARQUET_WRITE)
     return WrittenFile(uri, bucket, tombstone, data.num_rows, 0)
 
 
