@@ -33,7 +33,7 @@ if ! command -v uv >/dev/null 2>&1; then
   "$PY" -m pip install -q uv
 fi
 stamp=.venv/.lock-sha
-want=$( (cat requirements.txt pyproject.toml) | sha256sum | cut -d' ' -f1)
+want=$( (cat requirements.txt pyproject.toml; echo compile-bytecode) | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   log "building .venv from requirements.txt"
   [ -x .venv/bin/python ] || uv venv -q --python "$PY" .venv

@@ -24,12 +24,12 @@ from datetime import datetime
 from . import repair
 from . import state as paths
 from . import watermarks
-from .events import RepairNeed
+from .events import ChangeEvent, RepairNeed
 from .faults import crash_point
 from .health import Heartbeat
 from .retry import reconnecting
 from .settings import settings
-from .sources.base import DEPLOYMENT_SEPARATOR, WATERMARK_TABLE, Source, Transaction
+from .sources.base import WATERMARK_TABLE, Source, Transaction, split_watermark_id
 from .staged import encode_event
 from .staging import StagedLog
 from .state import Lease, StateStore
@@ -311,10 +311,9 @@ def sync_point(source: Source) -> str:
     return value
 
 
-def is_sync_point(event) -> bool:
-    """A sync point's watermark write (of any deployment: the row id is `[deployment:]sync`)."""
-    return event.table == WATERMARK_TABLE and \
-        str((event.after or {}).get("id") or "").rpartition(DEPLOYMENT_SEPARATOR)[2] == SYNC_SLOT
+def is_sync_point(event: ChangeEvent) -> bool:
+    """A sync point's watermark write, of any deployment."""
+    return event.table == WATERMARK_TABLE and split_watermark_id(str((event.after or {}).get("id") or ""))[1] == SYNC_SLOT
 
 
 def await_sync(store: StateStore, staged: StagedLog, source: str, mark: str, timeout: float,

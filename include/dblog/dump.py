@@ -451,7 +451,7 @@ class TableDump:
                 progress.after_key = plan.end_after(reads)
             else:
                 progress.list_offset = plan.list_to or 0
-        if since is not None and files:   # a window that staged nothing (the dump's end) has no rate
+        if since is not None and files:   # a window that staged no file (the dump's end) has no rate
             record_chunk_rate(progress, rows, time.monotonic() - since)
         self._rows += rows
         progress.rows_per_s = self._rows / max(time.monotonic() - self._started, 1e-9)

@@ -228,7 +228,8 @@ class ChunkMeta:
         text = (schema.metadata or {}).get(_CHUNK_META)
         if text is None:
             return None
-        values = json.loads(text)
+        known = {f.name for f in fields(cls)}   # a later version's extra field is not ours to read
+        values = {k: v for k, v in json.loads(text).items() if k in known}
         read_ts = values.pop("read_ts", None)
         return cls(**values, read_ts=None if read_ts is None else dt.datetime.fromisoformat(read_ts))
 

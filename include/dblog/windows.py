@@ -70,8 +70,8 @@ def plan_window(source: Source, schema: TableSchema, after: tuple | None, upto: 
     boundary is the key `split_rows` rows past the previous one. Fewer splits when fewer rows are
     left; always at least the last, open one.
 
-    With `step` (`steps_next` said so), `split_rows` key values apart up to `upto`, all closed;
-    no split at all once `after` has reached `upto`: nothing is left to read."""
+    With `step` (`steps_next` said so), the splits are `split_rows` key values apart up to
+    `upto`, all closed; none at all once `after` has reached `upto`, as nothing is left to read."""
     if step and after is not None and upto is not None:
         stepped: list[Split] = []
         start = after[0]

@@ -28,24 +28,30 @@ def test_staged_positions_are_unique_and_increase_in_commit_order(src):
         seen.add(t); previous = t
 
 
-def test_a_sync_point_is_staged_as_soon_as_it_is_read_while_the_log_stays_busy(src):
+def test_a_sync_point_is_staged_as_soon_as_it_is_read_and_a_watermark_of_a_dump_waits_for_its_batch(src):
     """`dblog sync` (and a merge after a dump) waits for its sync point, so the capture stages it
-    at once. Here the batch would otherwise stay open for five minutes: the flush timer is 300 s,
-    the row bound out of reach, and a writer commits every 20 ms, so the log never goes quiet."""
+    at once. Here nothing else would stage it for minutes: the flush timer is 300 s, the row
+    bound out of reach, and the stream reports itself idle only after 120 s of quiet."""
+    import threading
     from dblog.capture import caught_up, sync_point
-    src.workload(seed=8, rows=300).create()
-    src.start_capture("--flush-seconds", "300", "--flush-rows", "10000000")
-    store, staged = src.store(), src.staged()
-    writer = src.spawn_workload(seconds=3600, seed=9, rows=300, rate=50)
+    store, source, writer, staged = src.store(), src.source(), src.source(), src.staged()
+    ensure_checkpoint(store, source)
+    capture = Capture(source, store, staged, flush_rows=10_000_000, flush_seconds=300, idle_timeout=120)
+    runner = threading.Thread(target=capture.run, daemon=True)
+    runner.start()
     try:
-        wait_for(lambda: store.get(paths.checkpoint_path(src.source_id)), 30, what="the capture's checkpoint")
-        mark = sync_point(src.source())
+        wait_for(capture.leading.is_set, 30, what="the capture to lead")
+        writer.write_watermark("a-dump-window", "held")   # a dump's watermark: batched as any event
+        mark = sync_point(writer)
         wait_for(lambda: caught_up(store, staged, src.source_id, mark), 60,
-                 what="the sync point staged and checkpointed while the log stays busy")
-        assert writer.poll() is None, "the writer stopped: the log went quiet, which flushes anyway"
+                 what="the sync point staged and checkpointed without a flush timer or an idle stream")
+        assert capture.stats.flushes == 1, "the dump's watermark and the sync point went out in one batch"
     finally:
-        writer.terminate(); writer.wait()
+        capture.stop_event.set()
+        sync_point(writer)   # wakes the stream, so the loop sees the stop
+        runner.join(60)
         store.stop()
+    assert not runner.is_alive()
 
 
 def test_a_crashed_capture_resumes_from_its_checkpoint_and_restaged_duplicates_are_harmless(src):

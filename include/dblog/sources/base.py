@@ -31,6 +31,13 @@ DEPLOYMENT_SEPARATOR = ":"
 log = logging.getLogger("dblog.source")
 
 
+def split_watermark_id(row_id: str) -> tuple[str | None, str]:
+    """(deployment, slot) of a watermark row's id (`Source.watermark_id`); deployment None for
+    an untagged row."""
+    tag, sep, slot = row_id.partition(DEPLOYMENT_SEPARATOR)
+    return (tag, slot) if sep else (None, tag)
+
+
 class SourceError(RuntimeError):
     """A source is misconfigured or refused; the message names the problem and the fix."""
 
@@ -320,8 +327,8 @@ class Source(abc.ABC):
         kept = []
         for e in events:
             row = (e.after if e.after is not None else e.before) or {}
-            tag, sep, _ = str(row.get("id") or "").partition(DEPLOYMENT_SEPARATOR)
-            if e.table != WATERMARK_TABLE or not sep or tag == self.deployment:
+            tag, _ = split_watermark_id(str(row.get("id") or ""))
+            if e.table != WATERMARK_TABLE or tag is None or tag == self.deployment:
                 kept.append(e)
             elif tag not in self._foreign:
                 self._foreign.add(tag)

@@ -40,9 +40,9 @@ from .. import state as paths
 from .. import watermarks
 from ..dump import dumping, finished_chunks
 from ..settings import settings
-from ..rules import disjoint_chunks
+from ..rules import ChunkRange, disjoint_chunks
 from ..sources.base import WATERMARK_TABLE
-from ..staged import POSITION, ChunkFile, data_columns, key_columns
+from ..staged import POSITION, ChunkFile, ChunkMeta, data_columns, key_columns
 from ..staging import ChunkInfo, StagedLog
 from ..state import StateStore
 from ..warehouse.commit import CommitError, commit
@@ -227,11 +227,24 @@ def _ready_chunks(store: StateStore, staged: StagedLog, source: str, pending: di
     result.chunks = sum(len(v) for v in out.ready.values())
     for dump_id, numbers in out.ready.items():
         _dump_totals(result, dump_id)["chunks"] = len(numbers)
-    out.unique = bool(ready) and disjoint_chunks(w.range() for w in ready)   # merge_inputs adds the rest
+    out.unique = bool(ready) and disjoint_chunks([w.range() for w in ready] + _empty_ranges(infos, ready))
+    # (merge_inputs adds the rest of what makes a first load)
     lows = [w.low for w in ready if w.low is not None]  # every ready window has both positions
     if not lows:
         return None
     return ReadyChunks(ready, [by_name[ChunkFile(w.dump_id, w.chunk)] for w in ready], min(lows))
+
+
+def _empty_ranges(infos: list[ChunkInfo], ready: list[ChunkWindow]) -> list[ChunkRange]:
+    """The key ranges of chunks staged without rows among the ready ones (a stepped split over a
+    gap in the keys: `windows.plan_window`), from their footers: they hold no row, and they
+    chain the ranges around them, so a first load over a gap keeps its fast path."""
+    last: dict[str, int] = {}
+    for w in ready:
+        last[w.dump_id] = max(last.get(w.dump_id, w.chunk), w.chunk)
+    metas = [ChunkMeta.of_footer(i.schema) for i in infos if i.meta is None]
+    return [ChunkRange(m.dump_id, m.chunk, m.key_from, m.key_to) for m in metas
+            if m is not None and m.chunk < last.get(m.dump_id, -1)]
 
 
 def _schemas(infos: list[ChunkInfo]) -> list[str]:
