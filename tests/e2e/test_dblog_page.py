@@ -36,7 +36,8 @@ def test_a_dump_is_followed_paused_and_resumed_from_the_dblog_page(standalone):
     dump_id, run_id = f"page-{uuid.uuid4().hex[:8]}", f"dblog_page_{uuid.uuid4().hex[:8]}"
     with signed_in(standalone) as page:
         # The external view: an entry of Airflow's navigation that renders the page inside the UI.
-        page.get_by_role("link", name="DBLog").click()
+        # Scoped to the navigation: the dashboard also lists runs and assets whose names hold "dblog".
+        page.get_by_test_id("nav-sidebar").get_by_role("link", name="DBLog", exact=True).click()
         page.wait_for_url(re.compile(r".*/plugin/dblog.*"))
         frame = page.frame_locator("iframe[title='DBLog']")
         source = frame.locator(f"section[data-source='{src.source_id}']")
