@@ -204,7 +204,7 @@ def test_a_dump_reading_four_key_ranges_per_window_converges_under_writes_on_eve
         thread.start()
     try:
         wait_for(lambda: all(t.commits > 10 for t in threads), 30, what="the table writers to commit")
-        dump = src.dblog("dump", "start", "par4", "--source", src.source_id, "--all", "--chunk-size", "37",
+        dump = src.dblog("dump", "start", "par4", "--source", src.source_id, "--all", "--chunk-size", "75",
                          "--parallelism", "4", check=True, env={"DBLOG_DUMP_READER": reader})
         assert ("read on Spark executors" in dump.stderr) == (reader == "spark"), dump.stderr[-2000:]
         assert f"{src.table('dense')}: windows now split the keys by arithmetic" in dump.stderr, \
