@@ -27,7 +27,7 @@ LINT := $(VENV)/ruff check --quiet include plugins dags spark_jobs tests bench s
 
 test: up
 	$(LINT)
-	$(VENV)/pytest -q --durations=25
+	$(VENV)/pytest -q --durations=25 --junitxml=.local/test-output/junit.xml
 
 unit: install
 	$(LINT)

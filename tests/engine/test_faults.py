@@ -190,16 +190,18 @@ def test_of_two_captures_started_together_exactly_one_stages_and_checkpoints(mar
     store.stop()
 
 
-@pytest.mark.parametrize(("point", "reader", "parallelism", "nth", "window"), [
-    ("dump.after_high_watermark", "threads", 1, 5, 4),
-    ("dump.split_staged", "threads", 3, 5, 3),   # the worker dies with part of a window's splits staged
-    ("dump.after_staging", "spark", 3, 2, 3),    # the Spark driver dies once its executors staged a window
+@pytest.mark.parametrize(("point", "reader", "parallelism", "nth", "window", "stepped"), [
+    ("dump.after_high_watermark", "threads", 1, 5, 4, False),
+    ("dump.split_staged", "threads", 3, 5, 3, False),   # the worker dies with part of a window's splits staged
+    # The third window of the dense ids 1..1500 steps by arithmetic: every split of it is closed.
+    ("dump.split_staged", "threads", 3, 8, 6, True),
+    ("dump.after_staging", "spark", 3, 2, 3, False),    # the Spark driver dies once its executors staged a window
     # An executor's first staged split kills the driver: with local[2], the window's third split
     # cannot have started, so part of the window is staged.
-    ("dump.split_staged", "spark", 3, 1, 0),
+    ("dump.split_staged", "spark", 3, 1, 0, False),
 ])
 def test_a_dump_killed_mid_window_resumes_reading_only_the_splits_it_had_not_staged_and_converges(
-        mariadb, point, reader, parallelism, nth, window):
+        mariadb, point, reader, parallelism, nth, window, stepped):
     """kill -9 in the middle of a window (the Spark driver, with the Spark reader: its executors'
     JVM goes with it). The re-run closes that window with the splits it staged, replaces none of
     their files, reads only the other splits again, and the table converges."""
@@ -218,6 +220,7 @@ def test_a_dump_killed_mid_window_resumes_reading_only_the_splits_it_had_not_sta
     plan = at_crash["window"]
     assert plan is not None, "the window in flight was not recorded before its reads"
     assert at_crash["chunks"] == plan["chunk"] == window
+    assert all(limit is None for *_, limit in plan["splits"]) == stepped, plan  # no split ends by a row count
     in_plan = range(plan["chunk"], plan["chunk"] + len(plan["splits"]))
     before = staged_files(mariadb, table, dump_id)
     kept = [n for n in before if n in in_plan]
