@@ -168,6 +168,21 @@ SLICE_SECONDS = 20  # the standalone under test hands its capture over every 20 
 MERGE_SLICE_SECONDS = 45  # ... and its continuous merge every 45 s
 
 
+_standalone_stops: list = []  # how to stop the running `standalone`, while one runs
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """Stop `standalone` once no test left to run needs it: its capture and continuous merge run
+    slice after slice (a Spark job each), and would otherwise load both cores for the rest of the
+    run. Its session-scoped fixture then only cleans up."""
+    if not _standalone_stops or nextitem is None:
+        return
+    items = item.session.items
+    if not any("standalone" in later.fixturenames for later in items[items.index(item) + 1:]):
+        for stop in _standalone_stops:
+            stop()
+
+
 def _free_port() -> int:
     import socket
     with socket.socket() as s:
@@ -209,6 +224,16 @@ def standalone(services, airflow_home, tmp_path_factory):
     proc = subprocess.Popen([airflow, "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
+
+    def stop() -> None:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    _standalone_stops.append(stop)
     try:
         def healthy():
             assert proc.poll() is None, f"airflow standalone exited; see {base / 'standalone.log'}"
@@ -224,12 +249,8 @@ def standalone(services, airflow_home, tmp_path_factory):
                  what="the DAG processor to parse dblog_dump")
         yield deployment
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop()
+        _standalone_stops.remove(stop)
         log.close()
         statsd.close()
         src.teardown()
