@@ -179,7 +179,7 @@ def pytest_runtest_teardown(item, nextitem):
         return
     items = item.session.items
     if not any("standalone" in later.fixturenames for later in items[items.index(item) + 1:]):
-        for stop in _standalone_stops:
+        for stop in list(_standalone_stops):
             stop()
 
 
@@ -226,10 +226,14 @@ def standalone(services, airflow_home, tmp_path_factory):
     url = f"http://127.0.0.1:{port}"
 
     def stop() -> None:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
+        # Once, and the whole process group: a scheduler or task may outlive `standalone` itself.
+        if stop in _standalone_stops:
+            _standalone_stops.remove(stop)
             try:
+                os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait(30)
+            except ProcessLookupError:
+                pass
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
@@ -250,7 +254,6 @@ def standalone(services, airflow_home, tmp_path_factory):
         yield deployment
     finally:
         stop()
-        _standalone_stops.remove(stop)
         log.close()
         statsd.close()
         src.teardown()
