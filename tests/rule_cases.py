@@ -3,11 +3,13 @@
 Table T has key `id` and one column `v`. Positions are small integers; watermark events carry
 their UUID-like value. Each case: log events (watermarks included), chunks (LW value, HW value,
 rows: a key read, or `gone(key)`, a key-list dump's key the source does not have), and the rows
-a user must see afterwards.
+a user must see afterwards. `unlogged(n)` in a log marks a write the log holds without rows (a
+statement-logged write, a TRUNCATE): the capture indexes its position (`dblog.unlogged`), it is
+no event.
 """
 from dblog.events import ChangeEvent
 from dblog.positions import Position
-from dblog.rules import Chunk, Window, chunk_ready, merge_latest, ordered_output, visible_rows
+from dblog.rules import Chunk, Window, blind_window, chunk_ready, merge_latest, ordered_output, visible_rows
 from dblog.staged import ChunkRow, Op
 
 T, WM = "app.t", "dblog.watermarks"
@@ -27,6 +29,27 @@ def ev(n, key, op=Op.UPDATE, v=None, old=None, unchanged=()):
 
 def wm(n, value):
     return ChangeEvent("s", WM, Op.UPDATE, pos(n), ("slot",), {"id": "slot", "value": value})
+
+
+UNLOGGED = "unlogged"  # the op of a log entry that stands for a write logged without rows
+
+
+def unlogged(n):
+    return ChangeEvent("s", T, UNLOGGED, pos(n), (), None)
+
+
+def events(log) -> list:
+    """The log's events, the unlogged writes' marks left out."""
+    return [e for e in log if e.op != UNLOGGED]
+
+
+def unlogged_at(log) -> list[tuple[str, str]]:
+    """The intervals the capture would index for the log's unlogged writes (one each)."""
+    return [(e.position, e.position) for e in log if e.op == UNLOGGED]
+
+
+def row(key, v) -> ChunkRow:
+    return ChunkRow((key,), {"id": key, "v": v})
 
 
 def gone(key) -> ChunkRow:
@@ -81,6 +104,18 @@ CASES = {
          wm(4, "lw"), ev(5, 6, op=Op.INSERT, v="back"), wm(6, "hw")],
         [chunk("lw", "hw", gone(4), 5, gone(6))],
         {5: "chunk:5", 6: "back"}),
+    # A statement-logged write at 4 deleted key 1 and changed key 2 inside a long window that read
+    # both before it; the write's repair (lw2..hw2) read after it, and closed first. The long
+    # window's rows, stamped at 7, must not win: the whole chunk is dropped.
+    "a_window_holding_a_statement_logged_write_keeps_none_of_its_rows": (
+        [ev(1, 1, op=Op.INSERT, v="a"), ev(2, 2, op=Op.INSERT, v="b"), wm(3, "lw"), unlogged(4), wm(5, "lw2"),
+         wm(6, "hw2"), wm(7, "hw")],
+        [chunk("lw", "hw", row(1, "a"), row(2, "b")), chunk("lw2", "hw2", gone(1), row(2, "b+1"))],
+        {2: "b+1"}),
+    "windows_before_and_after_a_statement_logged_write_keep_their_rows": (
+        [wm(1, "lw1"), wm(2, "hw1"), unlogged(3), wm(4, "lw2"), ev(5, 2, v="log"), wm(6, "hw2")],
+        [chunk("lw1", "hw1", 1), chunk("lw2", "hw2", 2, 3)],
+        {1: "chunk:1", 2: "log", 3: "chunk:3"}),
 }
 
 
@@ -92,9 +127,11 @@ def checkpoint(log) -> str:
 def python_visible(log, chunks) -> dict:
     """What a user sees after the Python rules: the paper's output order, merged, with the chunks
     ready once the whole log is staged."""
-    upto = checkpoint(log)
+    upto, blind = checkpoint(log), unlogged_at(log)
     positions = {e.after["value"]: e.position for e in log if e.table == WM}
     windows = [(positions.get(lw), positions.get(hw), rows) for lw, hw, rows in chunks]
-    ready = [Chunk(Window(T, low, high), tuple(rows)) for low, high, rows in windows if chunk_ready(low, high, upto)]
-    state = merge_latest({}, ordered_output([e for e in log if e.table in (T, WM)], ready, lambda e: e.table == WM))
+    ready = [Chunk(Window(T, low, high), tuple(rows)) for low, high, rows in windows
+             if chunk_ready(low, high, upto) and not blind_window(low, high, blind)]
+    state = merge_latest({}, ordered_output([e for e in events(log) if e.table in (T, WM)], ready,
+                                            lambda e: e.table == WM))
     return {k[0]: row["v"] for k, row in visible_rows(state).items()}

@@ -21,7 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from . import repair
+from . import repair, unlogged
 from . import state as paths
 from . import watermarks
 from .events import ChangeEvent, RepairNeed
@@ -194,13 +194,14 @@ class Capture:
         # After every segment (an indexed watermark is a staged one), before the checkpoint.
         watermarks.record(self.store, lease, self.source.name, batch.rows.get(WATERMARK_TABLE, ()))
         if batch.repairs:
-            # Before the checkpoint passes the events: a crash repeats the request, never loses it.
+            # Before the checkpoint passes the events: a crash repeats them, never loses them. The
+            # positions first: once the checkpoint passes a window holding one, a merge may take it.
+            unlogged.record(self.store, lease, self.source.name, batch.repairs)
             needs = repair.coalesce(batch.repairs)
             self.stats.repairs += repair.request(self.store, self.source.name, needs)
             for need in needs:
                 log.warning("%s: %s at %s cannot be staged as it is (%s); %s", self.source.name, need.table,
-                            need.position, need.reason, "a full dump of the table repairs it" if need.keys is None
-                            else f"a repair dump re-reads {len(need.keys)} key(s)")
+                            need.position, need.reason, repair.plan(need))
             if self.repairer is not None:
                 self.repairer.wake()
         crash_point("capture.before_checkpoint")

@@ -16,8 +16,9 @@ from .capture import Capture, ensure_checkpoint, reset_checkpoint
 from .export import ExportError, export
 from .dump import control_changes, create_dump, dump_status, run_dump, set_control
 from .dump_spec import DumpError, DumpSpec, check_finite
-from .settings import settings
-from .sources.base import SourceError
+from .settings import DUMP_ID, settings
+from .positions import Position
+from .sources.base import WATERMARK_TABLE, SourceError
 from .staged_maintain import size_text
 from .staging import StagedLog, StagingError
 from .state import Fenced, StateStore, dump_path
@@ -154,6 +155,9 @@ def cmd_dump(args) -> int:
     if args.action in ("pause", "resume", "cancel", "throttle"):
         if not args.dump_id:
             raise DumpError(f"`dblog dump {args.action}` needs the dump id (see `dblog status`)")
+        if not DUMP_ID.match(args.dump_id):
+            raise DumpError(f"{args.dump_id!r} is not a dump id: dump ids are 1-64 letters, digits, '.', '_' or "
+                            "'-' (`dblog status` lists them)")
         changes = control_changes(args.action, args.chunk_size, args.delay,  # checked before ZooKeeper
                                   args.parallelism)
         with _store() as store:
@@ -222,6 +226,12 @@ def cmd_status(args) -> int:
 def cmd_export(args) -> int:
     source = config.source(_source_id(args.source, "export"))
     table = _qualified(source, args.table)
+    if args.from_position is not None:
+        try:
+            Position.decode(args.from_position)
+        except ValueError:
+            raise config.ConfigError(f"--from {args.from_position!r} is not a position: give one as `dblog status` "
+                                     "shows them (three groups of 10, 20 and 10 digits joined by '-')") from None
     staged = StagedLog(config.staging_root())
     with _store() as store:
         upto = paths.checkpoint_position(store, source.name)
@@ -236,7 +246,26 @@ def cmd_export(args) -> int:
 
 
 def _qualified(source, table: str) -> str:
+    if not table.strip() or table.strip().endswith(".") or table.strip().startswith("."):
+        raise config.ConfigError(f"the table name {table!r} is empty: name a table as schema.table, or as table in "
+                                 f"the source's namespace ({source.namespace})")
     return table if "." in table else f"{source.namespace}.{table}"
+
+
+def _known_tables(source, staged: StagedLog, tables: list[str]) -> None:
+    """Refuse tables neither the source nor the staged log knows, before anything is started or
+    written (a merge lock, a catalog entry, a Spark session)."""
+    known = set(staged.tables(source.name)) | set(staged.chunk_tables(source.name))
+    unknown = [t for t in tables if t not in known]
+    if unknown:
+        try:
+            known |= set(source.tables())
+        finally:
+            source.close()
+        unknown = [t for t in unknown if t not in known]
+    if unknown:
+        raise config.ConfigError(f"{source.name}: no table {', '.join(unknown)}; known tables: "
+                                 f"{', '.join(sorted(known - {WATERMARK_TABLE})) or 'none'}")
 
 
 def _table_of(source_id: str, table: str) -> str:
@@ -260,6 +289,8 @@ def cmd_merge(args) -> int:
     sources = [config.source(s) for s in (_listed(args.source) or config.source_ids())]
     tables = {src.name: [_qualified(src, t) for t in _listed(args.table)] or None for src in sources}
     staged, warehouse = StagedLog(config.staging_root()), Warehouse(config.warehouse_root())
+    for src in sources:
+        _known_tables(src, staged, tables[src.name] or [])
     spark = session("dblog-merge", args.master, LONG_RUNNING if args.continuous else None)
     results: list[dict] = []
     with _store() as store:
@@ -268,12 +299,7 @@ def cmd_merge(args) -> int:
         for source, chosen in tables.items():
             for r in merge_source(spark, store, staged, warehouse, source, chosen, bucket_rows=args.bucket_rows):
                 results.append(r.report())
-                print(f"{source} {r.table}: snapshot {r.snapshot_id}, {r.log_events} log events, {r.chunks} chunks "
-                      f"({r.chunk_rows} rows, {r.dropped} dropped in windows), {r.buckets_written}/{r.buckets} "
-                      f"buckets written, {r.rows} rows, {r.seconds:.1f}s (commit {r.commit_seconds:.2f}s)" + (f" [{r.note}]" if r.note else ""))
-                if r.missing_rows or r.waiting:
-                    print(f"  {r.missing_rows} row(s) hold values not proven yet (null, listed in _dblog_missing); "
-                          f"{r.repairs_requested} key(s) sent to repair now; waiting: {json.dumps(r.waiting, default=str)}")
+                print(r.summary())
     _write_report(args.report, results)
     return 0
 
@@ -451,6 +477,9 @@ def cmd_sync(args) -> int:
         started = time.monotonic()
         marks = []
         for source in sources:
+            # As a dump does: on first use the checkpoint starts at the log's end before the mark
+            # is written, so a capture starting at the head later still reads the mark.
+            ensure_checkpoint(store, source)
             marks.append((source.name, sync_point(source)))
             source.close()
         for name, mark in marks:

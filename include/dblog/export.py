@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 from typing import IO, Any
 
+from . import unlogged
 from .events import ChangeEvent
-from .rules import Chunk, DumpRecord, ordered_output, ready_window
+from .rules import Chunk, DumpRecord, blind_window, ordered_output, ready_window
 from .schema import to_json_value
 from .sources.base import WATERMARK_TABLE
 from .staged import ChunkMeta, Op, SegmentFile, chunk_rows, decode_events, key_columns
@@ -45,8 +46,11 @@ def export(store: StateStore, staged: StagedLog, source: str, table: str, out: I
                      if (meta := ChunkMeta.of(data)) is not None]
     watermarks = positions(store, staged, source, [i for _, m in staged_chunks for i in (m.lw, m.hw)])
     chunks, key_cols = [], []
+    blind_at = unlogged.intervals(store, source, table) if staged_chunks else []
     for data, meta in staged_chunks:
         window = ready_window(table, watermarks.get(meta.lw), watermarks.get(meta.hw), upto)
+        if window is not None and blind_window(window.low, window.high, blind_at):
+            continue  # its rows may predate a write the log holds without rows: its repair re-reads them
         if window is not None and (from_position is None or window.high >= from_position):
             key_cols = key_columns(data.schema)
             chunks.append(Chunk(window, tuple(chunk_rows(data)), meta.dump_id))

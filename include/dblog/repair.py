@@ -24,11 +24,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
 from . import state as paths
+from . import watermarks
 from .dump import CANCELLED, DONE, create_dump, dump_status, run_dump
 from .dump_spec import DumpError, DumpSpec
 from .events import RepairNeed
 from .schema import encode_key, normalize_key
 from .sources.base import Source, SourceError, SourceUnavailable, UnknownTable
+from .staged import ChunkFile
 from .staging import StagedLog
 from .state import StateStore
 
@@ -99,6 +101,19 @@ def _append(store: StateStore, source: str, table: str, reason: str, position: s
         "requested_at": time.time()})
 
 
+def plan(need: RepairNeed) -> str:
+    """What the repair of `need` does, as the capture's log says it."""
+    if need.keys is not None:
+        return f"a repair dump re-reads {len(need.keys)} key(s)"
+    return ("a repair dump re-reads every row of the table after it, then the keys the warehouse still has and "
+            "the source no longer has (rows it deleted) are removed once the merge has passed it")
+
+
+def _chunk_name(path: str) -> tuple[str, int]:
+    name = ChunkFile.parse(path)
+    return name.dump_id, name.number
+
+
 def _parts(keys: list, size: int) -> list[list]:
     return [keys[i:i + size] for i in range(0, len(keys), size)]
 
@@ -142,7 +157,7 @@ def waiting(store: StateStore, source: str) -> dict[str, dict]:
 
     for r in pending(store, source):
         e = entry(r.table)
-        _add(e, r.keys, r.reason)
+        _add(e, r.keys, r.reason if r.kind != "gone" else f"removal of the rows it deleted, once merged: {r.reason}")
     for dump_id in repair_dumps(store, source):
         status = dump_status(store, source, dump_id)
         if landed(status):
@@ -302,24 +317,30 @@ class Repairer:
         tables = [r for r in requests if r.kind == "table"]
         gone = [r for r in requests if r.kind == "gone"]
         whole = bool(tables) or len(keys) > TABLE_ABOVE
-        first = min(requests, key=lambda r: r.node).node
         todo: list[tuple[str, list | None, str]] = []
-        if whole:
-            todo.append((f"{first}-t", None, reasons))
-        else:
-            todo += [(f"{first}-{i}", part, reasons) for i, part in enumerate(_parts(keys, REQUEST_KEYS))]
         handled = key_requests + tables
+        if handled:
+            # Named after the newest request it takes: a repeat of this round (a crash before the
+            # requests were deleted) finds its dump, and a later request never maps onto a dump
+            # registered before it (one that may already have read past the keys it touched).
+            last = max(handled, key=lambda r: r.node).node
+            if whole:
+                todo.append((f"{last}-t", None, reasons))
+            else:
+                todo += [(f"{last}-{i}", part, reasons) for i, part in enumerate(_parts(keys, REQUEST_KEYS))]
         if gone:
-            newest = max(gone, key=lambda r: r.position or "")
-            found = self._gone_keys(table, newest.position)
-            if found is not None:  # else the merge has not passed the statement yet
+            # The oldest first: under a steady stream of such writes the newest keeps moving, and
+            # waiting for the merge to pass it would hold every removal until the writes stop.
+            oldest = min(gone, key=lambda r: r.position or "")
+            found = self._gone_keys(table, oldest.position)
+            if found is not None:  # else the merge has not passed the write yet
                 parts = _parts(found, REQUEST_KEYS)
-                why = f"{len(found)} warehouse key(s) the source no longer has, after: {newest.reason}"
+                why = f"{len(found)} warehouse key(s) the source no longer has, after: {oldest.reason}"
                 # Named by content: a later round (the next parts) or a repeat finds its own dump.
-                todo += [(f"{newest.node}-g{hashlib.sha1(json.dumps(part).encode()).hexdigest()[:10]}", part, why)
+                todo += [(f"{oldest.node}-g{hashlib.sha1(json.dumps(part).encode()).hexdigest()[:10]}", part, why)
                          for part in parts[:GONE_PARTS]]
-                if len(parts) <= GONE_PARTS:
-                    handled += gone  # else the next round takes the next parts (these are covered then)
+                if len(parts) <= GONE_PARTS:  # else the next round takes the next parts (these are covered then)
+                    handled += [r for r in gone if (r.position or "") <= (oldest.position or "")]
         dump_ids = []
         for name, part, why in todo:
             dump_id = self._create(table, name, part, why)
@@ -354,12 +375,11 @@ class Repairer:
                         "or TRUNCATE deleted stay in the warehouse until `dblog verify` finds them",
                         self.source.name, table)
             return []
+        if not self._merged_before(table, position):
+            return None
         state = self.warehouse.state(self.source.name, table)
         if state is None:
-            return []  # nothing merged yet: the warehouse holds no row to remove
-        if position is not None and (state.log_upto or "") < position and \
-                self.staged.segments(self.source.name, table, high=position, after=state.log_upto):
-            return None  # staged changes before the statement are not merged yet
+            return []  # nothing staged before the statement, nothing merged: no row to remove
         try:
             schema = self.source.table_schema(table, refresh=True)
         except UnknownTable:
@@ -369,6 +389,31 @@ class Repairer:
         gone = [k for k in (normalize_key(tuple(k), schema) for k in self.warehouse.keys(self.source.name, table))
                 if key_id(k) not in present and key_id(k) not in covered_keys]
         return [json.loads(encode_key(k)) for k in gone]
+
+    def _merged_before(self, table: str, position: str | None) -> bool:
+        """Whether the warehouse holds everything staged before `position` that could still put
+        back a row a write at `position` removed: the log's events before it, and every chunk
+        whose window opened before it (one that closed after it is dropped whole by the merge,
+        `rules.blind_window`; one that closed before it may hold the row). Waits for the capture
+        to pass `position` first: a window that opened before it is then indexed."""
+        source = self.source.name
+        if position is None:
+            return True
+        if (self._checkpoint() or "") < position:
+            return False
+        state = self.warehouse.state(source, table) if self.warehouse is not None else None
+        done_upto = state.log_upto if state is not None else None
+        if (done_upto or "") < position and self.staged.segments(source, table, high=position, after=done_upto):
+            return False  # staged changes before the write are not merged yet
+        pending = [p for p in self.staged.chunk_files(source, table)
+                   if state is None or not state.chunk_merged(*_chunk_name(p))]
+        metas = [i.meta for i in self.staged.chunk_infos(pending) if i.meta is not None]
+        lows = watermarks.positions(self.store, self.staged, source, {m.lw for m in metas})
+        early = [m for m in metas if m.lw in lows and lows[m.lw] < position]
+        if early:
+            log.info("%s: the removal of %s's deleted rows waits for %d chunk(s) read before %s to be merged",
+                     source, table, len(early), position)
+        return not early
 
     def _create(self, table: str, name: str, keys: list | None, reasons: str) -> str | None:
         """Register repair dump `repair-{name}` (or find it, registered by an earlier try); None

@@ -2,6 +2,7 @@
 
 * `chunk_ready`: when a chunk's window can be reconciled (HW staged and checkpointed).
 * `window_survivors`: Algorithm 1 steps 6-7 (drop chunk rows touched inside the window).
+* `blind_window`: a window holding a write the log carries without rows drops all its rows.
 * `ordered_output`: the paper's output order (Figure 4).
 * `merge_latest`: the warehouse merge rule (highest position wins; deletes are tombstones).
 * `disjoint_chunks`: when chunks cannot hold a key twice (a first load then needs no ranking).
@@ -46,6 +47,14 @@ def ready_window(table: str, low: str | None, high: str | None, upto: str | None
     if low is None or high is None or not chunk_ready(low, high, upto):
         return None
     return Window(table, low, high)
+
+
+def blind_window(low: str, high: str, unlogged: Iterable[tuple[str, str]]) -> bool:
+    """Whether a write the log carries without its rows (a statement-logged write, LOAD DATA, a
+    TRUNCATE: `dblog.unlogged` intervals of its table) fell inside the window (LW, HW). Steps 6-7
+    cannot tell which chunk rows it changed, so none survives: each may predate the write while
+    its HW position postdates it. The write's whole-table repair re-reads the keys after it."""
+    return any(first < high and last > low for first, last in unlogged)
 
 
 def touched_in_window(window: Window, events: Iterable[ChangeEvent]) -> set[tuple]:

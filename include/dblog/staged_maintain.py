@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from . import state as paths
 from .dump import CANCELLED, DONE, FAILED, dump_status
-from . import watermarks
+from . import unlogged, watermarks
 from .watermarks import staged_positions
 from .retention import (DumpLife, Listing, RetentionPlan, Segment, Snapshot, StagedChunk, TableLog, compaction_groups,
                         plan, replaced)
@@ -312,6 +312,7 @@ def _retain(store, staged: StagedLog, source: str, decided: RetentionPlan, repor
     upto = decided.watermarks_removed_upto()
     if upto is not None:
         watermarks.forget_before(store, source, upto)
+        unlogged.forget_before(store, source, upto)  # no window that opened before it can still be merged
 
 
 def _compact(staged: StagedLog, source: str, snap: Snapshot, decided: RetentionPlan, report: StagedLogReport,

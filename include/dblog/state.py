@@ -14,6 +14,7 @@ Layout under the chroot (default `/dblog`), per source:
     /{source}/repairs/req-{seq}             JSON: rows to re-read (a table's keys, or all of it) and why
     /{source}/watermarks/built              JSON: the index below holds every staged watermark (see dblog.watermarks)
     /{source}/watermarks/index/{shard}/{id}  JSON: the position of the staged watermark event `id`
+    /{source}/unlogged/{table}              JSON: where the log holds writes without their rows (see dblog.unlogged)
     /{source}/staged/lock                   kazoo Lock: the `dblog maintain` tending the staged log
 
 Writes that a lease holder makes (checkpoints, progress, the watermark index) are fenced: they
@@ -31,8 +32,8 @@ from typing import Any, Callable, TypeVar
 from urllib.parse import quote
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import (ConnectionLoss, LockTimeout, NodeExistsError, NoNodeError, RolledBackError,
-                              RuntimeInconsistency, SessionExpiredError)
+from kazoo.exceptions import (BadVersionError, ConnectionLoss, LockTimeout, NodeExistsError, NoNodeError,
+                              RolledBackError, RuntimeInconsistency, SessionExpiredError)
 from kazoo.recipe.lock import Lock
 
 from .config import DEFAULT_CHROOT
@@ -282,6 +283,39 @@ class StateStore:
                     self.call(self.zk.ensure_path, parent)
                 part = [(p, d) for p, d in part if present[p] is None]
 
+    def update(self, path: str, change: Callable[[Any], Any], lease: Lease | None = None) -> Any:
+        """Replace the value at `path` with `change(value)` (value None: no node yet), compared
+        and set: a concurrent writer's value is read again and changed, never overwritten. With
+        `lease`, the write also commits only while it is held (Fenced if not). Returns the new value."""
+        while True:
+            try:
+                raw, stat = self.call(self.zk.get, path)
+                current, version = _load(raw), stat.version
+            except NoNodeError:
+                current, version = None, None
+            new = change(current)
+
+            def commit(data: bytes, version: int | None):  # built anew on every attempt: a transaction commits once
+                txn = self.zk.transaction()
+                if lease is not None:
+                    txn.check(lease.node_path, 0)
+                if version is None:
+                    txn.create(path, data)
+                else:
+                    txn.set_data(path, data, version=version)
+                return txn.commit()
+
+            if version is None:
+                self.call(self.zk.ensure_path, path.rsplit("/", 1)[0])
+            *check, write = self.call(commit, _dump(new), version)
+            if check and isinstance(check[0], Exception) and not isinstance(check[0], RolledBackError):
+                raise Fenced(f"write to {path} refused: lease {lease.lock.path if lease else ''} is no longer held")
+            if isinstance(write, (BadVersionError, NodeExistsError, NoNodeError)):
+                continue  # another writer came first: change its value
+            if isinstance(write, Exception):
+                raise write
+            return new
+
     def lock_holders(self, path: str) -> list[str]:
         return list(self.call(self.zk.Lock(path).contenders))
 
@@ -348,6 +382,15 @@ def watermark_path(source: str, watermark: str) -> str:
     The id is %-escaped (dots too), so any value is one valid node name."""
     shard = hashlib.sha1(watermark.encode()).hexdigest()[:2]
     return f"{watermark_index_path(source)}/{shard}/{quote(watermark, safe='-_:').replace('.', '%2E')}"
+
+
+def unlogged_root(source: str) -> str:
+    return f"/{source}/unlogged"
+
+
+def unlogged_path(source: str, table: str) -> str:
+    """Where the positions of `table`'s writes logged without rows are kept (`dblog.unlogged`)."""
+    return f"{unlogged_root(source)}/{quote(table, safe='-_:').replace('.', '%2E')}"
 
 
 def watermark_index_built_path(source: str) -> str:

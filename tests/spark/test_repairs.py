@@ -103,7 +103,8 @@ def test_statement_logged_writes_trigger_a_full_repair_that_also_removes_the_row
     assert_equal(mariadb, warehouse, table)
     capture.terminate(); capture.wait()
     log = capture.stderr.read()
-    assert "statement-logged write" in log and "a full dump of the table repairs it" in log, log[-3000:]
+    assert "statement-logged write" in log and "re-reads every row of the table after it" in log, log[-3000:]
+    assert "the source no longer has (rows it deleted) are removed" in log, "the log must not claim a dump undoes a DELETE"
 
 
 def test_a_truncate_is_repaired_so_the_warehouse_loses_the_rows_too(src, spark, warehouse):

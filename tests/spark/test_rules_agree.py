@@ -14,7 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import PORTS
 from pyspark.sql import functions as F
-from rule_cases import CASES, T, WM, checkpoint, chunk, ev, python_visible, wm
+from rule_cases import CASES, T, WM, checkpoint, chunk, ev, events, python_visible, unlogged_at, wm
+
+from dblog import state as paths
 
 from dblog.schema import Column, TableSchema, encode_key
 from dblog.spark import merge as M
@@ -40,10 +42,10 @@ def stage(root, log, chunks, copies: int = 1, ranges=None) -> StagedLog:
     in a segment of its own, as after a crash) and its chunks as a dump stages them (`ranges`:
     per chunk the key it read after, None for the first, and its last key)."""
     staged = StagedLog(str(root))
-    for table in {e.table for e in log}:
-        events = [e for e in log if e.table == table]
-        staged.write_segment(SOURCE, schema(table), [encode_event(e) for e in events])
-        for e in events if copies > 1 else []:
+    for table in {e.table for e in events(log)}:
+        table_events = [e for e in events(log) if e.table == table]
+        staged.write_segment(SOURCE, schema(table), [encode_event(e) for e in table_events])
+        for e in table_events if copies > 1 else []:
             staged.write_segment(SOURCE, schema(table), [encode_event(e)])
     numbered = [(n, c) for n, c in enumerate(chunks * copies)]
     for number, (lw, hw, rows) in numbered:
@@ -87,10 +89,17 @@ def visible(warehouse) -> dict:
     return {} if rows is None else {r["id"]: r["v"] for r in rows.where(~M.is_tombstone()).collect()}
 
 
+def index_unlogged(store, log) -> None:
+    """What the capture indexes of the log's unlogged writes (`dblog.unlogged`)."""
+    if unlogged_at(log):
+        store.put(paths.unlogged_path(SOURCE, T), [list(i) for i in unlogged_at(log)])
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_the_spark_merge_and_the_python_rules_agree(spark, store, tmp_path, name):
     log, chunks, expected = CASES[name]
     staged = stage(tmp_path, log, chunks)
+    index_unlogged(store, log)
     assert visible(merge(spark, store, staged, checkpoint(log))) == python_visible(log, chunks) == expected
 
 
@@ -98,6 +107,7 @@ def test_the_spark_merge_and_the_python_rules_agree(spark, store, tmp_path, name
 def test_two_merges_split_mid_log_give_what_one_gives(spark, store, tmp_path, name):
     log, chunks, expected = CASES[name]
     staged = stage(tmp_path, log, chunks)
+    index_unlogged(store, log)
     middle = sorted(e.position for e in log)[(len(log) - 1) // 2]
     assert visible(merge(spark, store, staged, checkpoint(log), merge(spark, store, staged, middle))) == expected
 

@@ -85,8 +85,8 @@ def test_one_line_per_commit_names_the_snapshot_and_how_long_the_oldest_change_w
     loop, report = d.loop(said := []), C.SliceReport()
     d.next[("a", "t")] = committed("a", "t", 7, 42)
     loop.cycle(report)
-    assert said == ["a t: snapshot 42, 7 log events, 0 chunks (0 rows, 0 dropped in windows), 10 rows, merged in "
-                    "0.0s; its oldest change waited 2.5s to be visible"]
+    assert said == ["a t: snapshot 42, 7 log events, 0 chunks (0 rows, 0 dropped in windows), 0/0 buckets written, "
+                    "10 rows, merged in 0.0s (commit 0.00s); its oldest change waited 2.5s to be visible"]
 
 
 def test_a_merge_interval_of_zero_is_refused():

@@ -197,11 +197,8 @@ class ContinuousMerge:
             self._failed(entry, f"{type(exc).__name__}: {exc}", exc)
             return None
         entry.add(r)
-        if r.committed_at is not None:
-            waited = r.visible_after_s
-            self.say(f"{source} {table}: snapshot {r.snapshot_id}, {r.log_events} log events, {r.chunks} chunks "
-                     f"({r.chunk_rows} rows, {r.dropped} dropped in windows), {r.rows} rows, merged in "
-                     f"{r.seconds:.1f}s" + ("" if waited is None else f"; its oldest change waited {waited:.1f}s to be visible"))
+        if r.committed_at is not None or r.waiting or r.blind_chunks:
+            self.say(r.summary())
         return r
 
     def _failed(self, entry: TableSlice, reason: str, exc: BaseException | None = None) -> None:

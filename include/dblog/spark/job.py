@@ -7,6 +7,8 @@ in parallel), up to the capture's checkpoint position P (every event <= P is sta
    high one <= P, invariant 7) are reconciled against the staged log
    (`spark.rules.window_survivors`: Algorithm 1 steps 5-7); their watermarks' positions come from
    the watermark index (`dblog.watermarks`), and only dumps with chunks left to merge are listed;
+   a chunk whose window holds a write the log carries without rows (`dblog.unlogged`) is dropped
+   whole (`dblog.rules.blind_window`): that write's repair re-reads its keys;
 2. log events after the last merge (<= P) and the survivors become records (`records.merge_input`;
    rows dropped in a window only fill values: `records.fill_records`);
 3. the key-range buckets those records fall in are read back and merged with them
@@ -37,10 +39,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from .. import state as paths
-from .. import watermarks
+from .. import unlogged, watermarks
 from ..dump import dumping, finished_chunks
 from ..settings import settings
-from ..rules import ChunkRange, disjoint_chunks
+from ..rules import ChunkRange, blind_window, disjoint_chunks
 from ..sources.base import WATERMARK_TABLE
 from ..staged import POSITION, ChunkFile, ChunkMeta, data_columns, key_columns
 from ..staging import ChunkInfo, StagedLog
@@ -77,6 +79,8 @@ class MergeResult:
     chunks: int = 0
     chunk_rows: int = 0
     survivors: int = 0
+    blind_chunks: int = 0    # ready chunks dropped whole: an unlogged write fell in their window
+    blind_rows: int = 0
     buckets_written: int = 0
     buckets: int = 0
     rows: int = 0
@@ -104,6 +108,27 @@ class MergeResult:
         if self.committed_at is None or self.oldest_commit_ts is None:
             return None
         return max(0.0, self.committed_at - self.oldest_commit_ts)
+
+    def summary(self) -> str:
+        """The merge's line in a log: the CLI's and the continuous merge's. It says when the table
+        is not in sync yet: a repair of it has not landed (a statement-logged write, a partial row
+        image), or chunks were dropped whole (an unlogged write in their window: their repair comes)."""
+        waited = self.visible_after_s
+        line = (f"{self.source} {self.table}: snapshot {self.snapshot_id}, {self.log_events} log events, {self.chunks} "
+                f"chunks ({self.chunk_rows} rows, {self.dropped} dropped in windows), {self.buckets_written}/"
+                f"{self.buckets} buckets written, {self.rows} rows, merged in {self.seconds:.1f}s (commit "
+                f"{self.commit_seconds:.2f}s)" + ("" if waited is None else
+                                                   f"; its oldest change waited {waited:.1f}s to be visible"))
+        if self.blind_chunks:
+            line += (f"; {self.blind_chunks} chunk(s) ({self.blind_rows} rows) dropped whole: a write the log holds "
+                     "without rows fell in their windows")
+        if self.waiting:
+            scope = "every row" if self.waiting.get("whole_table") else f"{self.waiting.get('keys', 0)} key(s)"
+            line += f"; not in sync yet: a repair of {scope} has not landed ({'; '.join(self.waiting.get('reasons') or [])[:160]})"
+        if self.missing_rows:
+            line += (f"; {self.missing_rows} row(s) hold values not proven yet (null, listed in _dblog_missing), "
+                     f"{self.repairs_requested} key(s) sent to repair now")
+        return line + (f" [{self.note}]" if self.note else "")
 
     def report(self, commits: int | None = None) -> dict:
         """The merge's row in a merge report (`dblog merge --report`, read by the Airflow task)."""
@@ -224,6 +249,14 @@ def _ready_chunks(store: StateStore, staged: StagedLog, source: str, pending: di
         out.ready.setdefault(w.dump_id, set()).add(w.chunk)
         result.chunk_rows += w.rows
         _dump_totals(result, w.dump_id)["rows"] += w.rows
+    blind_at = unlogged.intervals(store, source, result.table) if ready else []
+    blind = [w for w in ready if w.low is not None and w.high is not None and blind_window(w.low, w.high, blind_at)]
+    if blind:
+        result.blind_chunks, result.blind_rows = len(blind), sum(w.rows for w in blind)
+        log.warning("%s/%s: %d chunk(s) (%d rows) dropped whole: a write the log holds without its rows "
+                    "(statement-logged, LOAD DATA, TRUNCATE) fell inside their windows, so any of their rows may "
+                    "predate it; its repair dump re-reads them", source, result.table, len(blind), result.blind_rows)
+        ready = [w for w in ready if w not in blind]
     result.chunks = sum(len(v) for v in out.ready.values())
     for dump_id, numbers in out.ready.items():
         _dump_totals(result, dump_id)["chunks"] = len(numbers)
@@ -376,8 +409,8 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
         files, touched, new.buckets = done.files, done.touched, done.buckets
         result.buckets_written, result.log_events, result.survivors = done.written, done.log_events, \
             done.survivors_total
-        for dump_id, totals in result.dumps.items():
-            totals["dropped"] = totals["rows"] - done.survivors.get(dump_id, 0)
+    for dump_id, totals in result.dumps.items():
+        totals["dropped"] = totals["rows"] - (done.survivors.get(dump_id, 0) if done is not None else 0)
     if state is None and not files:
         result.note = "nothing to merge yet"   # the table appears with its first row or tombstone
         return

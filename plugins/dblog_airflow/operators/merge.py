@@ -236,6 +236,10 @@ class MergeOperator(SparkSubmitOperator):
             subject, tags = (r["source"], r["table"]), {"source": r["source"], "table": r["table"]}
             metrics.incr("merge.rows_dropped", r["dropped"], subject, **tags)
             metrics.gauge("merge.rows_awaiting_repair", r.get("missing_rows", 0), subject, **tags)
+            # 1 while a repair of the table has not landed (a statement-logged write, a partial image):
+            # the table is not in sync, whatever its freshness says.
+            metrics.gauge("merge.repair_waiting", int(bool(r.get("waiting"))), subject, **tags)
+            metrics.incr("merge.chunks_dropped_unlogged", r.get("blind_chunks", 0), subject, **tags)
             if r.get("newest_commit_ts") is not None:
                 metrics.gauge("merge.freshness_seconds", max(0.0, now - r["newest_commit_ts"]), subject, **tags)
             if r.get("visible_after_s") is not None:
