@@ -49,8 +49,10 @@ bench: up
 	$(VENV)/python bench/run.py
 
 # make chaos [RUNS=4] [SECONDS=120] [SOURCES=mariadb,postgres] [SEED=n: replay that run]
+#            [LEGACY=1: writes logged without rows too] [MERGE=batch|continuous|both]
 chaos: up
-	RUNS=$(RUNS) CHAOS_SECONDS=$(SECONDS) SOURCES=$(SOURCES) SEED=$(SEED) $(VENV)/python scripts/chaos.py
+	RUNS=$(RUNS) CHAOS_SECONDS=$(SECONDS) SOURCES=$(SOURCES) SEED=$(SEED) LEGACY=$(LEGACY) MERGE=$(MERGE) \
+		$(VENV)/python scripts/chaos.py
 
 # make soak [SOAK_SECONDS=1800]: the capture under a real airflow standalone, slices of 20 s, writes, a kill -9
 SOAK_SECONDS ?= 1800

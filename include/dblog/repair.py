@@ -206,6 +206,7 @@ class _Stopped(Exception):
 
 
 STUCK_AFTER_S = 60.0     # a repair registered without its progress (a crash inside create_dump)
+ORPHAN_GRACE_S = 1.0     # ... or registered by a previous leader (before this one started; clocks of one machine)
 LAND_AFTER_S = 3600.0    # a done repair counts as landed this long after it finished, even if a merge under-counted it
 GONE_PARTS = 10          # key lists of removed rows turned into dumps per round (a TRUNCATE of a big table)
 
@@ -221,9 +222,11 @@ class Repairer:
         self.warehouse = warehouse
         self._stop, self._wake = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
+        self._started_at: float | None = None   # as the leader's thread (`start`)
         self.error: BaseException | None = None
 
     def start(self) -> None:
+        self._started_at = time.time()
         self.source = self.source.clone()  # the capture's catalog reads never wait behind a chunk
         self._thread = threading.Thread(target=self._run, name=f"dblog-repair-{self.source.name}", daemon=True)
         self._thread.start()
@@ -278,7 +281,9 @@ class Repairer:
             except _Stopped:
                 raise
             except Exception as exc:  # noqa: BLE001 - kept queued: the next round retries
-                log.error("%s: cannot repair %s yet (%s); retrying in %.0f s", self.source.name, table, exc, POLL_S)
+                expected = isinstance(exc, (SourceError, DumpError, ConnectionError, TimeoutError))
+                log.error("%s: cannot repair %s yet (%s); retrying in %.0f s", self.source.name, table, exc, POLL_S,
+                          exc_info=None if expected else exc)   # a bug shows its traceback
         return ran
 
     def _tend(self, dump_id: str) -> list[str]:
@@ -291,7 +296,11 @@ class Repairer:
                 self.store.delete(paths.dump_path(self.source.name, dump_id), recursive=True)
             return []
         if any(p is None for p in status["tables"].values()):
-            if age > STUCK_AFTER_S:  # registered, never given its progress: ask again, drop it
+            # Registered, never given its progress: ask again, drop it. A dump registered before
+            # this leader's repairer started was left by a previous leader (only the leader makes
+            # them), so it need not wait out STUCK_AFTER_S: a kill -9 must not hold a repair a minute.
+            orphan = self._started_at is not None and (status["created_at"] or 0) < self._started_at - ORPHAN_GRACE_S
+            if age > STUCK_AFTER_S or orphan:
                 scope = self.store.get(paths.dump_path(self.source.name, dump_id)) or {}
                 for table in scope.get("tables", []):
                     _append(self.store, self.source.name, table, scope.get("reason") or "repair", None,
@@ -329,18 +338,21 @@ class Repairer:
             else:
                 todo += [(f"{last}-{i}", part, reasons) for i, part in enumerate(_parts(keys, REQUEST_KEYS))]
         if gone:
-            # The oldest first: under a steady stream of such writes the newest keeps moving, and
-            # waiting for the merge to pass it would hold every removal until the writes stop.
-            oldest = min(gone, key=lambda r: r.position or "")
-            found = self._gone_keys(table, oldest.position)
+            # The newest if the merge has passed it (one removal serves them all), else the oldest:
+            # under a steady stream of such writes the newest keeps moving, and waiting for it
+            # would hold every removal until the writes stop.
+            by_position = sorted(gone, key=lambda r: r.position or "")
+            at, found = by_position[-1], self._gone_keys(table, by_position[-1].position)
+            if found is None and len(by_position) > 1:
+                at, found = by_position[0], self._gone_keys(table, by_position[0].position)
             if found is not None:  # else the merge has not passed the write yet
                 parts = _parts(found, REQUEST_KEYS)
-                why = f"{len(found)} warehouse key(s) the source no longer has, after: {oldest.reason}"
+                why = f"{len(found)} warehouse key(s) the source no longer has, after: {at.reason}"
                 # Named by content: a later round (the next parts) or a repeat finds its own dump.
-                todo += [(f"{oldest.node}-g{hashlib.sha1(json.dumps(part).encode()).hexdigest()[:10]}", part, why)
+                todo += [(f"{at.node}-g{hashlib.sha1(json.dumps(part).encode()).hexdigest()[:10]}", part, why)
                          for part in parts[:GONE_PARTS]]
                 if len(parts) <= GONE_PARTS:  # else the next round takes the next parts (these are covered then)
-                    handled += [r for r in gone if (r.position or "") <= (oldest.position or "")]
+                    handled += [r for r in gone if (r.position or "") <= (at.position or "")]
         dump_ids = []
         for name, part, why in todo:
             dump_id = self._create(table, name, part, why)

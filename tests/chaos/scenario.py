@@ -1,6 +1,11 @@
 """One seeded chaos run on a real source: writers, dumps, controls, merges and kill -9s at
 random moments, then the oracles (see `oracles`).
 
+`legacy`: a second client writes what the log holds without rows every second or two
+(`legacy.py`: statement-logged updates and range deletes, TRUNCATE, LOAD DATA), so the run also
+holds the repairs of such writes to the oracles. `continuous`: a continuous merge runs throughout
+(`dblog merge --continuous`) instead of batch merges at random moments.
+
 The seed fixes the writer's transactions and the controller's sequence of actions and their
 parameters; how they interleave with the processes they act on is up to the machine, so a
 replay runs the same plan, not the same schedule. `make chaos` and tests/chaos call `run`.
@@ -20,6 +25,7 @@ from pathlib import Path
 
 from conftest import ADMIN, SourceEnv, make_env, settle
 from dblog import state as paths
+from legacy import create_legacy
 from oracles import PositionHistory, staged_once_in_order, transactions, warehouse_differs
 from writer import LABEL_COUNT, create_labels, label_code
 
@@ -28,6 +34,7 @@ TABLES = ("accounts", "order_lines", "labels")
 ACTIONS = {"dump_all": 2, "dump_table": 3, "dump_keys": 3, "throttle": 2, "pause": 2, "cancel": 1,
            "merge": 3, "kill_capture": 1, "kill_dump": 1}
 MAX_RUNNING = 3  # dumps at once: more only queue for the 2 cores
+CONVERGE_S = 300  # after the writes stop: the repairs they asked for land, with no manual step, within this
 WRITE_RATE = 1500  # row changes/s: enough to collide with every chunk window, little enough to merge quickly
 
 
@@ -55,13 +62,22 @@ class Report:
     versions: int = 0
     problems: list = field(default_factory=list)
     elapsed_s: float = 0.0
+    legacy: bool = False
+    continuous: bool = False
+    legacy_writes: int = 0
+    converged_s: float | None = None   # after the writes stopped, until the warehouse equalled the source
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def mode(self) -> str:
+        return ("continuous" if self.continuous else "batch") + (" + legacy" if self.legacy else "")
+
     def replay(self) -> str:
-        return f"make chaos SOURCES={self.kind} SEED={self.seed} SECONDS={self.seconds:g}"
+        flags = (" LEGACY=1" if self.legacy else "") + (" MERGE=continuous" if self.continuous else "")
+        return f"make chaos SOURCES={self.kind} SEED={self.seed} SECONDS={self.seconds:g}{flags}"
 
 
 class Chaos:
@@ -71,13 +87,15 @@ class Chaos:
         self.history = PositionHistory()
         self.capture: subprocess.Popen | None = None
         self.merging: threading.Thread | None = None
+        self.stop_merging = threading.Event()
         self.logs = env.staging.parent / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
 
     # -- processes ---------------------------------------------------------------------------------
     def start_capture(self) -> None:
+        # With the warehouse, as a deployment's capture has it: its repairs remove rows deleted unlogged.
         self.capture = self.env.spawn("capture", "--source", self.env.source_id, "--flush-seconds", "0.3",
-                                      output=self.logs / "capture.log")
+                                      output=self.logs / "capture.log", env={"DBLOG_WAREHOUSE": self.warehouse.root})
 
     def start_dump(self, args: list[str], protected: bool = False) -> None:
         dump_id = f"chaos-{self.report.seed}-{len(self.dumps)}"
@@ -154,6 +172,8 @@ class Chaos:
             self.report.kills += 1
             self.note("kill -9 capture")
             self.start_capture()
+        elif action == "merge" and self.report.continuous:
+            self.report.problems += self.history.observe(self.warehouse, self.env.source_id)
         elif action == "merge" and (self.merging is None or not self.merging.is_alive()):
             # In the background, so dumps and kills go on while Spark merges.
             self.merging = threading.Thread(target=self.merge, name="chaos-merge")
@@ -174,6 +194,18 @@ class Chaos:
         self.note("merge", *[f"{r.table.split('.')[-1]}:{r.snapshot_id}" for r in results])
         self.report.problems += self.history.observe(self.warehouse, self.env.source_id)
 
+    def continuous(self) -> None:
+        """`dblog merge --continuous`, on a thread, until `stop_merging`."""
+        from dblog.spark.continuous import ContinuousMerge
+        lines = self.logs / "merge.log"
+        try:
+            with self.env.store() as store, open(lines, "a") as out:
+                ContinuousMerge(self.spark, store, self.env.staged(), self.warehouse, {self.env.source_id: None},
+                                every=2.0, say=lambda line: print(line, file=out, flush=True),
+                                stop=self.stop_merging).run()
+        except Exception as exc:  # noqa: BLE001 - on the merge thread: reported, not lost
+            self.report.problems.append(f"continuous merge failed: {exc!r}")
+
     def resume_due(self) -> None:
         for dump in self.dumps.values():
             if dump.state == "paused" and dump.resume_at is not None and time.monotonic() >= dump.resume_at:
@@ -187,6 +219,8 @@ class Chaos:
         env.workload(seed=self.report.seed, rows=3000).create()
         conn = env.admin()
         create_labels("mysql" if env.kind == "mariadb" else "postgres", conn, env.namespace)
+        if self.report.legacy:
+            create_legacy("mysql" if env.kind == "mariadb" else "postgres", conn, env.namespace)
         conn.close()
         env.dblog("capture", "--init", "--source", env.source_id, check=True)
         self.start_capture()
@@ -198,6 +232,15 @@ class Chaos:
                                    "--add-column-at", str(add_column_at), "--journal", str(journal)],
                                   env=env.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         env.procs.append(writer)
+        legacy = None
+        if self.report.legacy:
+            legacy = subprocess.Popen([sys.executable, str(HERE / "legacy.py"), ADMIN[env.kind], env.namespace,
+                                       "--seed", str(self.report.seed), "--seconds", str(seconds)],
+                                      env=env.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            env.procs.append(legacy)
+        if self.report.continuous:
+            self.merging = threading.Thread(target=self.continuous, name="chaos-continuous-merge")
+            self.merging.start()
         self.start_dump(["--all"], protected=True)
         # Every run also dumps labels while its column is added, and kills a dump and the capture.
         planned = sorted([(self.t0 + add_column_at - 1.0, "dump_labels"),
@@ -205,10 +248,15 @@ class Chaos:
                           (self.t0 + rng.uniform(0.1, 0.9) * seconds, "kill_capture")])
         try:
             self.act_until(writer, planned)
+            if legacy is not None:
+                out, err = legacy.communicate(timeout=60)
+                assert legacy.returncode == 0, err
+                self.report.legacy_writes = int(out.split()[-1])
+            self.finish(journal)
         finally:
+            self.stop_merging.set()
             if self.merging is not None:
                 self.merging.join()
-        self.finish(journal)
 
     def act_until(self, writer: subprocess.Popen, planned: list) -> None:
         rng = self.rng
@@ -233,12 +281,7 @@ class Chaos:
             if code != 0:
                 tail = (self.logs / f"{dump.id}.log").read_text()[-500:]
                 self.report.problems.append(f"dump {dump.id} exited {code}: {tail}")
-        settle(self.env)
-        self.merge()
-        from dblog.verify import compare_warehouse
-        source = self.env.source()
-        diffs = {t: compare_warehouse(source, self.warehouse, self.env.table(t)) for t in TABLES}
-        self.report.problems += warehouse_differs(diffs)
+        self.converge()
         staged = self.env.staged()
         logs = [staged.read_log(self.env.source_id, self.env.table(t)) for t in TABLES]
         self.report.events = sum(log.num_rows for log in logs)
@@ -250,14 +293,46 @@ class Chaos:
         self.report.versions = self.history.versions
 
 
-def run(kind: str, seed: int, seconds: float, spark, workdir: Path, log=print) -> Report:
+    def converge(self) -> None:
+        """The writes have stopped: the merges go on as a deployment's would (a batch merge now and
+        then, or the continuous one) until no repair waits and the warehouse equals the source.
+        Nobody runs `dblog verify` or a repair by hand."""
+        from dblog.repair import waiting
+        from dblog.verify import compare_warehouse
+        tables = (*TABLES, "legacy") if self.report.legacy else TABLES
+        source, started = self.env.source(), time.monotonic()
+        while True:
+            settle(self.env)
+            if self.report.continuous:
+                time.sleep(4)   # two of its cycles
+            else:
+                self.merge()
+            with self.env.store() as store:
+                waits = waiting(store, self.env.source_id)
+            diffs = {t: compare_warehouse(source, self.warehouse, self.env.table(t)) for t in tables} if not waits else {}
+            if not waits and all(d.equal for d in diffs.values()):
+                self.report.converged_s = round(time.monotonic() - started, 1)
+                return
+            self.note("converging:", "; ".join(f"{t.split('.')[-1]} {w['reasons'][:1]} {[d['id'] for d in w['dumps']]}"
+                                               for t, w in waits.items()) or "no repair waits")
+            if time.monotonic() - started > CONVERGE_S:
+                if waits:
+                    self.report.problems.append(f"{CONVERGE_S} s after the writes stopped, repairs still wait: {waits}")
+                    diffs = {t: compare_warehouse(source, self.warehouse, self.env.table(t)) for t in tables}
+                self.report.problems += warehouse_differs(diffs)
+                return
+            time.sleep(1)
+
+
+def run(kind: str, seed: int, seconds: float, spark, workdir: Path, log=print, legacy: bool = False,
+        continuous: bool = False) -> Report:
     """One chaos run on `kind` (mariadb|postgres); the report lists every broken property."""
     from dblog.warehouse.tables import Warehouse
-    report = Report(kind, seed, seconds)
+    report = Report(kind, seed, seconds, legacy=legacy, continuous=continuous)
     started = time.monotonic()
     env = make_env(kind, workdir)
     try:
-        log(f"chaos {kind} seed {seed}, {seconds:g} s")
+        log(f"chaos {kind} seed {seed}, {seconds:g} s, {report.mode}")
         Chaos(env, random.Random(seed), report, spark, Warehouse(str(workdir / "warehouse")), log).run(seconds)
     finally:
         env.teardown()
