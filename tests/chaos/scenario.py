@@ -305,6 +305,7 @@ class Chaos:
             settle(self.env)
             if self.report.continuous:
                 time.sleep(4)   # two of its cycles
+                self.report.problems += self.history.observe(self.warehouse, self.env.source_id)
             else:
                 self.merge()
             with self.env.store() as store:

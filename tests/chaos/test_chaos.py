@@ -17,6 +17,20 @@ def test_a_seeded_chaos_run_keeps_every_oracle(kind, services, spark, tmp_path):
     assert report.dumps >= 3 and report.merges >= 2 and report.versions >= 3
 
 
+# Writes the log holds without rows arriving all along (MariaDB: statement-logged updates and range
+# deletes, TRUNCATE, LOAD DATA; PostgreSQL: TRUNCATE), under either merge: `make chaos LEGACY=1`
+# runs more seeds for longer.
+@pytest.mark.parametrize("kind, continuous", [("mariadb", False), ("mariadb", True), ("postgres", True)],
+                         ids=["mariadb-batch", "mariadb-continuous", "postgres-continuous"])
+def test_writes_logged_without_rows_all_through_a_dump_converge_with_no_manual_step(kind, continuous, services, spark,
+                                                                                    tmp_path):
+    report = run(kind, SEEDS[kind] + 7, 15, spark, tmp_path, legacy=True, continuous=continuous)
+    print(report)
+    assert report.ok, f"{report.problems[:5]}; replay: {report.replay()}"
+    assert report.legacy_writes >= 5 and report.kills >= 2 and report.converged_s is not None
+    assert report.versions >= 3
+
+
 @pytest.mark.offline
 def test_the_journal_oracle_catches_a_lost_a_repeated_and_a_reordered_transaction():
     journal = [{"a": 1}, {"b": 2}, {"a": 1, "b": 1}]

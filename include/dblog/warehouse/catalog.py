@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from functools import lru_cache
 from urllib.parse import urlsplit
 
@@ -80,12 +81,18 @@ def io_properties(root: str) -> dict[str, str]:
     return props
 
 
+_LOADING = threading.Lock()
+
+
 def load(root: str, uri: str | None = None):
     """The catalog for a warehouse root (one per process and configuration); `uri` overrides
     the configured catalog."""
     uri = uri or catalog_uri(root)
-    return _load(settings().warehouse.catalog_name, uri, warehouse_uri(root),
-                 json.dumps(io_properties(root), sort_keys=True))
+    # One thread at a time: two threads loading a new SQL catalog at once (a continuous merge and
+    # a reader) would both create its tables, and the second fails.
+    with _LOADING:
+        return _load(settings().warehouse.catalog_name, uri, warehouse_uri(root),
+                     json.dumps(io_properties(root), sort_keys=True))
 
 
 @lru_cache(maxsize=8)
@@ -95,7 +102,14 @@ def _load(name: str, uri: str, warehouse: str, io_json: str):
         from pyiceberg.catalog.rest import RestCatalog
         return RestCatalog(name, uri=uri, **props)
     from pyiceberg.catalog.sql import SqlCatalog
-    return SqlCatalog(name, uri=uri, **props)
+    from sqlalchemy.exc import OperationalError
+    try:
+        return SqlCatalog(name, uri=uri, **props)
+    except OperationalError as exc:
+        if "already exists" not in str(exc):
+            raise
+        # Another process created the catalog's tables between pyiceberg's check and its create.
+        return SqlCatalog(name, uri=uri, **props)
 
 
 def is_rest(catalog) -> bool:
