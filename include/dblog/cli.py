@@ -15,7 +15,7 @@ from . import state as paths
 from .capture import Capture, ensure_checkpoint, reset_checkpoint
 from .export import ExportError, export
 from .dump import control_changes, create_dump, dump_status, run_dump, set_control
-from .dump_spec import DumpError, DumpSpec, check_finite
+from .dump_spec import DumpError, DumpSpec, check_finite, qualified
 from .settings import DUMP_ID, settings
 from .positions import Position
 from .sources.base import WATERMARK_TABLE, SourceError
@@ -225,7 +225,7 @@ def cmd_status(args) -> int:
 
 def cmd_export(args) -> int:
     source = config.source(_source_id(args.source, "export"))
-    table = _qualified(source, args.table)
+    table = qualified(source, args.table)
     if args.from_position is not None:
         try:
             Position.decode(args.from_position)
@@ -245,13 +245,6 @@ def cmd_export(args) -> int:
     return 0
 
 
-def _qualified(source, table: str) -> str:
-    if not table.strip() or table.strip().endswith(".") or table.strip().startswith("."):
-        raise config.ConfigError(f"the table name {table!r} is empty: name a table as schema.table, or as table in "
-                                 f"the source's namespace ({source.namespace})")
-    return table if "." in table else f"{source.namespace}.{table}"
-
-
 def _known_tables(source, staged: StagedLog, tables: list[str]) -> None:
     """Refuse tables neither the source nor the staged log knows, before anything is started or
     written (a merge lock, a catalog entry, a Spark session)."""
@@ -269,9 +262,9 @@ def _known_tables(source, staged: StagedLog, tables: list[str]) -> None:
 
 
 def _table_of(source_id: str, table: str) -> str:
-    """`_qualified`, reading the source's connection only for a bare table name (a warehouse
+    """`qualified`, reading the source's connection only for a bare table name (a warehouse
     command on `schema.table` works without it)."""
-    return table if "." in table else _qualified(config.source(source_id), table)
+    return table if "." in table else qualified(config.source(source_id), table)
 
 
 def cmd_merge(args) -> int:
@@ -287,7 +280,7 @@ def cmd_merge(args) -> int:
     elif args.duration is not None or args.every is not None:
         raise ValueError("--duration and --every need --continuous (a single merge ends when it is done)")
     sources = [config.source(s) for s in (_listed(args.source) or config.source_ids())]
-    tables = {src.name: [_qualified(src, t) for t in _listed(args.table)] or None for src in sources}
+    tables = {src.name: [qualified(src, t) for t in _listed(args.table)] or None for src in sources}
     staged, warehouse = StagedLog(config.staging_root()), Warehouse(config.warehouse_root())
     for src in sources:
         _known_tables(src, staged, tables[src.name] or [])
@@ -366,7 +359,7 @@ def cmd_verify(args) -> int:
 
 def _verify_source(args, source, warehouse, compare_warehouse) -> bool | None:
     """Compare one source's warehouse tables; whether any drifted, None if it has none yet."""
-    tables = [_qualified(source, t) for t in args.table] if args.table else warehouse.tables(source.name)
+    tables = [qualified(source, t) for t in args.table] if args.table else warehouse.tables(source.name)
     if not tables:
         print(f"dblog: error: {source.name} has no warehouse tables yet; run `dblog merge` first", file=sys.stderr)
         return None

@@ -92,12 +92,12 @@ def validate(source: Source, spec: DumpSpec) -> DumpPlan:
     check_parallelism(spec.parallelism)
     check_delay(spec.delay_s)
     _check_options(spec)
-    qualified = _tables_named(source, spec)
+    named = _tables_named(source, spec)
     skipped: list[Skipped] = []
     if spec.tables:
-        schemas = _named_schemas(source, qualified)
+        schemas = _named_schemas(source, named)
     else:
-        schemas, skipped = _dumpable_schemas(source, qualified, spec.exclude)
+        schemas, skipped = _dumpable_schemas(source, named, spec.exclude)
     keys = None if spec.keys is None else _key_list(spec.keys, schemas)
     return DumpPlan(schemas, keys, skipped)
 
@@ -115,34 +115,34 @@ def _tables_named(source: Source, spec: DumpSpec) -> list[str]:
     names = spec.tables or source.tables()
     if not names:
         raise DumpError(f"{source.name} has no tables to dump")
-    qualified = [_qualified(source, t) for t in names]
-    if WATERMARK_TABLE in qualified:
+    named = [qualified(source, t) for t in names]
+    if WATERMARK_TABLE in named:
         raise DumpError(f"{WATERMARK_TABLE} is the watermark table; it is not dumped")
-    _check_captured(source, qualified)
-    return qualified
+    _check_captured(source, named)
+    return named
 
 
-def _named_schemas(source: Source, qualified: list[str]) -> list[TableSchema]:
+def _named_schemas(source: Source, tables: list[str]) -> list[TableSchema]:
     """Tables named by the user must all be dumpable: any that is not fails the dump."""
-    schemas = [source.table_schema(t) for t in qualified]  # UnknownTable / NoPrimaryKey
+    schemas = [source.table_schema(t) for t in tables]  # UnknownTable / NoPrimaryKey
     for s in schemas:
         source.check_readable(s)
     return schemas
 
 
-def _dumpable_schemas(source: Source, qualified: list[str],
+def _dumpable_schemas(source: Source, tables: list[str],
                       exclude: list[str]) -> tuple[list[TableSchema], list[Skipped]]:
     """Every table but the excluded and the undumpable, which are skipped with the reason."""
-    excluded = {_qualified(source, t) for t in exclude}
+    excluded = {qualified(source, t) for t in exclude}
     # A name in another database / schema addresses another source (a run over every source
     # shares one list); one in ours that matches no table is a typo that would dump it anyway.
-    unknown = sorted(t for t in excluded - set(qualified) if t.partition(".")[0] == source.namespace)
+    unknown = sorted(t for t in excluded - set(tables) if t.partition(".")[0] == source.namespace)
     if unknown:
         raise DumpError(f"the exclude list names {', '.join(unknown)}, which {source.name} does not have; "
-                        f"its tables are {', '.join(qualified)}")
+                        f"its tables are {', '.join(tables)}")
     schemas: list[TableSchema] = []
     skipped: list[Skipped] = []
-    for t in qualified:
+    for t in tables:
         if t in excluded:
             skipped.append(Skipped(t, "excluded"))
             continue
@@ -176,7 +176,13 @@ def _key_list(keys: list, schemas: list[TableSchema]) -> list[tuple]:
         raise DumpError(f"malformed key list for {schemas[0].name}: {exc}") from None
 
 
-def _qualified(source: Source, table: str) -> str:
+def qualified(source: Source, table: str) -> str:
+    """`table` as schema.table, a bare name in the source's namespace; an empty name (or an empty
+    part of one) is refused naming the forms a name takes."""
+    name = table.strip()
+    if not name or name.startswith(".") or name.endswith("."):
+        raise DumpError(f"the table name {table!r} is empty: name a table as schema.table, or as table in the "
+                        f"source's namespace ({source.namespace})")
     return table if "." in table else f"{source.namespace}.{table}"
 
 

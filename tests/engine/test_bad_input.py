@@ -296,3 +296,27 @@ def test_a_staging_root_the_capture_cannot_write_stops_it_by_name_with_the_fix(s
     result = src.dblog("capture", "--source", src.source_id, "--duration", "5",
                        env={"DBLOG_STAGING": str(blocker / "staging")}, timeout=120)
     refused(result, "cannot write the staged log at", str(blocker / "staging"), "Fix: make")
+
+
+def test_a_merge_of_an_unknown_table_is_refused_naming_the_known_ones_before_anything_starts(mariadb):
+    mariadb.workload(seed=64, rows=10).create()
+    mariadb.dblog("capture", "--init", "--source", mariadb.source_id, check=True)
+    out = mariadb.dblog("merge", "--source", mariadb.source_id, "--table", "x; DROP")
+    refused(out, f"no table {mariadb.namespace}.x; DROP", "known tables:", mariadb.table("accounts"))
+    assert "snapshot" not in out.stdout, out.stdout
+    store = mariadb.store()
+    try:   # no merge lock node, no catalog entry: nothing written
+        assert store.children(f"/{mariadb.source_id}/merge") == []
+    finally:
+        store.stop()
+
+
+def test_cli_input_of_the_wrong_shape_is_named_with_the_shape_it_takes(mariadb):
+    mariadb.workload(seed=65, rows=10).create()
+    sid = mariadb.source_id
+    refused(mariadb.dblog("dump", "--source", sid, "--table", ""), "the table name '' is empty", "schema.table")
+    refused(mariadb.dblog("dump", "pause", "../capture", "--source", sid), "'../capture' is not a dump id",
+            "letters, digits")
+    refused(mariadb.dblog("export", "--source", sid, "--table", "accounts", "--from", "garbage"),
+            "--from 'garbage' is not a position")
+    assert registered(mariadb) == (False, [])

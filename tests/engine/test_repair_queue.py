@@ -1,4 +1,6 @@
 """The repair queue in ZooKeeper: requests small enough for its nodes, turned into repair dumps."""
+import time
+
 from dblog import repair
 from dblog.dump import dump_status
 from dblog.events import RepairNeed
@@ -38,3 +40,28 @@ def test_a_repair_of_a_dropped_table_is_dropped_and_does_not_hold_up_the_others(
         ran = repair.Repairer(store, mariadb.source(), mariadb.staged()).run_once()
         assert len(ran) == 1 and dump_status(store, mariadb.source_id, ran[0])["state"] == "done"
         assert not repair.pending(store, mariadb.source_id)
+
+
+def test_a_write_logged_without_rows_after_a_repair_was_registered_gets_a_repair_of_its_own(mariadb, tmp_path):
+    """Statement-logged writes keep coming while the removal of the first one's deleted rows
+    waits for a merge: each gets a full repair registered after it, never one that already
+    passed the keys it touched."""
+    from dblog.positions import Position
+    from dblog.warehouse.tables import Warehouse
+    mariadb.workload(seed=82, rows=30).create()
+    table = mariadb.table("accounts")
+    later = Position(999_999, 0, 0).encode()   # the capture has not passed it: the removals wait
+    with mariadb.store() as store:
+        repairer = repair.Repairer(store, mariadb.source(), mariadb.staged(), warehouse=Warehouse(str(tmp_path / "w")))
+        ran = []
+        for i in range(3):
+            repair.request(store, mariadb.source_id, [RepairNeed(table, f"statement {i}", later)])
+            asked = time.time()
+            (dump_id,) = repairer.run_once()
+            status = dump_status(store, mariadb.source_id, dump_id)
+            assert status["created_at"] >= asked, f"write {i} mapped onto {dump_id}, registered before it"
+            assert status["state"] == "done" and status["tables"][table]["rows"] == 30
+            ran.append(dump_id)
+        assert len(set(ran)) == 3
+        waits = repair.waiting(store, mariadb.source_id)[table]
+        assert waits["whole_table"] and any(r.startswith("removal of the rows it deleted") for r in waits["reasons"])

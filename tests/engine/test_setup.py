@@ -63,6 +63,17 @@ def test_dblog_sync_returns_once_the_capture_has_passed_every_earlier_commit(src
         assert store.get(paths.checkpoint_path(src.source_id))["position"] >= position
 
 
+def test_dblog_sync_right_after_a_first_capture_start_returns_once_the_capture_runs(src):
+    src.workload(seed=63, rows=20).create()
+    # No `capture --init`: the capture chooses its start itself, at the log's head, as the sync runs.
+    capture = src.spawn("capture", "--source", src.source_id)
+    synced = src.dblog("sync", "--source", src.source_id, "--timeout", "60")
+    assert synced.returncode == 0, synced.stderr
+    assert f"{src.source_id}: synced at position" in synced.stdout
+    capture.terminate()
+    capture.wait()
+
+
 def test_dblog_sync_without_a_running_capture_fails_naming_its_state_and_the_fix(src):
     src.dblog("capture", "--init", "--source", src.source_id, check=True)
     result = src.dblog("sync", "--source", src.source_id, "--timeout", "1")
