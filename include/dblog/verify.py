@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from .reconcile import rebuild
 from .rules import visible_rows
@@ -123,11 +123,12 @@ def compare_rows(schema: TableSchema, pages: Iterator[list[dict]], copy: dict[tu
     return diff
 
 
-def compare(source: Source, staged: StagedLog, table: str, upto: str | None, page: int | None = None) -> Diff:
+def compare(source: Source, staged: StagedLog, table: str, upto: str | None, page: int | None = None,
+            unlogged: Sequence[tuple[str, str]] = ()) -> Diff:
     """Source against the state rebuilt from the staged log up to the checkpoint position `upto`
-    (the engine's reference)."""
+    (the engine's reference; `unlogged`: the table's `dblog.unlogged` intervals)."""
     schema = source.table_schema(table, refresh=True)
-    state, _ = rebuild(staged, source.name, schema.name, upto)
+    state, _ = rebuild(staged, source.name, schema.name, upto, unlogged)
     copy = {k: {c: row.get(c) for c in schema.column_names} for k, row in visible_rows(state).items()}
     return compare_rows(schema, source_pages(source, schema, page), copy)
 

@@ -107,6 +107,38 @@ def test_statement_logged_writes_trigger_a_full_repair_that_also_removes_the_row
     assert "the source no longer has (rows it deleted) are removed" in log, "the log must not claim a dump undoes a DELETE"
 
 
+def test_a_dump_window_that_read_rows_before_a_statement_logged_write_loses_to_its_repair(mariadb, spark, warehouse):
+    """The window reads, a statement-logged write changes and deletes rows, the write's repair
+    reads them after it and closes first, and only then does the window stage its rows and write
+    its HW: stamped after the repair's, its stale rows would win. The window must keep none."""
+    import uuid
+
+    from dblog.staged import ChunkMeta, Op
+    table = make_items(mariadb)
+    start_capture(mariadb, warehouse)
+    mariadb.dblog("dump", "--source", mariadb.source_id, "--table", "items", check=True)
+    settle(mariadb)
+    merge(spark, mariadb, warehouse, tables=[table])
+    source = mariadb.source()
+    lw, hw = str(uuid.uuid4()), str(uuid.uuid4())
+    source.write_watermark("slow-window", lw)
+    rows = [tuple(r) for r in mariadb.sql(f"SELECT id, qty, body, d FROM {table} ORDER BY id")]
+    mariadb.sql("SET SESSION binlog_format = 'STATEMENT'", f"USE {mariadb.namespace}",
+                "UPDATE items SET qty = qty + 100 WHERE id <= 10", "DELETE FROM items WHERE id > 15")
+    wait_for(lambda: repairs_done(mariadb), 120, what="the statement's full repair")
+    mariadb.staged().write_chunk(mariadb.source_id, source.table_schema(table), ChunkMeta("slow-window", 0, lw, hw),
+                                 rows, Op.READ)
+    source.write_watermark("slow-window", hw)
+    settle(mariadb)
+    (result,) = merge(spark, mariadb, warehouse, tables=[table])
+    assert result.blind_chunks == 1 and result.blind_rows == 20
+    wait_for(lambda: repairs_done(mariadb, at_least=2), 120, what="the removal of the rows the statement deleted")
+    settle(mariadb)
+    merge(spark, mariadb, warehouse, tables=[table])
+    assert_equal(mariadb, warehouse, table)
+    source.close()
+
+
 def test_a_truncate_is_repaired_so_the_warehouse_loses_the_rows_too(src, spark, warehouse):
     table = make_items(src, rows=10)
     start_capture(src, warehouse)
