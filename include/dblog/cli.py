@@ -462,6 +462,7 @@ def cmd_sync(args) -> int:
     it: from then on every commit made before `dblog sync` started is staged."""
     from .capture import await_sync, sync_point
     from .health import capture_health, sync_timeout_reason
+    from .repair import waiting
     if not (math.isfinite(args.timeout) and args.timeout >= 0):
         raise config.ConfigError(f"--timeout must be a finite number of seconds >= 0, got {args.timeout}")
     sources = [config.source(sid) for sid in ([args.source] if args.source else config.source_ids())]
@@ -487,6 +488,10 @@ def cmd_sync(args) -> int:
                 failed = True
                 continue
             print(f"{name}: synced at position {position} (checkpoint {health.readable_position})")
+            # Staged is not merged: a table whose repair has not landed is not in sync yet, say so.
+            for table, w in waiting(store, name).items():
+                what = "every row" if w["whole_table"] else f"{w['keys']} key(s)"
+                print(f"  {table} is not in sync yet: a repair of {what} has not landed ({'; '.join(w['reasons'])[:160]})")
     return 1 if failed else 0
 
 

@@ -403,11 +403,12 @@ class Repairer:
         return [json.loads(encode_key(k)) for k in gone]
 
     def _merged_before(self, table: str, position: str | None) -> bool:
-        """Whether the warehouse holds everything staged before `position` that could still put
-        back a row a write at `position` removed: the log's events before it, and every chunk
-        whose window opened before it (one that closed after it is dropped whole by the merge,
-        `rules.blind_window`; one that closed before it may hold the row). Waits for the capture
-        to pass `position` first: a window that opened before it is then indexed."""
+        """Whether the warehouse holds everything staged that could still put back a row a write
+        at `position` removed: the log's events before it, and every chunk whose window closed
+        before it (HW before it: it may hold the row). A window still open at the write (its HW
+        after it, or never written: a killed dump) holds the write and is dropped whole by the
+        merge (`rules.blind_window`); one opened after it read after it. Waits for the capture to
+        pass `position` first: every HW before it is indexed by then."""
         source = self.source.name
         if position is None:
             return True
@@ -420,8 +421,8 @@ class Repairer:
         pending = [p for p in self.staged.chunk_files(source, table)
                    if state is None or not state.chunk_merged(*_chunk_name(p))]
         metas = [i.meta for i in self.staged.chunk_infos(pending) if i.meta is not None]
-        lows = watermarks.positions(self.store, self.staged, source, {m.lw for m in metas})
-        early = [m for m in metas if m.lw in lows and lows[m.lw] < position]
+        highs = watermarks.positions(self.store, self.staged, source, {m.hw for m in metas})
+        early = [m for m in metas if m.hw in highs and highs[m.hw] < position]
         if early:
             log.info("%s: the removal of %s's deleted rows waits for %d chunk(s) read before %s to be merged",
                      source, table, len(early), position)

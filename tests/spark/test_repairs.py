@@ -72,6 +72,8 @@ def test_until_a_repair_lands_status_and_the_merge_report_name_the_keys_that_wai
     settle(mariadb)
     status = mariadb.dblog("status", "--source", mariadb.source_id, check=True).stdout
     assert f"repair of {table} waits: 1 key(s), e.g. [[3]]" in status, status
+    synced = mariadb.dblog("sync", "--source", mariadb.source_id, "--timeout", "60", check=True).stdout
+    assert f"{table} is not in sync yet: a repair of 1 key(s) has not landed" in synced, synced
     (result,) = merge(spark, mariadb, warehouse, tables=[table])
     assert result.waiting["keys"] == 1 and result.waiting["sample"] == [[3]]
     assert_equal(mariadb, warehouse, table)  # meanwhile the merge filled the row from its previous version
