@@ -55,8 +55,11 @@ class Batch:
         for e in txn.events:
             self.rows[e.table].append(encode_event(e))
         self.repairs.extend(txn.repairs)
-        if txn.events:
-            self.last_position = txn.events[-1].position
+        # A write logged without rows has a position too: once staged (its repair request and
+        # `unlogged` entry), the checkpoint passes it, so waits on "the capture passed it" end.
+        passed = [p for p in [*(e.position for e in txn.events[-1:]), *(n.position for n in txn.repairs)] if p]
+        if passed:
+            self.last_position = max([*passed, *([self.last_position] if self.last_position else [])])
             self.commit_ts = txn.commit_ts
             self.first_commit_ts = self.first_commit_ts or txn.commit_ts
         self.count += len(txn.events)

@@ -183,7 +183,7 @@ def qualified(source: Source, table: str) -> str:
     if not name or name.startswith(".") or name.endswith("."):
         raise DumpError(f"the table name {table!r} is empty: name a table as schema.table, or as table in the "
                         f"source's namespace ({source.namespace})")
-    return table if "." in table else f"{source.namespace}.{table}"
+    return name if "." in name else f"{source.namespace}.{name}"
 
 
 def _check_captured(source: Source, tables: list[str]) -> None:

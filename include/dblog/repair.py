@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
 from . import state as paths
-from . import watermarks
+from . import unlogged, watermarks
 from .dump import CANCELLED, DONE, create_dump, dump_status, run_dump
 from .dump_spec import DumpError, DumpSpec
 from .events import RepairNeed
+from .rules import may_restore
 from .schema import encode_key, normalize_key
 from .sources.base import Source, SourceError, SourceUnavailable, UnknownTable
 from .staged import ChunkFile
@@ -206,7 +207,6 @@ class _Stopped(Exception):
 
 
 STUCK_AFTER_S = 60.0     # a repair registered without its progress (a crash inside create_dump)
-ORPHAN_GRACE_S = 1.0     # ... or registered by a previous leader (before this one started; clocks of one machine)
 LAND_AFTER_S = 3600.0    # a done repair counts as landed this long after it finished, even if a merge under-counted it
 GONE_PARTS = 10          # key lists of removed rows turned into dumps per round (a TRUNCATE of a big table)
 
@@ -226,7 +226,9 @@ class Repairer:
         self.error: BaseException | None = None
 
     def start(self) -> None:
-        self._started_at = time.time()
+        # On ZooKeeper's clock, as the dump nodes' creation times are: leaders may be other hosts.
+        self.store.put(paths.repairer_path(self.source.name), {"started_at": time.time()})
+        self._started_at = self.store.modified(paths.repairer_path(self.source.name))
         self.source = self.source.clone()  # the capture's catalog reads never wait behind a chunk
         self._thread = threading.Thread(target=self._run, name=f"dblog-repair-{self.source.name}", daemon=True)
         self._thread.start()
@@ -299,7 +301,9 @@ class Repairer:
             # Registered, never given its progress: ask again, drop it. A dump registered before
             # this leader's repairer started was left by a previous leader (only the leader makes
             # them), so it need not wait out STUCK_AFTER_S: a kill -9 must not hold a repair a minute.
-            orphan = self._started_at is not None and (status["created_at"] or 0) < self._started_at - ORPHAN_GRACE_S
+            # Both times are ZooKeeper's (node creation, the start mark): leaders may be other hosts.
+            created = self.store.created(paths.dump_path(self.source.name, dump_id))
+            orphan = self._started_at is not None and created is not None and created < self._started_at
             if age > STUCK_AFTER_S or orphan:
                 scope = self.store.get(paths.dump_path(self.source.name, dump_id)) or {}
                 for table in scope.get("tables", []):
@@ -338,14 +342,13 @@ class Repairer:
             else:
                 todo += [(f"{last}-{i}", part, reasons) for i, part in enumerate(_parts(keys, REQUEST_KEYS))]
         if gone:
-            # The newest if the merge has passed it (one removal serves them all), else the oldest:
-            # under a steady stream of such writes the newest keeps moving, and waiting for it
-            # would hold every removal until the writes stop.
+            # The newest the merge has passed: one removal serves every write up to it. Under a
+            # steady stream of such writes the newest keeps moving, and waiting for it would hold
+            # every removal until the writes stop.
             by_position = sorted(gone, key=lambda r: r.position or "")
-            at, found = by_position[-1], self._gone_keys(table, by_position[-1].position)
-            if found is None and len(by_position) > 1:
-                at, found = by_position[0], self._gone_keys(table, by_position[0].position)
-            if found is not None:  # else the merge has not passed the write yet
+            at = self._newest_merged(table, by_position)
+            found = None if at is None else self._gone_keys(table, at.position)
+            if at is not None and found is not None:  # else the merge has not passed the write yet
                 parts = _parts(found, REQUEST_KEYS)
                 why = f"{len(found)} warehouse key(s) the source no longer has, after: {at.reason}"
                 # Named by content: a later round (the next parts) or a repeat finds its own dump.
@@ -402,6 +405,21 @@ class Repairer:
                 if key_id(k) not in present and key_id(k) not in covered_keys]
         return [json.loads(encode_key(k)) for k in gone]
 
+    def _newest_merged(self, table: str, by_position: list[RepairRequest]) -> RepairRequest | None:
+        """The newest of the removal requests (oldest first) whose write the warehouse has passed
+        (`_merged_before`, which holds for every earlier position once it holds for one). Without
+        a warehouse there is nothing to wait for (`_gone_keys` says what that leaves undone)."""
+        if self.warehouse is None:
+            return by_position[-1]
+        lo, hi, best = 0, len(by_position) - 1, None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if self._merged_before(table, by_position[mid].position):
+                best, lo = by_position[mid], mid + 1
+            else:
+                hi = mid - 1
+        return best
+
     def _merged_before(self, table: str, position: str | None) -> bool:
         """Whether the warehouse holds everything staged that could still put back a row a write
         at `position` removed: the log's events before it, and every chunk whose window closed
@@ -421,8 +439,9 @@ class Repairer:
         pending = [p for p in self.staged.chunk_files(source, table)
                    if state is None or not state.chunk_merged(*_chunk_name(p))]
         metas = [i.meta for i in self.staged.chunk_infos(pending) if i.meta is not None]
-        highs = watermarks.positions(self.store, self.staged, source, {m.hw for m in metas})
-        early = [m for m in metas if m.hw in highs and highs[m.hw] < position]
+        at = watermarks.positions(self.store, self.staged, source, {i for m in metas for i in (m.lw, m.hw)})
+        blind = unlogged.intervals(self.store, source, table) if metas else []
+        early = [m for m in metas if may_restore(at.get(m.lw), at.get(m.hw), position, blind)]
         if early:
             log.info("%s: the removal of %s's deleted rows waits for %d chunk(s) read before %s to be merged",
                      source, table, len(early), position)

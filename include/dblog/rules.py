@@ -3,6 +3,7 @@
 * `chunk_ready`: when a chunk's window can be reconciled (HW staged and checkpointed).
 * `window_survivors`: Algorithm 1 steps 6-7 (drop chunk rows touched inside the window).
 * `blind_window`: a window holding a write the log carries without rows drops all its rows.
+* `may_restore`: which chunks the removal of the rows such a write deleted must wait for.
 * `ordered_output`: the paper's output order (Figure 4).
 * `merge_latest`: the warehouse merge rule (highest position wins; deletes are tombstones).
 * `disjoint_chunks`: when chunks cannot hold a key twice (a first load then needs no ranking).
@@ -55,6 +56,15 @@ def blind_window(low: str, high: str, unlogged: Iterable[tuple[str, str]]) -> bo
     cannot tell which chunk rows it changed, so none survives: each may predate the write while
     its HW position postdates it. The write's whole-table repair re-reads the keys after it."""
     return any(first < high and last > low for first, last in unlogged)
+
+
+def may_restore(low: str | None, high: str | None, position: str, unlogged: Iterable[tuple[str, str]]) -> bool:
+    """Whether a chunk with window (`low`, `high`) may put back a row that a write at `position`,
+    logged without rows, deleted, so that removing such rows must wait until it is merged: its
+    window closed before the write (it may have read the row) and it keeps its rows. A window
+    still open at the write holds it and keeps none (`blind_window`), one opened after it read
+    after it, and one whose watermarks are not both staged is not ready, never merged as it is."""
+    return low is not None and high is not None and high < position and not blind_window(low, high, unlogged)
 
 
 def touched_in_window(window: Window, events: Iterable[ChangeEvent]) -> set[tuple]:

@@ -12,6 +12,7 @@ Layout under the chroot (default `/dblog`), per source:
     /{source}/dumps/{id}/tables/{table}/lock  kazoo Lock: the worker dumping that table
     /{source}/dumps/{id}/merged/{table}     JSON: what merging the dump's chunks did (chunks, rows, dropped)
     /{source}/repairs/req-{seq}             JSON: rows to re-read (a table's keys, or all of it) and why
+    /{source}/capture/repairer              JSON: the leader's repairer started (its mtime: when, on ZooKeeper's clock)
     /{source}/watermarks/built              JSON: the index below holds every staged watermark (see dblog.watermarks)
     /{source}/watermarks/index/{shard}/{id}  JSON: the position of the staged watermark event `id`
     /{source}/unlogged/{table}              JSON: where the log holds writes without their rows (see dblog.unlogged)
@@ -166,6 +167,11 @@ class StateStore:
         """When the node was last written (unix seconds, ZooKeeper's clock); None if it does not exist."""
         stat = self.call(self.zk.exists, path)
         return None if stat is None else stat.mtime / 1000
+
+    def created(self, path: str) -> float | None:
+        """When the node was created (unix seconds, ZooKeeper's clock); None if it does not exist."""
+        stat = self.call(self.zk.exists, path)
+        return None if stat is None else stat.ctime / 1000
 
     def create_new(self, path: str, value: Any) -> bool:
         """Create `path`; False if it already exists."""
@@ -365,6 +371,11 @@ def dump_merged_path(source: str, dump_id: str, table: str) -> str:
 
 def repairs_path(source: str) -> str:
     return f"/{source}/repairs"
+
+
+def repairer_path(source: str) -> str:
+    """Written by the leader's repairer as it starts: when, on ZooKeeper's clock."""
+    return f"/{source}/capture/repairer"
 
 
 def merge_lock(source: str, table: str) -> str:

@@ -104,3 +104,16 @@ def test_dblog_merge_refuses_options_that_cannot_work_before_touching_anything(a
     from dblog import cli
     assert cli.main(argv) == 2
     assert said in capsys.readouterr().err
+
+
+def test_a_table_whose_repair_has_not_landed_is_said_when_that_changes_not_every_cycle(monkeypatch):
+    d = Deployment(monkeypatch, {"a": ["t"]})
+    loop, report = d.loop(said := []), C.SliceReport()
+    first = {"keys": 0, "whole_table": True, "sample": [], "reasons": ["statement-logged write"], "dumps": []}
+    for position, waiting in [("p2", first), ("p3", first), ("p4", {**first, "reasons": ["TRUNCATE"]})]:
+        d.checkpoints["a"] = position
+        d.next[("a", "t")] = MergeResult("a", "t", snapshot_id=7, upto=position, waiting=waiting, note="up to date")
+        loop.cycle(report)
+    assert len(said) == 2, said
+    assert all("not in sync yet: a repair of every row has not landed" in line for line in said)
+    assert "TRUNCATE" in said[1]

@@ -1,5 +1,5 @@
 """The index of writes the log holds without rows, and the rule that drops the windows holding one."""
-from dblog.rules import blind_window
+from dblog.rules import blind_window, may_restore
 from dblog.unlogged import add
 
 
@@ -26,3 +26,13 @@ def test_past_the_limit_the_oldest_neighbours_join_so_no_window_that_held_a_writ
     for p in positions:   # every window that held one of the writes is still blind
         below, above = f"{int(p) - 1:02d}" if p != "00" else "", f"{int(p) + 1:02d}"
         assert blind_window(below, above, out), p
+
+
+def test_removing_rows_a_write_deleted_waits_only_for_chunks_that_closed_before_it_and_keep_their_rows():
+    at = [("05", "05")]
+    assert may_restore("01", "03", "05", at)          # read before the write, kept: may put a deleted row back
+    assert not may_restore("04", "06", "05", at)      # open at the write: dropped whole
+    assert not may_restore("06", "08", "05", at)      # opened after it: read after it
+    assert not may_restore("01", None, "05", at)      # its HW never staged (a killed dump): never merged as it is
+    assert not may_restore(None, "03", "05", at)      # its LW never indexed: never ready
+    assert not may_restore("01", "03", "05", [("02", "02"), *at])   # dropped whole for an earlier write

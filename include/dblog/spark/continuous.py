@@ -43,7 +43,7 @@ REPEAT_ERROR_S = 60.0   # a lasting failure is logged again this often, not ever
 IDLE_LINE_S = 60.0      # an idle merge says so this often, so a quiet log is not mistaken for a hung one
 FULL_PASS_S = 30.0      # a source is merged at least this often, even if its checkpoint stayed put
 _SUMMED = ("log_events", "chunks", "chunk_rows", "survivors", "buckets_written", "seconds", "commit_seconds",
-           "repairs_requested")
+           "repairs_requested", "blind_chunks", "blind_rows")
 _LATEST = ("snapshot_id", "upto", "buckets", "rows", "tombstones", "missing_rows", "waiting", "note")
 
 
@@ -196,8 +196,10 @@ class ContinuousMerge:
                                       "so that a new one starts Spark afresh") from exc
             self._failed(entry, f"{type(exc).__name__}: {exc}", exc)
             return None
+        before = entry.total.waiting
         entry.add(r)
-        if r.committed_at is not None or r.waiting or r.blind_chunks:
+        # A line per commit, and one when what waits for a repair changes (not one every cycle).
+        if r.committed_at is not None or (r.waiting and r.waiting != before):
             self.say(r.summary())
         return r
 

@@ -253,9 +253,6 @@ def _ready_chunks(store: StateStore, staged: StagedLog, source: str, pending: di
     blind = [w for w in ready if w.low is not None and w.high is not None and blind_window(w.low, w.high, blind_at)]
     if blind:
         result.blind_chunks, result.blind_rows = len(blind), sum(w.rows for w in blind)
-        log.warning("%s/%s: %d chunk(s) (%d rows) dropped whole: a write the log holds without its rows "
-                    "(statement-logged, LOAD DATA, TRUNCATE) fell inside their windows, so any of their rows may "
-                    "predate it; its repair dump re-reads them", source, result.table, len(blind), result.blind_rows)
         ready = [w for w in ready if w not in blind]
     result.chunks = sum(len(v) for v in out.ready.values())
     for dump_id, numbers in out.ready.items():
@@ -413,6 +410,7 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
         totals["dropped"] = totals["rows"] - (done.survivors.get(dump_id, 0) if done is not None else 0)
     if state is None and not files:
         result.note = "nothing to merge yet"   # the table appears with its first row or tombstone
+        result.blind_chunks = result.blind_rows = 0   # dropped, and counted, when a commit records them
         return
     for dump_id, numbers in inputs.ready.items():
         new.add_chunks(dump_id, numbers)
@@ -472,6 +470,11 @@ def _record_dumps(store: StateStore, lease, result: MergeResult) -> None:
     """Add what this merge took of each dump to the dump's totals for the table (after the commit:
     a crash in between under-counts, it never counts a chunk twice). Dumps no longer registered
     in ZooKeeper are left alone."""
+    if result.blind_chunks:
+        log.warning("%s/%s: %d chunk(s) (%d rows) dropped whole: a write the log holds without its rows "
+                    "(statement-logged, LOAD DATA, TRUNCATE) fell inside their windows, so any of their rows may "
+                    "predate it; its repair dump re-reads them", result.source, result.table, result.blind_chunks,
+                    result.blind_rows)
     for dump_id, merged in result.dumps.items():
         if store.get(paths.dump_path(result.source, dump_id)) is None:
             continue
