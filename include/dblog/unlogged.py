@@ -71,6 +71,8 @@ def forget_before(store: StateStore, source: str, position: str) -> int:
     segments before it); returns how many."""
     gone = 0
     for node in store.children(paths.unlogged_root(source)):
+        if all(hi >= position for _, hi in _intervals(store.get(f"{paths.unlogged_root(source)}/{node}"))):
+            continue   # nothing to drop: no write
         dropped: list[int] = []
 
         def keep(value: Any, dropped: list[int] = dropped) -> list[list[str]]:
