@@ -18,7 +18,7 @@ from .dump import control_changes, create_dump, dump_status, run_dump, set_contr
 from .dump_spec import DumpError, DumpSpec, check_finite, qualified
 from .settings import DUMP_ID, settings
 from .positions import Position
-from .sources.base import WATERMARK_TABLE, SourceError
+from .sources.base import SourceError
 from .staged_maintain import size_text
 from .staging import StagedLog, StagingError
 from .state import Fenced, StateStore, dump_path
@@ -248,7 +248,8 @@ def cmd_export(args) -> int:
 def _known_tables(source, staged: StagedLog, tables: list[str]) -> None:
     """Refuse tables neither the source nor the staged log knows, before anything is started or
     written (a merge lock, a catalog entry, a Spark session)."""
-    known = set(staged.tables(source.name)) | set(staged.chunk_tables(source.name))
+    from .spark.job import staged_tables   # the module only: no Spark session starts
+    known = set(staged_tables(staged, source.name))
     unknown = [t for t in tables if t not in known]
     if unknown:
         try:
@@ -258,7 +259,7 @@ def _known_tables(source, staged: StagedLog, tables: list[str]) -> None:
         unknown = [t for t in unknown if t not in known]
     if unknown:
         raise config.ConfigError(f"{source.name}: no table {', '.join(unknown)}; known tables: "
-                                 f"{', '.join(sorted(known - {WATERMARK_TABLE})) or 'none'}")
+                                 f"{', '.join(sorted(known)) or 'none'}")
 
 
 def _table_of(source_id: str, table: str) -> str:
@@ -462,7 +463,7 @@ def cmd_sync(args) -> int:
     it: from then on every commit made before `dblog sync` started is staged."""
     from .capture import await_sync, sync_point
     from .health import capture_health, sync_timeout_reason
-    from .repair import waiting
+    from .repair import not_landed, waiting
     if not (math.isfinite(args.timeout) and args.timeout >= 0):
         raise config.ConfigError(f"--timeout must be a finite number of seconds >= 0, got {args.timeout}")
     sources = [config.source(sid) for sid in ([args.source] if args.source else config.source_ids())]
@@ -490,8 +491,7 @@ def cmd_sync(args) -> int:
             print(f"{name}: synced at position {position} (checkpoint {health.readable_position})")
             # Staged is not merged: a table whose repair has not landed is not in sync yet, say so.
             for table, w in waiting(store, name).items():
-                what = "every row" if w["whole_table"] else f"{w['keys']} key(s)"
-                print(f"  {table} is not in sync yet: a repair of {what} has not landed ({'; '.join(w['reasons'])[:160]})")
+                print(f"  {table} is not in sync yet: {not_landed(w)}")
     return 1 if failed else 0
 
 

@@ -171,6 +171,12 @@ def waiting(store: StateStore, source: str) -> dict[str, dict]:
     return out
 
 
+def not_landed(entry: dict) -> str:
+    """A `waiting` entry as one phrase: what a table waits for before it is in sync."""
+    scope = "every row" if entry.get("whole_table") else f"{entry.get('keys', 0)} key(s)"
+    return f"a repair of {scope} has not landed ({'; '.join(entry.get('reasons') or [])[:160]})"
+
+
 def key_id(key: tuple) -> str:
     """A key's identity across the forms it travels in (typed tuple, JSON list)."""
     return json.dumps(json.loads(encode_key(key)) if isinstance(key, tuple) else key, sort_keys=True)
@@ -347,8 +353,8 @@ class Repairer:
             # every removal until the writes stop.
             by_position = sorted(gone, key=lambda r: r.position or "")
             at = self._newest_merged(table, by_position)
-            found = None if at is None else self._gone_keys(table, at.position)
-            if at is not None and found is not None:  # else the merge has not passed the write yet
+            if at is not None:  # else the merge has not passed the first write yet
+                found = self._gone_keys(table)
                 parts = _parts(found, REQUEST_KEYS)
                 why = f"{len(found)} warehouse key(s) the source no longer has, after: {at.reason}"
                 # Named by content: a later round (the next parts) or a repeat finds its own dump.
@@ -381,20 +387,18 @@ class Repairer:
     def _checkpoint(self) -> str | None:
         return paths.checkpoint_position(self.store, self.source.name)
 
-    def _gone_keys(self, table: str, position: str | None) -> list | None:
+    def _gone_keys(self, table: str) -> list:
         """Keys the warehouse has and the source does not (JSON values), not already being
-        repaired, once the warehouse holds everything staged before `position` (before, a row
-        inserted just before the statement may not have reached it yet); None until then."""
+        repaired. Asked once the warehouse holds everything that could put such a row back
+        (`_newest_merged`)."""
         if self.warehouse is None:
             log.warning("%s: no warehouse configured for the capture: rows of %s that a statement-logged write "
                         "or TRUNCATE deleted stay in the warehouse until `dblog verify` finds them",
                         self.source.name, table)
             return []
-        if not self._merged_before(table, position):
-            return None
         state = self.warehouse.state(self.source.name, table)
         if state is None:
-            return []  # nothing staged before the statement, nothing merged: no row to remove
+            return []  # nothing merged: no row to remove
         try:
             schema = self.source.table_schema(table, refresh=True)
         except UnknownTable:

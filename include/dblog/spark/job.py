@@ -123,8 +123,7 @@ class MergeResult:
             line += (f"; {self.blind_chunks} chunk(s) ({self.blind_rows} rows) dropped whole: a write the log holds "
                      "without rows fell in their windows")
         if self.waiting:
-            scope = "every row" if self.waiting.get("whole_table") else f"{self.waiting.get('keys', 0)} key(s)"
-            line += f"; not in sync yet: a repair of {scope} has not landed ({'; '.join(self.waiting.get('reasons') or [])[:160]})"
+            line += f"; not in sync yet: {repair.not_landed(self.waiting)}"
         if self.missing_rows:
             line += (f"; {self.missing_rows} row(s) hold values not proven yet (null, listed in _dblog_missing), "
                      f"{self.repairs_requested} key(s) sent to repair now")
