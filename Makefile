@@ -25,9 +25,16 @@ status:
 # mypy's files are in pyproject.toml.
 LINT := $(VENV)/ruff check --quiet include plugins dags spark_jobs tests bench scripts && $(VENV)/mypy
 
+# The suite: two workers (tests that need the one `airflow standalone` share a worker), then the
+# tests marked `alone` (they restart or reconfigure a shared service) by themselves. It ends with
+# its time against the 30-minute budget and its slowest tests (scripts/suite_time.py).
+TEST_OUT := .local/test-output
 test: up
 	$(LINT)
-	$(VENV)/pytest -q --durations=25 --junitxml=.local/test-output/junit.xml
+	@rm -f $(TEST_OUT)/junit*.xml
+	$(VENV)/pytest -q -n 2 --dist loadgroup -m "not alone" --junitxml=$(TEST_OUT)/junit.xml; \
+	  a=$$?; $(VENV)/pytest -q -m alone --junitxml=$(TEST_OUT)/junit-alone.xml; b=$$?; \
+	  $(VENV)/python scripts/suite_time.py $(TEST_OUT); [ $$a = 0 ] && [ $$b = 0 ]
 
 unit: install
 	$(LINT)

@@ -176,6 +176,12 @@ one() {  # one ACTION SERVICE: start or stop a single service
     *) die "usage: $0 start|stop mariadb|postgres|zookeeper|seaweedfs" ;; esac
 }
 
+# One change of the services at a time: the suite's two workers both bring them up at start, and
+# the object-storage tests of either may start SeaweedFS.
+mkdir -p "$LOCAL"
+exec 9>"$LOCAL/.services.lock"
+flock 9
+
 case "${1:-}" in
   up) mariadb_up; postgres_up; zookeeper_up; provision ;;
   provision) provision ;;

@@ -31,6 +31,10 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "/unit/" not in str(item.fspath) and not item.get_closest_marker("offline"):
             item.add_marker(pytest.mark.integration)
+        # `make test` runs the suite on two workers: every test that needs the one `airflow
+        # standalone` goes to the same worker, which starts it once and stops it after its last.
+        if "standalone" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("standalone"))
 
 
 @pytest.fixture(scope="session")

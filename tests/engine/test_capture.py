@@ -120,6 +120,7 @@ def test_a_capture_that_lost_its_lease_can_neither_stage_nor_move_the_checkpoint
     store.stop(); other.stop()
 
 
+@pytest.mark.alone  # changes the server's binlog_row_image for every session
 def test_a_binlog_without_full_row_images_is_refused_with_the_fix(mariadb):
     mariadb.sql("SET GLOBAL binlog_row_image = 'MINIMAL'")
     try:

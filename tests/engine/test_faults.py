@@ -83,6 +83,7 @@ def _dump_under_writes(src, dump_id: str, parallelism: int = 1, reader: str = "t
     return capture, writer, dump
 
 
+@pytest.mark.alone
 def test_a_zookeeper_restart_pauses_the_capture_and_a_dump_which_carry_on_and_converge(mariadb):
     capture, writer, dump = _dump_under_writes(mariadb, "zk-restart")
     service("stop", "zookeeper")
@@ -103,6 +104,7 @@ def test_a_zookeeper_restart_pauses_the_capture_and_a_dump_which_carry_on_and_co
     assert_converged(mariadb)
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("reader", ["threads", "spark"])
 def test_a_source_restart_pauses_the_capture_and_a_dump_reading_parallel_windows_which_resume_and_converge(
         src, reader):
