@@ -6,8 +6,8 @@ from functools import partial
 
 import pandas  # noqa: F401  (pyarrow loads it on first Table; load it before timing, as a running capture has)
 from common import admin, median, namespace, run_sql, source, staged, store, timed
-from dblog import state as paths
-from dblog.capture import Capture, sync_point
+from dblog.coordination.checkpoint import checkpoint_path
+from dblog.capture.capture_loop import Capture, sync_point
 
 NS = "bench_capture"
 
@@ -81,10 +81,10 @@ def run(kind: str, rows: int = 100_000, reps: int = 3) -> dict:
             s.preflight()
         start = our_src.start_point()
         if start is not None:
-            st.put(paths.checkpoint_path(our_src.name), {"resume": start, "position": None})
+            st.put(checkpoint_path(our_src.name), {"resume": start, "position": None})
         _load(kind, rows)
         mark = sync_point(our_src)
-        from dblog.positions import lsn_to_int
+        from dblog.model.positions import lsn_to_int
         end = lsn_to_int(our_src.head()["lsn"]) if kind == "postgres" else None
         bare = partial(bare_mysql, bare_src, start) if kind == "mysql" else partial(bare_postgres, bare_src, end)
         bare_s, n_bare = timed(bare)

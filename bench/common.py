@@ -58,18 +58,18 @@ def uri(kind: str, ns: str, slot: str | None = None) -> str:
 
 def source(kind: str, name: str, ns: str, slot: str | None = None, zk_chroot: str | None = None):
     """With `zk_chroot`: of that deployment, as `dblog` processes run with env_for(..., zk_chroot, ...)."""
-    from dblog.config import deployment_id, source_from_uri
+    from dblog.connections import deployment_id, source_from_uri
     zk = f"zookeeper://127.0.0.1:{PORTS['ZK']}{zk_chroot}" if zk_chroot else None
     return source_from_uri(name, uri(kind, ns, slot), deployment_id(zk))
 
 
 def store():
-    from dblog.state import StateStore
+    from dblog.coordination.store import StateStore
     return StateStore(f"127.0.0.1:{PORTS['ZK']}", f"/bench_{uuid.uuid4().hex[:8]}").start()
 
 
 def staged():
-    from dblog.staging import StagedLog
+    from dblog.stagedlog.staged_log import StagedLog
     return StagedLog(tempfile.mkdtemp(prefix="dblog-bench-", dir=str(ROOT / ".local")))
 
 
@@ -77,7 +77,7 @@ def staged():
 def dump_rig(kind: str, name: str, ns: str):
     """(source, store, staged log) for in-process dumps of a bench table, the capture checkpoint
     set (a dump needs one, not a running capture); all of it removed afterwards."""
-    from dblog.capture import ensure_checkpoint
+    from dblog.coordination.checkpoint import ensure_checkpoint
     src, st, stage = source(kind, name, ns), store(), staged()
     try:
         ensure_checkpoint(st, src)
@@ -92,7 +92,7 @@ def dump_rig(kind: str, name: str, ns: str):
 
 def dump_rate(rig, spec) -> float:
     """Rows/s of one in-process dump of `spec` (a DumpSpec) on a `dump_rig`."""
-    import dblog.dump as D
+    import dblog.snapshot.dump as D
     src, st, stage = rig
     dump_id = D.create_dump(st, src, spec)
     started = time.perf_counter()

@@ -32,7 +32,7 @@ def create(rows: int) -> None:
 
 
 def dump(chunk: int, parallelism: int, row_values: bool) -> float:
-    import dblog.dump as D
+    import dblog.snapshot.dump as D
     from dblog.sources.base import Dialect
     from dblog.sources.mysql import MySQLDialect
     spelled = MySQLDialect.key_bound

@@ -58,7 +58,7 @@ def warm(spark) -> None:
     worker idle for a minute, so once per run is not enough: a rep's merge comes minutes after
     the last one."""
     def imports(batches):
-        import dblog.spark.chunk_loader  # noqa: F401  (as a first load's tasks do)
+        import dblog.merge.chunk_loader  # noqa: F401  (as a first load's tasks do)
         import dblog.warehouse.files  # noqa: F401  (as the general merge's do)
         yield from batches
     spark.range(4, numPartitions=2).mapInArrow(imports, "id long").collect()

@@ -23,7 +23,7 @@ from harness import Harness  # noqa: E402
 
 
 def main(kind: str, rows: int, reps: int) -> dict:
-    from dblog.spark import job
+    from dblog.merge import job
     from dblog.warehouse.tables import Warehouse
     spark = baselines.spark_session()
     bigtable.create(kind, NS, rows)

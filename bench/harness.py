@@ -40,7 +40,7 @@ class LagProbe:
     time the checkpoint moves: the gaps between moves are the capture's pauses."""
 
     def __init__(self, src, store, name: str, every: float = 1.0):
-        from dblog.state import checkpoint_path
+        from dblog.coordination.checkpoint import checkpoint_path
         self.src, self.store, self.path, self.every = src, store, checkpoint_path(name), every
         self.heads: list[tuple[float, str]] = []
         self.lags: list[tuple[float, float]] = []    # (moment, seconds until staged)
@@ -72,8 +72,8 @@ class Harness:
     def __init__(self, kind: str, ns: str, name: str, home: str | None = None, chroot: str | None = None):
         """`home`, `chroot`: share a staged log, warehouse and ZooKeeper chroot with other sources
         (one deployment); default: a source's own."""
-        from dblog.staging import StagedLog
-        from dblog.state import StateStore
+        from dblog.stagedlog.staged_log import StagedLog
+        from dblog.coordination.store import StateStore
         from dblog.warehouse.tables import Warehouse
         self.kind, self.ns, self.name = kind, ns, name
         self.slot = f"bench_{uuid.uuid4().hex[:8]}"
@@ -98,7 +98,7 @@ class Harness:
              samples: list | None = None, parallelism: int = 1) -> tuple[int, float]:
         """Run a dump of `table` to the end; returns (rows, seconds). With `samples`, appends
         {t, rows} every second (rows staged so far, from the dump's progress)."""
-        from dblog import state as paths
+        from dblog.coordination import store as paths
         started = time.time()
         log = Path(tempfile.mkstemp(prefix="dump-", suffix=".log", dir=self.dir)[1])
         with log.open("w") as err:  # a file, not a pipe: a full pipe would block the worker's logging
@@ -128,7 +128,7 @@ class Harness:
 
     def catch_up(self, timeout: float = 600) -> float:
         """Wait until every commit made before now is staged; returns the seconds waited."""
-        from dblog.capture import caught_up, sync_point
+        from dblog.capture.capture_loop import caught_up, sync_point
         mark, started = sync_point(self.src), time.time()
         while caught_up(self.store, self.staged, self.name, mark) is None:
             if time.time() - started > timeout:
@@ -138,7 +138,7 @@ class Harness:
 
     def merge(self, spark, table: str) -> float:
         """Seconds; the merge's report is kept as `last_merge` (rows dropped in windows: `.dropped`)."""
-        from dblog.spark.job import merge_table
+        from dblog.merge.job import merge_table
         started = time.time()
         self.last_merge = merge_table(spark, self.store, self.staged, self.warehouse, self.name, table)
         return time.time() - started

@@ -37,7 +37,7 @@ NICE = int(os.environ.get("DBLOG_LOAD_DUMP_NICE", "10"))  # >0: the dump worker 
 
 
 def run(kind: str, rate: float, baseline_s: float, load_s: float) -> dict:
-    from dblog.state import StateStore
+    from dblog.coordination.store import StateStore
     from dblog_dev.workload import Workload, connect
     namespace(kind, NS)
     k, conn = connect(ADMIN[kind])

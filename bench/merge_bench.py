@@ -24,14 +24,14 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from dblog import state as paths
-from dblog.positions import encode
-from dblog.schema import Column, TableSchema, encode_key
+from dblog.coordination.checkpoint import checkpoint_path
+from dblog.model.positions import encode
+from dblog.model.schema import Column, TableSchema, encode_key
 from dblog.sources.base import WATERMARK_TABLE
-from dblog.spark.job import merge_table
-from dblog.staged import CHUNK_FIELDS, OP, POSITION, ChunkFile, ChunkMeta, Op, SegmentFile, arrow_schema
-from dblog.staging import StagedLog
-from dblog.state import StateStore
+from dblog.merge.job import merge_table
+from dblog.model.staged_format import CHUNK_FIELDS, OP, POSITION, ChunkFile, ChunkMeta, Op, SegmentFile, arrow_schema
+from dblog.stagedlog.staged_log import StagedLog
+from dblog.coordination.store import StateStore
 from dblog.storage import filesystem
 from dblog.warehouse.tables import Warehouse
 
@@ -87,7 +87,7 @@ def stage_updates(staged: StagedLog, ids: np.ndarray, first_pos: int) -> int:
 
 def _merge(spark, store, staged, warehouse, upto: int) -> tuple[float, float]:
     """(seconds of the whole merge, seconds of its Iceberg commit)."""
-    store.put(paths.checkpoint_path(SOURCE), {"position": encode(upto, 0, 0)})
+    store.put(checkpoint_path(SOURCE), {"position": encode(upto, 0, 0)})
     started = time.perf_counter()
     result = merge_table(spark, store, staged, warehouse, SOURCE, TABLE)
     elapsed = time.perf_counter() - started

@@ -22,9 +22,9 @@ NS = "bench_profile"
 
 
 def main(kind: str, rows: int = 500_000, chunk: int = 20_000, sort: str = "tottime") -> None:
-    from dblog.capture import ensure_checkpoint
-    from dblog.dump import create_dump, run_dump
-    from dblog.dump_spec import DumpSpec
+    from dblog.coordination.checkpoint import ensure_checkpoint
+    from dblog.snapshot.dump import create_dump, run_dump
+    from dblog.snapshot.dump_spec import DumpSpec
     bigtable.create(kind, NS, rows)
     src, st, stage = source(kind, "bench_profile", NS), store(), staged()
     try:

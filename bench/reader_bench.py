@@ -33,7 +33,7 @@ WAYS = ("spark", "threads")
 
 
 def main(kind: str, rows: int = 1_000_000, chunk: int = 20_000, parallelism: int = 2, reps: int = 3) -> dict:
-    import dblog.dump as D
+    import dblog.snapshot.dump as D
     from dblog.spark.session import session
     bigtable.create(kind, NS, rows)
     rates: dict[str, list[float]] = {w: [] for w in WAYS}
@@ -58,9 +58,9 @@ def windows(kind: str, split: int = 100_000, parallelism: int = 2) -> dict:
     import tempfile
 
     import baselines
-    from dblog.spark.window_reads import SparkWindowReader
-    from dblog.staging import StagedLog
-    from dblog.windows import SplitStaging, WindowPlan, WindowReader, plan_window
+    from dblog.snapshot.spark_windows import SparkWindowReader
+    from dblog.stagedlog.staged_log import StagedLog
+    from dblog.snapshot.windows import SplitStaging, WindowPlan, WindowReader, plan_window
     src = source(kind, "bench_reader", NS)
     schema = src.table_schema(f"{NS}.{bigtable.TABLE}")
     spark = baselines.spark_session()

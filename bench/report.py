@@ -1,4 +1,4 @@
-"""bench/results/*.json -> bench/results/bench.md (the README's tables) and writes.png."""
+"""bench/results/*.json -> bench/results/bench.md (the tables of docs/performance.md) and writes.png."""
 from __future__ import annotations
 
 import json
@@ -88,7 +88,7 @@ def writes(doc: dict) -> list[str]:
     return out
 
 
-BEFORE = Path(__file__).parent / "results" / "merge-before-iceberg.json"   # the plain Parquet layout
+BEFORE = Path(__file__).parent / "results" / "history" / "merge-before-iceberg.json"   # the plain Parquet layout
 
 
 def merge(doc: dict) -> list[str]:
@@ -106,7 +106,7 @@ def merge(doc: dict) -> list[str]:
             rows.append([f"{where}: {name}", n, merge_s, commit_s, plain_s, ratio, was])
     return ["**4. Merge scaling** (Spark local[2]; Iceberg tables, one commit per merge; on S3 the staged "
             "input and the table live on SeaweedFS and the baseline is the same local plain write; "
-            "ratio before: the earlier plain-Parquet layout, `bench/results/merge-before-iceberg.json`)", ""] + _table(
+            "ratio before: the earlier plain-Parquet layout, `bench/results/history/merge-before-iceberg.json`)", ""] + _table(
         ["merge", "rows", "merge s", "commit s", "plain rewrite s", "ratio", "ratio before"], rows)
 
 

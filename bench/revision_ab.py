@@ -20,7 +20,11 @@ ROOT = Path(__file__).resolve().parents[1]
 ONE = """
 import json, sys
 sys.path.insert(0, {bench!r})
-import bigtable, dblog.dump as D
+import bigtable
+try:
+    import dblog.snapshot.dump as D
+except ImportError:  # a revision from before the engine was grouped by stage
+    import dblog.dump as D
 from common import dump_rate, dump_rig
 with dump_rig({kind!r}, "bench_reader", "bench_reader") as rig:
     spec = D.DumpSpec(tables=["bench_reader." + bigtable.TABLE], chunk_size={chunk}, parallelism={p})

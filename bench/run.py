@@ -10,6 +10,8 @@ Parts (DBLOG_BENCH_PARTS, comma-separated, default all, in this order):
   sweep      5. chunk size x parallelism sweep
 Each part writes bench/results/<part>.json; then bench/results/bench.md (the tables, also
 printed) and bench/results/writes.png (scenario 3 over time) are made from whatever is there.
+A new run replaces its part's current result: move the one it replaces to bench/results/history/
+first when docs/performance.md still cites it.
 
 Sizes and settings (environment; defaults fit 2 cores / 24 GiB):
   DBLOG_BENCH_SOURCES=mysql,postgres   DBLOG_BENCH_ROWS=10000000 (scenarios 2, 3)

@@ -8,7 +8,7 @@ deployments share the ZooKeeper, one captures and the other's tasks stand by and
 a ZooKeeper session timeout of the leader's death.
 
 Between two slices the change stream waits for the scheduler to start the next run (the handover,
-measured in the README: a few seconds); slices are long so that this happens rarely. Task logs
+measured in docs/airflow.md: a few seconds); slices are long so that this happens rarely. Task logs
 show the leader, position, lag and what each slice staged; the **DBLog** page shows it live.
 Sources: `DBLOG_SOURCES` (connection ids, comma-separated); default slice length:
 `DBLOG_CAPTURE_SLICE_SECONDS`.
@@ -17,13 +17,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
-from dblog.config import source_ids
-from dblog.settings import settings
+from dblog.connections import source_ids
 from dblog_airflow.operators.capture import CaptureOperator
-
-TUNED = settings()
+from dblog_airflow.params import slice_seconds_param
 
 with DAG(
     dag_id="dblog_capture",
@@ -37,11 +35,7 @@ with DAG(
     catchup=False,
     tags=["dblog", "capture"],
     default_args={"retries": 3, "retry_delay": timedelta(seconds=5)},
-    # No minimum/maximum: the trigger form would clamp silently; the task checks the range.
-    params={"slice_seconds": Param(TUNED.capture.slice_seconds, type="integer", title="Seconds per capture slice",
-                                   description="How long one run captures before the next run takes over, "
-                                               f"{TUNED.range_text('capture.slice_seconds')} (each handover "
-                                               "pauses the stream for a few seconds).")},
+    params={"slice_seconds": slice_seconds_param()},
 ) as dag:
     for source in source_ids():
         CaptureOperator(task_id=f"capture_{source}", source_conn_id=source,

@@ -28,16 +28,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
-from dblog.config import source_ids
-from dblog.settings import DUMP_ID, settings
-from dblog_airflow.groups import (chunk_size_param, delay_param, dump_source, exclude_param, parallelism_param,
-                                  source_param, tables_param)
+from dblog.connections import source_ids
+from dblog_airflow.groups import dump_source
 from dblog_airflow.operators.merge import MergeOperator
+from dblog_airflow.params import (chunk_size_param, delay_param, dump_id_param, exclude_param, keys_param,
+                                  parallelism_param, source_param, tables_param)
 
 SOURCES = source_ids()
-MAX_KEYS = settings().dump.max_keys
 
 with DAG(
     dag_id="dblog_dump",
@@ -52,15 +51,11 @@ with DAG(
         "source": source_param(SOURCES),
         "tables": tables_param(),
         "exclude": exclude_param(),
-        "keys": Param(None, type=["null", "array"], maxItems=MAX_KEYS, title="Primary keys (repair)",
-                      description='With one table: one key per line (7, "abc" or [1, "a"] for a composite '
-                                  f"key), at most {MAX_KEYS:,}; empty = whole tables."),
+        "keys": keys_param(),
         "chunk_size": chunk_size_param(),
         "parallelism": parallelism_param(),
         "delay_seconds": delay_param(),
-        "dump_id": Param(None, type=["null", "string"], pattern=DUMP_ID.pattern,
-                         title="Dump id (optional)",
-                         description="1-64 letters, digits, '.', '_' or '-'; empty = a generated id."),
+        "dump_id": dump_id_param(),
     },
 ) as dag:
     groups = [dump_source(s, selected_source="{{ params.source }}", tables="{{ params.tables }}",

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
-from dblog.config import source_ids
-from dblog.settings import DUMP_ID, settings
-from dblog_airflow.groups import source_param
+from dblog.connections import source_ids
 from dblog_airflow.operators.dump import DumpControlOperator
+from dblog_airflow.params import (action_param, new_chunk_size_param, new_delay_param, new_parallelism_param,
+                                  running_dump_id_param, source_param)
 
 SOURCES = source_ids()
-TUNED = settings()
 
 with DAG(
     dag_id="dblog_dump_control",
@@ -33,20 +32,11 @@ with DAG(
     default_args={"retries": 1, "retry_delay": timedelta(seconds=5)},
     params={
         "source": source_param(SOURCES),
-        "dump_id": Param("", type="string", pattern=DUMP_ID.pattern, title="Dump id",
-                         description="The id a dblog_dump run's start task logged (XCom `dump`), or `dblog status`."),
-        "action": Param("status", type="string", enum=list(DumpControlOperator.ACTIONS), title="Action",
-                        description="pause or resume the table tasks, cancel the dump, throttle it (new chunk "
-                                    "size, parallelism and/or delay), or only show its progress (status)."),
-        "chunk_size": Param(None, type=["null", "integer"], title="New chunk size (throttle)",
-                            description=f"Rows per chunk, {TUNED.range_text('dump.chunk_size')}; empty keeps "
-                                        "the current one."),
-        "parallelism": Param(None, type=["null", "integer"], title="New parallelism (throttle)",
-                             description=f"Key ranges a window reads at once, {TUNED.range_text('dump.parallelism')}; "
-                                         "empty keeps the current one."),
-        "delay_seconds": Param(None, type=["null", "number"], title="New delay between chunks (throttle)",
-                               description=f"0 to {TUNED.dump.max_delay_seconds} seconds; empty keeps the "
-                                           "current one."),
+        "dump_id": running_dump_id_param(),
+        "action": action_param(),
+        "chunk_size": new_chunk_size_param(),
+        "parallelism": new_parallelism_param(),
+        "delay_seconds": new_delay_param(),
     },
 ) as dag:
     DumpControlOperator(task_id="control", source_conn_id="{{ params.source }}", dump_id="{{ params.dump_id }}",

@@ -29,12 +29,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, Param, TaskGroup
+from airflow.sdk import DAG, TaskGroup
 
-from dblog.config import source_ids
+from dblog.connections import source_ids
 from dblog.settings import settings
-from dblog_airflow.groups import source_param, tables_param
 from dblog_airflow.operators.maintain import MaintainOperator
+from dblog_airflow.params import (compact_min_files_param, dry_run_param, keep_seconds_param,
+                                  log_retention_seconds_param, orphan_grace_seconds_param, source_param, tables_param)
 
 SOURCES = source_ids()
 TUNED = settings()
@@ -54,26 +55,11 @@ with DAG(
     params={
         "source": source_param(SOURCES, every=True),
         "tables": tables_param("maintains"),
-        "keep_seconds": Param(
-            TUNED.warehouse.keep_seconds, type="number", title="Keep snapshots (s)",
-            description=f"Expire snapshots older than this, {TUNED.range_text('warehouse.keep_seconds')} seconds: "
-                        "long queries and time travel read them; the current ones always stay."),
-        "orphan_grace_seconds": Param(
-            TUNED.warehouse.orphan_grace_seconds, type="number", title="Orphan grace (s)",
-            description="Delete files no kept snapshot references once older than this, "
-                        f"{TUNED.range_text('warehouse.orphan_grace_seconds')} seconds (a running merge's files "
-                        "are unreferenced until it commits)."),
-        "compact_min_files": Param(
-            TUNED.warehouse.compact_min_files, type="integer", title="Compact above (files)",
-            description="Rewrite a bucket holding more data files than this as one file, "
-                        f"{TUNED.range_text('warehouse.compact_min_files')}."),
-        "log_retention_seconds": Param(
-            TUNED.retention.window_seconds, type="number", title="Staged log retention (s)",
-            description="Remove staged changes every table merged, and finished dumps, once older than this, "
-                        f"{TUNED.range_text('retention.window_seconds')} seconds: `dblog export --from` reaches "
-                        "this far back."),
-        "dry_run": Param(False, type="boolean", title="Dry run",
-                         description="Only report what would be expired, compacted and deleted; change nothing."),
+        "keep_seconds": keep_seconds_param(),
+        "orphan_grace_seconds": orphan_grace_seconds_param(),
+        "compact_min_files": compact_min_files_param(),
+        "log_retention_seconds": log_retention_seconds_param(),
+        "dry_run": dry_run_param(),
     },
 ) as dag:
     for source in SOURCES:

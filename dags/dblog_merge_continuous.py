@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
 from dblog.settings import settings
 from dblog_airflow.operators.merge import ContinuousMergeOperator, SliceCheckOperator
+from dblog_airflow.params import every_seconds_param, merge_slice_seconds_param
 
 TUNED = settings()
 
@@ -38,13 +39,8 @@ with DAG(
     tags=["dblog", "merge", "continuous"],
     default_args={"retries": 3, "retry_delay": timedelta(seconds=10)},
     params={
-        "merge_slice_seconds": Param(TUNED.merge.continuous_slice_seconds, type="number", title="Seconds per slice",
-                               description="How long one run merges before the next takes over, "
-                                           f"{TUNED.range_text('merge.continuous_slice_seconds')} (each handover "
-                                           "starts Spark anew: tens of seconds without merges)."),
-        "every_seconds": Param(TUNED.merge.continuous_every_seconds, type="number", title="Seconds between cycles",
-                               description="Pause between two merge cycles, "
-                                           f"{TUNED.range_text('merge.continuous_every_seconds')}."),
+        "merge_slice_seconds": merge_slice_seconds_param(),
+        "every_seconds": every_seconds_param(),
     },
 ) as dag:
     merge = ContinuousMergeOperator(task_id="merge", slice_seconds="{{ params.merge_slice_seconds }}",

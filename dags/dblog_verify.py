@@ -16,11 +16,12 @@ from datetime import datetime, timedelta
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, TaskGroup
 
-from dblog.config import source_ids
+from dblog.connections import source_ids
 from dblog.settings import settings
-from dblog_airflow.groups import chunk_size_param, source_param, tables_param, wait_for_capture
+from dblog_airflow.groups import wait_for_capture
 from dblog_airflow.operators.merge import MergeOperator
 from dblog_airflow.operators.verify import VerifyOperator, VerifyStartOperator
+from dblog_airflow.params import chunk_size_param, source_param, tables_param
 
 SOURCES = source_ids()
 TUNED = settings().verify

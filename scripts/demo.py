@@ -19,12 +19,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT / "include")]
 
-from dblog import config  # noqa: E402
-from dblog.capture import caught_up, sync_point  # noqa: E402
-from dblog.reconcile import rebuild  # noqa: E402
-from dblog.staging import StagedLog  # noqa: E402
-from dblog.state import StateStore, checkpoint_path  # noqa: E402
-from dblog.verify import compare_warehouse  # noqa: E402
+from dblog import connections  # noqa: E402
+from dblog.capture.capture_loop import caught_up, sync_point  # noqa: E402
+from dblog.operations.reconcile import rebuild  # noqa: E402
+from dblog.stagedlog.staged_log import StagedLog  # noqa: E402
+from dblog.coordination.store import StateStore
+from dblog.coordination.checkpoint import checkpoint_path  # noqa: E402
+from dblog.operations.verify import compare_warehouse  # noqa: E402
 from dblog.warehouse.readers import duckdb_read  # noqa: E402
 from dblog.warehouse.tables import Warehouse  # noqa: E402
 from dblog_airflow.local import settings  # noqa: E402
@@ -54,7 +55,7 @@ def main() -> int:
                        "DBLOG_SOURCES": ",".join(SOURCES)})
     env = {**os.environ, **settings(root / "airflow"), "AIRFLOW_CONN_DBLOG_ZOOKEEPER": zk_uri}
     os.environ.update(env)
-    zk = config.zookeeper(zk_uri)
+    zk = connections.zookeeper(zk_uri)
     store = StateStore(zk.hosts, zk.chroot).start()
     for child in store.children("/"):
         store.delete(f"/{child}", recursive=True)
@@ -68,7 +69,7 @@ def main() -> int:
         procs.append(subprocess.Popen([sys.executable, "-m", "dblog.cli", "capture", "--source", sid], env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     writers = [subprocess.Popen([sys.executable, "-m", "dblog_dev.workload", sample.admin_uri(sid),
-                                 config.source(sid).namespace, "--seconds", "3600", "--seed", "2", "--rows", "20000", "--rate", str(RATE)],
+                                 connections.source(sid).namespace, "--seconds", "3600", "--seed", "2", "--rows", "20000", "--rate", str(RATE)],
                                 env=env, stdout=subprocess.DEVNULL) for sid in SOURCES]
     procs += writers
     try:
@@ -85,7 +86,7 @@ def main() -> int:
             w.terminate(); w.wait()
         staged, lags = StagedLog(env["DBLOG_STAGING"]), {}
         for sid in SOURCES:
-            mark, deadline = sync_point(config.source(sid)), time.monotonic() + 120
+            mark, deadline = sync_point(connections.source(sid)), time.monotonic() + 120
             while not caught_up(store, staged, sid, mark):
                 if time.monotonic() > deadline:
                     raise SystemExit(f"demo: {sid}: the capture did not catch up within 120s")
@@ -106,7 +107,7 @@ def main() -> int:
 def summary(staged: StagedLog, warehouse: Warehouse, lags: dict, upto: dict) -> int:
     rows, ok = [], True
     for sid in SOURCES:
-        src = config.source(sid)
+        src = connections.source(sid)
         for t in sample.TABLES:
             table = f"{src.namespace}.{t}"
             diff = compare_warehouse(src, warehouse, table)

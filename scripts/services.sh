@@ -178,9 +178,11 @@ one() {  # one ACTION SERVICE: start or stop a single service
 
 # One change of the services at a time: the suite's two workers both bring them up at start, and
 # the object-storage tests of either may start SeaweedFS.
-mkdir -p "$LOCAL"
-exec 9>"$LOCAL/.services.lock"
-flock 9
+# flock -o: the services this starts must not inherit (and so hold) the lock.
+if [ -z "${DBLOG_SERVICES_LOCKED:-}" ]; then
+  mkdir -p "$LOCAL"
+  DBLOG_SERVICES_LOCKED=1 exec flock -o "$LOCAL/.services.lock" bash "$ROOT/scripts/services.sh" "$@"
+fi
 
 case "${1:-}" in
   up) mariadb_up; postgres_up; zookeeper_up; provision ;;

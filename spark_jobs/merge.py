@@ -3,7 +3,7 @@
     spark-submit --master local[2] spark_jobs/merge.py --source dblog_mariadb [--table shop.accounts]
 
 Arguments are `dblog merge`'s; the session takes spark-submit's master and settings.
-The work itself is `dblog.spark.job.merge_table` (DataFrame functions in `dblog.spark.merge`).
+The work itself is `dblog.merge.job.merge_table` (DataFrame functions in `dblog.merge.bucket_merge`).
 
 With `--report FILE` (how the Airflow merge task runs it) the job prints no summary of its own:
 the task logs one line per table from the report. A failure writes `{"error": "..."}` to the

@@ -81,7 +81,7 @@ LOOPBACK = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFF
 def settle(src: "SourceEnv") -> None:
     """Write a sync watermark and await it behind the checkpoint: every earlier commit is staged
     and a merge started now covers it."""
-    from dblog.capture import caught_up, sync_point
+    from dblog.capture.capture_loop import caught_up, sync_point
     mark = sync_point(src.source())
     with src.store() as store:
         wait_for(lambda: caught_up(store, src.staged(), src.source_id, mark), 120,
@@ -90,7 +90,7 @@ def settle(src: "SourceEnv") -> None:
 
 def checkpoint(src: "SourceEnv") -> str | None:
     """The capture's checkpoint position: everything staged up to it is complete."""
-    from dblog.state import checkpoint_position
+    from dblog.coordination.checkpoint import checkpoint_position
     with src.store() as store:
         return checkpoint_position(store, src.source_id)
 
@@ -98,7 +98,7 @@ def checkpoint(src: "SourceEnv") -> str | None:
 def assert_warehouse_equals_source(src: "SourceEnv", warehouse, tables=TABLES) -> None:
     """Source and warehouse agree (read through pyiceberg), and an independent engine, DuckDB,
     reads the same rows from the table's metadata."""
-    from dblog.verify import compare_warehouse
+    from dblog.operations.verify import compare_warehouse
     from dblog.warehouse.readers import duckdb_read
     for t in tables:
         diff = compare_warehouse(src.source(), warehouse, src.table(t))
@@ -114,8 +114,8 @@ def assert_warehouse_equals_source(src: "SourceEnv", warehouse, tables=TABLES) -
 
 def warehouse_table(spark, warehouse, source: str, table: str):
     """The warehouse table's current snapshot as a DataFrame, the way a Spark user without the
-    Iceberg runtime reads it (`dblog.warehouse.readers.spark_table`)."""
-    from dblog.warehouse.readers import spark_table
+    Iceberg runtime reads it (`dblog.spark.data_sources.spark_table`)."""
+    from dblog.spark.data_sources import spark_table
     return spark_table(spark, warehouse, source, table)
 
 
@@ -194,15 +194,15 @@ class SourceEnv:
 
     def source(self):
         # Of this test's deployment (its ZooKeeper chroot), like the `dblog` processes it runs.
-        from dblog.config import deployment_id, source_from_uri
+        from dblog.connections import deployment_id, source_from_uri
         return source_from_uri(self.source_id, self.uri, deployment_id(self.zk_uri))
 
     def store(self):
-        from dblog.state import StateStore
+        from dblog.coordination.store import StateStore
         return StateStore(f"127.0.0.1:{PORTS['ZK']}", self.zk_chroot, timeout=3).start()
 
     def staged(self):
-        from dblog.staging import StagedLog
+        from dblog.stagedlog.staged_log import StagedLog
         return StagedLog(str(self.staging))
 
     def workload(self, seed: int = 0, rows: int = 2000):

@@ -9,7 +9,7 @@ from decimal import Decimal
 import pyarrow as pa
 from dblog.warehouse.commit import WrittenFile, commit
 from dblog.warehouse.files import TOMBSTONE, bucket_writer
-from dblog.warehouse.state import Bucket, TableState
+from dblog.warehouse.merged_state import Bucket, TableState
 from dblog.warehouse.tables import Warehouse
 from dblog.warehouse.types import BUCKET, META, MISSING
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from dblog.warehouse.commit import WrittenFile, commit
 from dblog.warehouse.files import bucket_writer
-from dblog.warehouse.state import Bucket, TableState
+from dblog.warehouse.merged_state import Bucket, TableState
 
 SRC, TABLE = "src", "shop.order lines"
 KEY = ["id"]
@@ -110,7 +110,7 @@ class FakeStore:
         return None
 
     def lease(self, path, owner, timeout):
-        from dblog import state as paths
+        from dblog.coordination import store as paths
         if path in self.busy:
             raise paths.LeaseTimeout(path)
         self.events.append(("take", path))

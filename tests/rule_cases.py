@@ -4,13 +4,13 @@ Table T has key `id` and one column `v`. Positions are small integers; watermark
 their UUID-like value. Each case: log events (watermarks included), chunks (LW value, HW value,
 rows: a key read, or `gone(key)`, a key-list dump's key the source does not have), and the rows
 a user must see afterwards. `unlogged(n)` in a log marks a write the log holds without rows (a
-statement-logged write, a TRUNCATE): the capture indexes its position (`dblog.unlogged`), it is
+statement-logged write, a TRUNCATE): the capture indexes its position (`dblog.coordination.unlogged`), it is
 no event.
 """
-from dblog.events import ChangeEvent
-from dblog.positions import Position
-from dblog.rules import Chunk, Window, blind_window, chunk_ready, merge_latest, ordered_output, visible_rows
-from dblog.staged import ChunkRow, Op
+from dblog.model.events import ChangeEvent
+from dblog.model.positions import Position
+from dblog.model.rules import Chunk, Window, blind_window, chunk_ready, merge_latest, ordered_output, visible_rows
+from dblog.model.staged_format import ChunkRow, Op
 
 T, WM = "app.t", "dblog.watermarks"
 

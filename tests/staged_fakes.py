@@ -2,9 +2,9 @@
 state store in memory (tests without ZooKeeper, or whose warehouse a merge has not written)."""
 from __future__ import annotations
 
-from dblog.staged import ChunkFile
-from dblog.staging import StagedLog
-from dblog.warehouse.state import TableState, to_ranges
+from dblog.model.staged_format import ChunkFile
+from dblog.stagedlog.staged_log import StagedLog
+from dblog.warehouse.merged_state import TableState, to_ranges
 
 
 class MergedWarehouse:

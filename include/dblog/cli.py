@@ -10,25 +10,27 @@ import sys
 import time
 from typing import Any
 
-from . import config
-from . import state as paths
-from .capture import Capture, ensure_checkpoint, reset_checkpoint
-from .export import ExportError, export
-from .dump import control_changes, create_dump, dump_status, run_dump, set_control
-from .dump_spec import DumpError, DumpSpec, check_finite, qualified
-from .settings import DUMP_ID, settings
-from .positions import Position
+from . import connections
+from .coordination.checkpoint import checkpoint_position
+from .capture.capture_loop import Capture
+from .coordination.checkpoint import ensure_checkpoint, reset_checkpoint
+from .operations.export import export
+from .snapshot.dump import control_changes, create_dump, dump_status, run_dump, set_control
+from .snapshot.dump_spec import DumpError, DumpSpec, check_finite, qualified
+from .errors import DBLogError, UsageError
+from .settings import DUMP_ID, ConfigError, settings
+from .model.positions import Position
 from .sources.base import SourceError
-from .staged_maintain import size_text
-from .staging import StagedLog, StagingError
-from .state import Fenced, StateStore, dump_path
-from .status import source_status
+from .operations.staged_maintenance import size_text
+from .stagedlog.staged_log import StagedLog
+from .coordination.store import Fenced, StateStore, dump_path
+from .operations.status import source_status
 
 log = logging.getLogger("dblog")
 
 
 def _store() -> StateStore:
-    zk = config.zookeeper()
+    zk = connections.zookeeper()
     return StateStore(zk.hosts, zk.chroot, timeout=zk.session_timeout).start()
 
 
@@ -54,16 +56,16 @@ def _keys(text: str | None):
 def cmd_capture(args) -> int:
     _within("--flush-rows", "capture.flush_rows", args.flush_rows)
     _within("--flush-seconds", "capture.flush_seconds", args.flush_seconds)
-    source = config.source(_source_id(args.source, "capture"))
+    source = connections.source(_source_id(args.source, "capture"))
     # Settings a capture needs are resolved before ZooKeeper is touched: a missing one changes nothing.
-    staged, warehouse = (None, None) if args.reset or args.init else (StagedLog(config.staging_root()), _warehouse())
+    staged, warehouse = (None, None) if args.reset or args.init else (StagedLog(connections.staging_root()), _warehouse())
     with _store() as store:
         if args.reset:
             reset_checkpoint(store, source)
             print(f"{source.name}: checkpoint reset; run a full dump of every table to repair the gap")
             return 0
         if args.init:
-            print(json.dumps(ensure_checkpoint(store, source), default=str))
+            print(json.dumps(ensure_checkpoint(store, source).as_json(), default=str))
             return 0
         stopped = False
 
@@ -107,13 +109,13 @@ class _LazyWarehouse:
 
 
 def _warehouse():
-    return _LazyWarehouse(config.warehouse_root())
+    return _LazyWarehouse(connections.warehouse_root())
 
 
 def cmd_repair(args) -> int:
-    from .repair import Repairer, waiting
-    source = config.source(_source_id(args.source, "repair"))
-    staged, warehouse = StagedLog(config.staging_root()), _warehouse()
+    from .snapshot.repair import Repairer, waiting
+    source = connections.source(_source_id(args.source, "repair"))
+    staged, warehouse = StagedLog(connections.staging_root()), _warehouse()
     with _store() as store:
         ran = Repairer(store, source, staged, warehouse=warehouse).run_once()
         print(json.dumps({"ran": ran, "waiting": waiting(store, source.name)}, default=str))
@@ -125,10 +127,10 @@ def _source_id(given: str | None, command: str) -> str:
     wrong database, so the user says which."""
     if given:
         return given
-    ids = config.source_ids()
+    ids = connections.source_ids()
     if len(ids) == 1:
         return ids[0]
-    raise config.ConfigError(f"`dblog {command}` needs --source ID: the configured sources (DBLOG_SOURCES) are "
+    raise ConfigError(f"`dblog {command}` needs --source ID: the configured sources (DBLOG_SOURCES) are "
                              f"{', '.join(ids) or 'none'}")
 
 
@@ -151,7 +153,7 @@ def _dump_spec(args) -> DumpSpec | None:
 
 
 def cmd_dump(args) -> int:
-    source = config.source(_source_id(args.source, "dump"))
+    source = connections.source(_source_id(args.source, "dump"))
     if args.action in ("pause", "resume", "cancel", "throttle"):
         if not args.dump_id:
             raise DumpError(f"`dblog dump {args.action}` needs the dump id (see `dblog status`)")
@@ -166,7 +168,7 @@ def cmd_dump(args) -> int:
     # Every check of the input comes before the first write: a checkpoint, a slot or a dump that
     # bad input created would outlive the error (a slot holds WAL for ever).
     spec = _dump_spec(args)
-    staged = StagedLog(config.staging_root())
+    staged = StagedLog(connections.staging_root())
     with _store() as store:
         if spec is None:
             dump_id = args.dump_id
@@ -186,7 +188,7 @@ def cmd_dump(args) -> int:
             log.info("%s %s: chunk %d, %d rows (%d total, %.0f rows/s)", dump_id, p.table, p.chunks, n, p.rows,
                      p.rows_per_s)
         # A resumed run waits for a crashed worker's lease to expire with its ZooKeeper session.
-        wait = config.zookeeper().takeover_wait if args.action == "run" else 0
+        wait = connections.zookeeper().takeover_wait if args.action == "run" else 0
         run_dump(store, source, staged, dump_id, args.table if args.action == "run" else None, report, wait)
         print(json.dumps(dump_status(store, source.name, dump_id), default=str))
     return 0
@@ -194,10 +196,10 @@ def cmd_dump(args) -> int:
 
 def cmd_status(args) -> int:
     out = {}
-    staged = StagedLog(config.staging_root())
+    staged = StagedLog(connections.staging_root())
     with _store() as store:
-        for sid in ([args.source] if args.source else config.source_ids()):
-            out[sid] = source_status(store, config.source(sid), staged)
+        for sid in ([args.source] if args.source else connections.source_ids()):
+            out[sid] = source_status(store, connections.source(sid), staged)
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     else:
@@ -224,17 +226,17 @@ def cmd_status(args) -> int:
 
 
 def cmd_export(args) -> int:
-    source = config.source(_source_id(args.source, "export"))
+    source = connections.source(_source_id(args.source, "export"))
     table = qualified(source, args.table)
     if args.from_position is not None:
         try:
             Position.decode(args.from_position)
         except ValueError:
-            raise config.ConfigError(f"--from {args.from_position!r} is not a position: give one as `dblog status` "
+            raise ConfigError(f"--from {args.from_position!r} is not a position: give one as `dblog status` "
                                      "shows them (three groups of 10, 20 and 10 digits joined by '-')") from None
-    staged = StagedLog(config.staging_root())
+    staged = StagedLog(connections.staging_root())
     with _store() as store:
-        upto = paths.checkpoint_position(store, source.name)
+        upto = checkpoint_position(store, source.name)
         out = open(args.output, "w") if args.output else sys.stdout
         try:
             lines = export(store, staged, source.name, table, out, upto, args.from_position)
@@ -248,7 +250,7 @@ def cmd_export(args) -> int:
 def _known_tables(source, staged: StagedLog, tables: list[str]) -> None:
     """Refuse tables neither the source nor the staged log knows, before anything is started or
     written (a merge lock, a catalog entry, a Spark session)."""
-    from .spark.job import staged_tables   # the module only: no Spark session starts
+    from .merge.job import staged_tables   # the module only: no Spark session starts
     known = set(staged_tables(staged, source.name))
     unknown = [t for t in tables if t not in known]
     if unknown:
@@ -258,18 +260,18 @@ def _known_tables(source, staged: StagedLog, tables: list[str]) -> None:
             source.close()
         unknown = [t for t in unknown if t not in known]
     if unknown:
-        raise config.ConfigError(f"{source.name}: no table {', '.join(unknown)}; known tables: "
+        raise ConfigError(f"{source.name}: no table {', '.join(unknown)}; known tables: "
                                  f"{', '.join(sorted(known)) or 'none'}")
 
 
 def _table_of(source_id: str, table: str) -> str:
     """`qualified`, reading the source's connection only for a bare table name (a warehouse
     command on `schema.table` works without it)."""
-    return table if "." in table else qualified(config.source(source_id), table)
+    return table if "." in table else qualified(connections.source(source_id), table)
 
 
 def cmd_merge(args) -> int:
-    from .spark.job import merge_source
+    from .merge.job import merge_source
     from .spark.session import LONG_RUNNING, session
     from .warehouse.tables import Warehouse
     _within("--bucket-rows", "merge.bucket_rows", args.bucket_rows)
@@ -277,12 +279,12 @@ def cmd_merge(args) -> int:
         if args.every is not None:
             _within("--every", "merge.continuous_every_seconds", args.every)
         if args.duration is not None and args.duration <= 0:
-            raise ValueError(f"--duration must be > 0 seconds, got {args.duration:g} (leave it out to run until stopped)")
+            raise UsageError(f"--duration must be > 0 seconds, got {args.duration:g} (leave it out to run until stopped)")
     elif args.duration is not None or args.every is not None:
-        raise ValueError("--duration and --every need --continuous (a single merge ends when it is done)")
-    sources = [config.source(s) for s in (_listed(args.source) or config.source_ids())]
+        raise UsageError("--duration and --every need --continuous (a single merge ends when it is done)")
+    sources = [connections.source(s) for s in (_listed(args.source) or connections.source_ids())]
     tables = {src.name: [qualified(src, t) for t in _listed(args.table)] or None for src in sources}
-    staged, warehouse = StagedLog(config.staging_root()), Warehouse(config.warehouse_root())
+    staged, warehouse = StagedLog(connections.staging_root()), Warehouse(connections.warehouse_root())
     for src in sources:
         _known_tables(src, staged, tables[src.name] or [])
     spark = session("dblog-merge", args.master, LONG_RUNNING if args.continuous else None)
@@ -303,7 +305,7 @@ def _merge_continuously(args, spark, store, staged, warehouse, tables) -> int:
     (the cycle under way finishes first)."""
     import threading
 
-    from .spark.continuous import ContinuousMerge
+    from .merge.continuous import ContinuousMerge
     stop = threading.Event()
 
     def on_signal(*_):
@@ -346,13 +348,13 @@ def _listed(values: list[str] | None) -> list[str]:
 
 
 def cmd_verify(args) -> int:
-    from .verify import compare_warehouse
+    from .operations.verify import compare_warehouse
     from .warehouse.tables import Warehouse
     _within("--page", "verify.page_rows", args.page)
-    warehouse = Warehouse(config.warehouse_root())
+    warehouse = Warehouse(connections.warehouse_root())
     drift = unmerged = False
-    for sid in [args.source] if args.source else config.source_ids():  # default: every configured source
-        result = _verify_source(args, config.source(sid), warehouse, compare_warehouse)
+    for sid in [args.source] if args.source else connections.source_ids():  # default: every configured source
+        result = _verify_source(args, connections.source(sid), warehouse, compare_warehouse)
         unmerged |= result is None
         drift |= bool(result)
     return 2 if unmerged else 1 if drift else 0
@@ -389,19 +391,19 @@ def _verify_source(args, source, warehouse, compare_warehouse) -> bool | None:
 
 def cmd_maintain(args) -> int:
     """Expire old snapshots, compact buckets of many files and sweep unreferenced files, per table
-    under its merge lease (`dblog.warehouse.maintain`); then the source's staged log: retention,
-    finished dumps, compaction (`dblog.staged_maintain`)."""
-    from .staged_maintain import maintain_staged
-    from .warehouse.maintain import maintain_source
+    under its merge lease (`dblog.warehouse.table_maintenance`); then the source's staged log: retention,
+    finished dumps, compaction (`dblog.operations.staged_maintenance`)."""
+    from .operations.staged_maintenance import maintain_staged
+    from .warehouse.table_maintenance import maintain_source
     from .warehouse.tables import Warehouse
     opts = {"keep_seconds": args.keep_seconds, "orphan_grace_seconds": args.orphan_grace,
             "compact_min_files": args.compact_min_files}
     for (flag, setting), value in zip(MAINTAIN_FLAGS, [*opts.values(), args.log_retention]):
         if value is not None:
             _within(flag, setting, value)
-    warehouse, staged = Warehouse(config.warehouse_root()), StagedLog(config.staging_root())
+    warehouse, staged = Warehouse(connections.warehouse_root()), StagedLog(connections.staging_root())
     with _store() as store:
-        for sid in [args.source] if args.source else config.source_ids():  # default: every configured source
+        for sid in [args.source] if args.source else connections.source_ids():  # default: every configured source
             tables = [_table_of(sid, t) for t in args.table] if args.table else None
             for report in maintain_source(store, warehouse, sid, tables, dry_run=args.dry_run, **opts):
                 print(report.line())
@@ -419,15 +421,15 @@ def cmd_warehouse(args) -> int:
     """`ls`: each warehouse table's Iceberg identifier, snapshot, rows and metadata file; `drop`: one
     table and its files, under its merge lease (a running merge cannot commit into it)."""
     from .warehouse.tables import Warehouse
-    warehouse = Warehouse(config.warehouse_root())
+    warehouse = Warehouse(connections.warehouse_root())
     if args.action == "drop":
-        from .warehouse.maintain import merge_lease
+        from .warehouse.table_maintenance import merge_lease
         table = _table_of(args.source, args.table)
         with _store() as store, merge_lease(store, args.source, table):
             dropped = warehouse.drop(args.source, table)
         print(f"{args.source} {table}: " + ("dropped, with its files" if dropped else "no such warehouse table"))
         return 0 if dropped else 1
-    for sid in [args.source] if args.source else config.source_ids():
+    for sid in [args.source] if args.source else connections.source_ids():
         for table in warehouse.tables(sid):
             t = warehouse.load(sid, table)
             head = t.current_snapshot() if t is not None else None
@@ -442,8 +444,8 @@ def cmd_setup(args) -> int:
     """Check every source and create what the capture user may create; what only an administrator
     may do is printed as the exact statements. `--print-sql`: the whole set-up, changing nothing."""
     failed = False
-    for sid in ([args.source] if args.source else config.source_ids()):
-        source = config.source(sid)
+    for sid in ([args.source] if args.source else connections.source_ids()):
+        source = connections.source(sid)
         try:
             if args.print_sql:
                 print("\n".join(source.setup_sql()) + "\n")
@@ -461,13 +463,13 @@ def cmd_setup(args) -> int:
 def cmd_sync(args) -> int:
     """Write a sync watermark on each source, then wait until its capture has checkpointed past
     it: from then on every commit made before `dblog sync` started is staged."""
-    from .capture import await_sync, sync_point
-    from .health import capture_health, sync_timeout_reason
-    from .repair import not_landed, waiting
+    from .capture.capture_loop import await_sync, sync_point
+    from .coordination.health import capture_health, sync_timeout_reason
+    from .snapshot.repair import not_landed, waiting
     if not (math.isfinite(args.timeout) and args.timeout >= 0):
-        raise config.ConfigError(f"--timeout must be a finite number of seconds >= 0, got {args.timeout}")
-    sources = [config.source(sid) for sid in ([args.source] if args.source else config.source_ids())]
-    staged, failed = StagedLog(config.staging_root()), False
+        raise ConfigError(f"--timeout must be a finite number of seconds >= 0, got {args.timeout}")
+    sources = [connections.source(sid) for sid in ([args.source] if args.source else connections.source_ids())]
+    staged, failed = StagedLog(connections.staging_root()), False
     with _store() as store:
         started = time.monotonic()
         marks = []
@@ -500,7 +502,7 @@ def _within(flag: str, setting: str, value: float) -> None:
     tuned = settings()
     low, high = tuned.bounds(setting)
     if not low <= value <= high:
-        raise config.ConfigError(f"{flag} must be from {tuned.range_text(setting)}, got {value}")
+        raise ConfigError(f"{flag} must be from {tuned.range_text(setting)}, got {value}")
 
 
 def _finite(text: str) -> float:
@@ -646,7 +648,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         cli = parser()
-    except config.ConfigError as exc:  # a bad DBLOG_* setting: the options' defaults come from them
+    except ConfigError as exc:  # a bad DBLOG_* setting: the options' defaults come from them
         print(f"dblog: error: {exc}", file=sys.stderr)
         return 2
     args = cli.parse_args(argv)
@@ -655,8 +657,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
         return args.func(args)
-    except (DumpError, SourceError, ExportError, StagingError, config.ConfigError, ConnectionError, ValueError,
-            RuntimeError) as exc:
+    except DBLogError as exc:  # what the engine refuses or cannot reach; anything else is a bug: its traceback shows
         print(f"dblog: error: {exc}", file=sys.stderr)
         return 2
 

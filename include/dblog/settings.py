@@ -5,7 +5,7 @@ fields are the settings. A field's metadata names its environment variable, its 
 or another setting: a chunk size is bounded by the maximum chunk size) and what it means.
 `settings()` reads the environment and checks every value, so a mistyped variable fails where it
 is first read, naming the variable, the value and what it accepts, not somewhere deep in a run.
-The README's table of tunables is `markdown_table()`; a unit test holds the two equal.
+The table of tunables in docs/configuration.md is `markdown_table()`; a unit test holds the two equal.
 
 Import-light on purpose: DAG files import it while the scheduler parses them.
 """
@@ -17,8 +17,10 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterator, Mapping
 
+from .errors import DBLogError
 
-class ConfigError(ValueError):
+
+class ConfigError(DBLogError, ValueError):
     """A setting or connection that cannot work; the message names it and the fix."""
 
 
@@ -37,7 +39,7 @@ class Spec:
     maximum: Bound = None
     choices: tuple[str, ...] = ()
     pattern: str | None = None
-    accepts: str = ""  # what a free-text setting takes, for the README
+    accepts: str = ""  # what a free-text setting takes, for docs/configuration.md
     same_as: str | None = None  # "group.field" whose value this one takes unless its variable is set
 
 
@@ -334,7 +336,7 @@ def _number(value: Any) -> str:
 
 
 def markdown_table() -> str:
-    """The README's table of tunables: variable, meaning, default, what it accepts."""
+    """The table of tunables in docs/configuration.md: variable, meaning, default, what it accepts."""
     rows = ["| variable | meaning | default | accepts |", "|---|---|---|---|"]
     rows += [f"| `{spec.env}` | {spec.help} | {_default_text(spec, default)} | {_accepts_text(spec)} |"
              for _, spec, default in specs()]
@@ -359,5 +361,5 @@ def _accepts_text(spec: Spec) -> str:
 _SPECS = {name: (spec, default) for name, spec, default in specs()}
 
 
-if __name__ == "__main__":  # the README's table: python -m dblog.settings
+if __name__ == "__main__":  # docs/configuration.md's table: python -m dblog.settings
     print(markdown_table())

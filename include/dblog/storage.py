@@ -20,7 +20,7 @@ from .settings import ConfigError
 # dictionary is given up once it passes 64 KiB instead of Arrow's 1 MiB: a key, an amount or a
 # timestamp is near unique, and hashing each value into a dictionary that then falls back cost
 # half of a first load's write time; low-cardinality columns still fit. Files come out a sixth
-# to a third smaller (README, Performance).
+# to a third smaller (docs/performance.md).
 PARQUET_WRITE = {"dictionary_pagesize_limit": 64 << 10}
 
 ENDPOINT_ENV = "DBLOG_S3_ENDPOINT"

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 
-from dblog.config import DEFAULT_CHROOT, ZOOKEEPER_CONN, ConfigError
+# Only the engine's lowest module: `dblog.connections` imports this one when DBLOG_LOCAL=1 asks.
+from dblog.settings import ConfigError
 
 HOST = "127.0.0.1"
 DEFAULT_PORTS = {"MARIADB": 3307, "POSTGRES": 5433, "ZK": 2182, "S3": 8334}
-CHROOT = DEFAULT_CHROOT
+CHROOT = "/dblog"
+# The connection id the engine reads ZooKeeper's URI from (`dblog.connections.ZOOKEEPER_CONN`).
+ZOOKEEPER_CONN = "dblog_zookeeper"
 # The sample sources and the service behind each (the keys of `admin_uri`).
 SOURCES = {"dblog_mariadb": "mariadb", "dblog_postgres": "postgres"}
 CONNECTION_IDS = (*SOURCES, ZOOKEEPER_CONN)

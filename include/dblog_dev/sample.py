@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from dblog import config
+from dblog import connections
 
 from . import local
 from .workload import Workload, connect
@@ -17,14 +17,14 @@ TABLES = ("accounts", "order_lines")
 
 def admin_uri(source_id: str) -> str:
     if source_id not in local.SOURCES:
-        raise config.ConfigError(f"{source_id} is not a local sample source; use one of {', '.join(local.SOURCES)}")
+        raise connections.ConfigError(f"{source_id} is not a local sample source; use one of {', '.join(local.SOURCES)}")
     return local.admin_uri(local.SOURCES[source_id])
 
 
 def load(source_id: str, rows: int = 20_000, reset: bool = False) -> bool:
     """Create and fill the sample tables (True), or leave existing ones alone (False). `reset`
     drops them first, and the replication slot with them (a fresh start for the demo)."""
-    src = config.source(source_id)
+    src = connections.source(source_id)
     if not reset and {f"{src.namespace}.{t}" for t in TABLES} <= set(src.tables()):
         return False
     kind, conn = connect(admin_uri(source_id))
@@ -43,6 +43,6 @@ def load(source_id: str, rows: int = 20_000, reset: bool = False) -> bool:
 
 
 if __name__ == "__main__":
-    for sid in config.source_ids():
+    for sid in connections.source_ids():
         print(f"{sid}: " + ("sample tables loaded" if load(sid) else "sample tables already there"))
     sys.exit(0)

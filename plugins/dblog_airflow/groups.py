@@ -1,4 +1,4 @@
-"""Task groups and params shared by the dump, full-refresh and verify DAGs.
+"""Task groups shared by the dump, full-refresh and verify DAGs (their params: `dblog_airflow.params`).
 
 One group per source, because a pool is fixed when a task is defined: `dblog_dump_<source>`
 bounds how many tables of that source are dumped at once (create it with `make airflow`, or
@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import Param, TaskGroup
+from airflow.sdk import TaskGroup
 
-from dblog.settings import settings
-from dblog_airflow.operators.dump import ALL_SOURCES, DumpTableOperator, StartDumpOperator
+from dblog_airflow.operators.dump import DumpTableOperator, StartDumpOperator
 from dblog_airflow.operators.wait import WaitForCaptureOperator
 
 
@@ -36,48 +35,3 @@ def dump_source(source_id: str, *, selected_source: str | None = None, tables: A
 
 def wait_for_capture(source_id: str) -> WaitForCaptureOperator:
     return WaitForCaptureOperator(task_id="wait_for_capture", source_conn_id=source_id)
-
-
-# -- params: the same names, types and descriptions in every DAG that takes them -----------------
-# No `minimum`/`maximum` on numbers: the trigger form clamps an out-of-range entry to them without a
-# word (0 became 1); the start task checks the range and says what to fix.
-def source_param(sources: list[str], *, every: bool = False) -> Param:
-    if every:
-        return Param(ALL_SOURCES, type="string", enum=[ALL_SOURCES, *sources], title="Source",
-                     values_display={ALL_SOURCES: "all sources"},
-                     description="Connection id of one source database, or all of them.")
-    return Param(sources[0], type="string", enum=sources, title="Source connection",
-                 description="Connection id of the source database.")
-
-
-def tables_param(what: str = "dumps") -> Param:
-    return Param([], type=["array", "null"], items={"type": "string", "minLength": 1}, title="Tables",
-                 description=f"`table` or `schema.table`, one per line; empty {what} every table.")
-
-
-def exclude_param() -> Param:
-    return Param([], type=["array", "null"], items={"type": "string", "minLength": 1}, title="Leave out",
-                 description="With every table (Tables empty): `table` or `schema.table` to leave out, one per "
-                             "line (`schema.table` for a table of one source when the run covers several). Tables "
-                             "that cannot be dumped (no primary key) are skipped and listed anyway.")
-
-
-def chunk_size_param(default: int | None = None, title: str = "Chunk size (rows)") -> Param:
-    s = settings()
-    return Param(s.dump.chunk_size if default is None else default, type="integer", title=title,
-                 description=f"Rows per chunk, {s.range_text('dump.chunk_size')}: one short SELECT between a low "
-                             "and a high watermark.")
-
-
-def parallelism_param(default: int | None = None) -> Param:
-    s = settings()
-    return Param(s.dump.parallelism if default is None else default, type="integer", title="Parallelism",
-                 description=f"Key ranges a window reads at once, {s.range_text('dump.parallelism')}, each on its "
-                             "own source connection: a window reads about chunk size x parallelism rows between "
-                             "its low and high watermark. Higher dumps faster and loads the source more.")
-
-
-def delay_param(default: float = 0.0) -> Param:
-    return Param(default, type="number", title="Delay between chunks (s)",
-                 description=f"Pause after each chunk, 0 to {settings().dump.max_delay_seconds} seconds, to spare "
-                             "a busy source.")

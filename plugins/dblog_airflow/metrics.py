@@ -3,7 +3,7 @@ the deployment's `[metrics]` section configures), so existing dashboards and ale
 
 Every name is `dblog.<metric>.<subject...>` (plain StatsD has no tags) and carries the same facts
 as tags (`source`, `table`, `dump_id`) for backends that keep them. The names and their meaning
-are listed in the README (Airflow / Metrics).
+are listed in docs/airflow.md (Metrics).
 """
 from __future__ import annotations
 

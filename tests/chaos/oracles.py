@@ -71,6 +71,6 @@ class PositionHistory:
 
 
 def warehouse_differs(diffs: dict) -> list[str]:
-    """`diffs`: table -> `dblog.verify.Diff` of source against warehouse."""
+    """`diffs`: table -> `dblog.operations.verify.Diff` of source against warehouse."""
     return [f"{t}: {len(d.missing)} missing, {len(d.extra)} extra, {len(d.different)} different, e.g. {d.keys()[:3]}"
             for t, d in diffs.items() if not d.equal]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conftest import ADMIN, SourceEnv, make_env, settle
-from dblog import state as paths
+from dblog.coordination import store as paths
 from legacy import create_legacy
 from oracles import PositionHistory, staged_once_in_order, transactions, warehouse_differs
 from writer import LABEL_COUNT, create_labels, label_code
@@ -186,7 +186,7 @@ class Chaos:
             self.report.problems.append(f"merge failed: {exc!r}")
 
     def _merge(self) -> None:
-        from dblog.spark.job import merge_source
+        from dblog.merge.job import merge_source
         with self.env.store() as store:
             results = merge_source(self.spark, store, self.env.staged(), self.warehouse, self.env.source_id,
                                    bucket_rows=self.rng.choice([500, 5000, 100_000]))
@@ -196,7 +196,7 @@ class Chaos:
 
     def continuous(self) -> None:
         """`dblog merge --continuous`, on a thread, until `stop_merging`."""
-        from dblog.spark.continuous import ContinuousMerge
+        from dblog.merge.continuous import ContinuousMerge
         lines = self.logs / "merge.log"
         try:
             with self.env.store() as store, open(lines, "a") as out:
@@ -297,8 +297,8 @@ class Chaos:
         """The writes have stopped: the merges go on as a deployment's would (a batch merge now and
         then, or the continuous one) until no repair waits and the warehouse equals the source.
         Nobody runs `dblog verify` or a repair by hand."""
-        from dblog.repair import waiting
-        from dblog.verify import compare_warehouse
+        from dblog.snapshot.repair import waiting
+        from dblog.operations.verify import compare_warehouse
         tables = (*TABLES, "legacy") if self.report.legacy else TABLES
         source, started = self.env.source(), time.monotonic()
         while True:

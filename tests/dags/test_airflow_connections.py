@@ -16,7 +16,7 @@ from conftest import assert_warehouse_equals_source, settle, wait_for
 
 def test_capture_dump_and_merge_runs_use_connections_that_only_the_metadata_database_holds(
         mariadb, deploy, warehouse, monkeypatch, tmp_path):
-    from dblog.health import CAPTURING, capture_health
+    from dblog.coordination.health import CAPTURING, capture_health
     mariadb.workload(seed=91, rows=400).create()
     airflow = deploy(mariadb, in_metadata_db=True)
     monkeypatch.delenv("DBLOG_LOCAL")

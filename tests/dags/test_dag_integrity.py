@@ -97,7 +97,7 @@ def test_dump_params_accept_a_key_list_repair(dags):
 
 
 def test_a_conf_check_names_each_misspelled_key_and_out_of_range_value_with_its_fix(dags):
-    from dblog_airflow.operators.dump import conf_problems
+    from dblog_airflow.params import conf_problems
     declared = list(dags["dblog_dump"].params)
     problems = conf_problems(declared, {"source": "dblog_mariadb", "table": ["accounts"], "chunksize": 5, "zzz": 1},
                              {"chunk_size": 0, "delay_seconds": -1, "tables": ["accounts"]})
@@ -112,7 +112,7 @@ def test_a_conf_check_names_each_misspelled_key_and_out_of_range_value_with_its_
 
 
 def test_a_conf_check_accepts_every_declared_key_at_its_bounds(dags):
-    from dblog_airflow.operators.dump import conf_problems
+    from dblog_airflow.params import conf_problems
     params = dags["dblog_dump"].params
     conf = {name: params[name] for name in params}
     assert conf_problems(list(params), conf, {"chunk_size": 1, "delay_seconds": 3600, "tables": []}) == []
@@ -124,7 +124,7 @@ def test_a_conf_check_accepts_every_declared_key_at_its_bounds(dags):
 
 @pytest.mark.parametrize("dag_id", ["dblog_dump", "dblog_full_refresh"])
 def test_dags_that_dump_every_table_take_an_exclude_list_the_start_task_checks(dags, dag_id):
-    from dblog_airflow.operators.dump import conf_problems
+    from dblog_airflow.params import conf_problems
     params = dags[dag_id].params
     assert params["exclude"] == [] and params["tables"] in ([], None)  # empty tables: every table
     assert conf_problems(list(params), {"exclude": ["a", " "]}, {"exclude": ["a", " "]}) == [
@@ -134,7 +134,7 @@ def test_dags_that_dump_every_table_take_an_exclude_list_the_start_task_checks(d
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_a_conf_with_nan_or_infinity_is_refused_by_the_engines_rule(dags, value):
-    from dblog_airflow.operators.dump import conf_problems
+    from dblog_airflow.params import conf_problems
     params = list(dags["dblog_dump_control"].params)
     assert conf_problems(params, {}, {"chunk_size": value, "delay_seconds": value}) == [
         f"chunk_size = {value!r}: a chunk reads 1 to 100,000 rows; set a whole number in that range (default 20000)",
@@ -157,7 +157,7 @@ def test_the_dblog_page_refuses_a_non_finite_throttle_before_it_reaches_zookeepe
 
 def test_the_dblog_page_lists_the_staged_log_at_most_once_a_minute_and_shows_the_rest_when_it_cannot(
         monkeypatch, tmp_path):
-    from dblog.staging import StagedLog
+    from dblog.stagedlog.staged_log import StagedLog
     from dblog_airflow.hooks.dblog import DBLogHook
     from dblog_airflow.ui import app
     listed = []
@@ -241,7 +241,7 @@ def test_a_failed_merge_logs_the_jobs_reason_as_an_error_and_fails_with_it(monke
 
 
 def test_a_capture_slice_outside_5_seconds_to_a_day_is_refused_with_the_range(dags):
-    from dblog_airflow.operators.dump import conf_problems
+    from dblog_airflow.params import conf_problems
     params = list(dags["dblog_capture"].params)
     assert conf_problems(params, {"slice_seconds": 2}, {"slice_seconds": 2}) == [
         "slice_seconds = 2: a capture slice lasts 5 to 86,400 seconds; each handover pauses the stream a few seconds"]

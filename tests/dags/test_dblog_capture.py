@@ -5,7 +5,7 @@ from conftest import wait_for
 
 
 def test_a_capture_slice_stages_changes_and_logs_position_and_lag(mariadb, deploy, capfd):
-    from dblog import state as paths
+    from dblog.coordination.checkpoint import checkpoint_path
     mariadb.workload(seed=5, rows=200).create()
     mariadb.dblog("capture", "--init", "--source", mariadb.source_id, check=True)
     mariadb.spawn_workload(seconds=3600, seed=6, rows=200)
@@ -14,12 +14,12 @@ def test_a_capture_slice_stages_changes_and_logs_position_and_lag(mariadb, deplo
     log = capfd.readouterr().out
     assert "slice done:" in log and ", lag " in log
     with mariadb.store() as store:
-        assert store.get(paths.checkpoint_path(mariadb.source_id))["position"]
+        assert store.get(checkpoint_path(mariadb.source_id))["position"]
     assert mariadb.staged().read_log(mariadb.source_id, mariadb.table("accounts")).num_rows > 0
 
 
 def test_while_another_deployment_captures_the_task_stays_standby_and_succeeds(mariadb, deploy, capfd):
-    from dblog import state as paths
+    from dblog.coordination import store as paths
     mariadb.workload(seed=7, rows=50).create()
     leader = mariadb.start_capture()
     with mariadb.store() as store:

@@ -106,7 +106,7 @@ def asset_event_extras(name: str) -> list[dict]:
 
 def test_a_dump_run_shows_its_dump_id_and_its_merge_reports_the_dumps_own_chunks_once(
         mariadb, deploy, capfd, monkeypatch):
-    from dblog import state as paths
+    from dblog.coordination import store as paths
     from dblog_airflow import metrics
     mariadb.workload(seed=5, rows=60).create()
     mariadb.start_capture()
@@ -151,7 +151,7 @@ def test_a_dump_run_shows_its_dump_id_and_its_merge_reports_the_dumps_own_chunks
 
 def test_a_dumps_merged_totals_add_up_across_the_merges_that_took_its_chunks(mariadb, deploy):
     from conftest import settle, wait_for
-    from dblog import state as paths
+    from dblog.coordination import store as paths
     mariadb.workload(seed=7, rows=50).create()
     mariadb.start_capture()
     sid, table = mariadb.source_id, mariadb.table("accounts")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 
 def test_the_control_dag_pauses_throttles_resumes_and_cancels_a_dump(mariadb, deploy):
-    from dblog import state as paths
+    from dblog.coordination import store as paths
     mariadb.workload(seed=41, rows=50).create()
     mariadb.dblog("capture", "--init", "--source", mariadb.source_id, check=True)
     dump_id = mariadb.dblog("dump", "--source", mariadb.source_id, "--table", "accounts", "--create-only",
@@ -28,7 +28,7 @@ def test_the_control_dag_pauses_throttles_resumes_and_cancels_a_dump(mariadb, de
 
 
 def test_a_misspelled_control_key_fails_the_task_naming_the_right_key_and_changes_nothing(mariadb, deploy, capfd):
-    from dblog import state as paths
+    from dblog.coordination import store as paths
     mariadb.workload(seed=41, rows=50).create()
     mariadb.dblog("capture", "--init", "--source", mariadb.source_id, check=True)
     dump_id = mariadb.dblog("dump", "--source", mariadb.source_id, "--table", "accounts", "--create-only",

@@ -46,7 +46,7 @@ def test_full_refresh_of_every_source_under_writes_then_merges_converge_and_publ
 
 
 def test_a_full_refresh_triggered_for_one_table_rereads_only_that_table_in_its_chunk_size(mariadb, deploy, warehouse):
-    from dblog import state as paths
+    from dblog.coordination import store as paths
     mariadb.workload(seed=23, rows=100).create()
     mariadb.start_capture()
     sid, table = mariadb.source_id, mariadb.table("accounts")

@@ -61,7 +61,7 @@ class SentMetrics:
 def task_env(airflow_home, tmp_path, monkeypatch):
     """A source with one warehouse table of two merges and an old orphan, a staged log of two
     segments; the hook's warehouse, staged log and store replaced (no ZooKeeper), metrics recorded."""
-    from dblog.staging import StagedLog
+    from dblog.stagedlog.staged_log import StagedLog
     from dblog.warehouse.tables import Warehouse
     from dblog_airflow import metrics
     from dblog_airflow.hooks.dblog import DBLogHook

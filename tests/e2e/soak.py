@@ -1,5 +1,5 @@
 """What the soak watches: the capture's leader, state and lag, sampled from ZooKeeper as the
-DBLog page reads them (`dblog.health`), and the handovers between slices that follow from them."""
+DBLog page reads them (`dblog.coordination.health`), and the handovers between slices that follow from them."""
 from __future__ import annotations
 
 import json
@@ -73,7 +73,7 @@ class CaptureProbe:
         self._thread.join()
 
     def _run(self) -> None:
-        from dblog.health import capture_health
+        from dblog.coordination.health import capture_health
         while not self._stop.is_set():
             h = capture_health(self.store, self.source)
             self.samples.append(Sample(time.time(), h.state, h.leader, h.lag_s))

@@ -86,7 +86,7 @@ def test_a_dump_waiting_on_a_stopped_capture_fails_with_the_reason_and_the_fix(s
     assert standalone.api("PATCH", "/dags/dblog_capture", json={"is_paused": True}).ok
     try:
         with src.store() as store:
-            from dblog.health import STOPPED, capture_health
+            from dblog.coordination.health import STOPPED, capture_health
             wait_for(lambda: capture_health(store, src.source_id).state == STOPPED, 4 * SLICE_SECONDS, interval=1,
                      what="the paused capture's last slice to end")
         run = standalone.api("POST", "/dags/dblog_dump/dagRuns", json={

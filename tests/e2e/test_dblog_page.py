@@ -67,7 +67,7 @@ def test_a_dump_is_followed_paused_and_resumed_from_the_dblog_page(standalone):
         row.get_by_role("button", name="Pause").click()
         expect(row.locator(".dump-state")).to_have_text("paused")
         with src.store() as store:
-            from dblog.state import control_path
+            from dblog.coordination.store import control_path
             assert store.get(control_path(src.source_id, dump_id))["state"] == "paused"
         wait_for(lambda: "paused; waiting for resume" in standalone.task_log("dblog_dump", run_id, f"{src.source_id}.dump_table"),
                  120, interval=1, what="the dump worker's task log to say it paused")
@@ -94,6 +94,6 @@ def test_a_dump_is_followed_paused_and_resumed_from_the_dblog_page(standalone):
         table = source.locator(f"tr[data-table='{src.table('order_lines')}']")
         expect(table).to_be_visible(timeout=30_000)  # the run's merge published a warehouse version
     with src.store() as store:
-        from dblog.state import control_path
+        from dblog.coordination.store import control_path
         assert store.get(control_path(src.source_id, dump_id)) == {"state": "running", "chunk_size": 200,
                                                                    "delay_s": 0, "parallelism": 2}

@@ -27,8 +27,8 @@ def dumps_of(src) -> set[str]:
 
 def test_a_dump_triggered_over_the_rest_api_lands_a_warehouse_table_equal_to_its_source(standalone):
     from conftest import wait_for
-    from dblog import state as paths
-    from dblog.verify import compare_warehouse
+    from dblog.coordination import store as paths
+    from dblog.operations.verify import compare_warehouse
     from dblog.warehouse.tables import Warehouse
     from dblog_airflow import metrics
     src = standalone.src

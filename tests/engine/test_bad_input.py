@@ -12,14 +12,15 @@ import sys
 
 import pytest
 from conftest import PORTS, wait_for
-from dblog import state as paths
+from dblog.coordination import store as paths
+from dblog.coordination.checkpoint import checkpoint_path
 
 
 def registered(env) -> tuple[bool, list[str]]:
     """Whether the source has a capture checkpoint, and its registered dumps."""
     store = env.store()
     try:
-        return store.get(paths.checkpoint_path(env.source_id)) is not None, store.children(paths.dumps_path(env.source_id))
+        return store.get(checkpoint_path(env.source_id)) is not None, store.children(paths.dumps_path(env.source_id))
     finally:
         store.stop()
 
@@ -29,7 +30,7 @@ def slot_exists(env) -> bool:
 
 
 def status_of(env, dump_id: str) -> dict:
-    from dblog.dump import dump_status
+    from dblog.snapshot.dump import dump_status
     store = env.store()
     try:
         return dump_status(store, env.source_id, dump_id)

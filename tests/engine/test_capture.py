@@ -5,10 +5,12 @@ import socket
 
 import pytest
 from conftest import PORTS, settle, wait_for
-from dblog import state as paths
-from dblog.capture import Capture, ensure_checkpoint
+from dblog.coordination import store as paths
+from dblog.coordination.checkpoint import checkpoint_path
+from dblog.capture.capture_loop import Capture
+from dblog.coordination.checkpoint import ensure_checkpoint
 from dblog.sources.base import SourceError
-from dblog.state import Fenced
+from dblog.coordination.store import Fenced
 
 
 def test_staged_positions_are_unique_and_increase_in_commit_order(src):
@@ -33,7 +35,7 @@ def test_a_sync_point_is_staged_as_soon_as_it_is_read_and_a_watermark_of_a_dump_
     at once. Here nothing else would stage it for minutes: the flush timer is 300 s, the row
     bound out of reach, and the stream reports itself idle only after 120 s of quiet."""
     import threading
-    from dblog.capture import caught_up, sync_point
+    from dblog.capture.capture_loop import caught_up, sync_point
     store, source, writer, staged = src.store(), src.source(), src.source(), src.staged()
     ensure_checkpoint(store, source)
     capture = Capture(source, store, staged, flush_rows=10_000_000, flush_seconds=300, idle_timeout=120)
@@ -60,9 +62,9 @@ def test_a_crashed_capture_resumes_from_its_checkpoint_and_restaged_duplicates_a
     cap = src.start_capture("--flush-seconds", "0.2")
     w.run(seconds=2)
     store = src.store()
-    wait_for(lambda: (store.get(paths.checkpoint_path(src.source_id)) or {}).get("position"), 60, what="a checkpoint")
+    wait_for(lambda: (store.get(checkpoint_path(src.source_id)) or {}).get("position"), 60, what="a checkpoint")
     os.kill(cap.pid, signal.SIGKILL); cap.wait()
-    checkpoint = store.get(paths.checkpoint_path(src.source_id))
+    checkpoint = store.get(checkpoint_path(src.source_id))
     # Re-stage from the checkpoint with a fresh capture, twice over the same range.
     staged = src.staged()
     before = staged.read_log(src.source_id, src.table("accounts"))
@@ -72,7 +74,7 @@ def test_a_crashed_capture_resumes_from_its_checkpoint_and_restaged_duplicates_a
     after = staged.read_log(src.source_id, src.table("accounts"))
     assert after.num_rows >= before.num_rows
     assert after.slice(0, before.num_rows).equals(before), "re-staging changed already staged events"
-    wait_for(lambda: store.get(paths.checkpoint_path(src.source_id))["position"] > checkpoint["position"],
+    wait_for(lambda: store.get(checkpoint_path(src.source_id))["position"] > checkpoint["position"],
              30, what="the checkpoint to advance")
     store.stop()
 
@@ -93,7 +95,7 @@ def test_a_standby_capture_waits_and_takes_over_when_the_leader_dies(src):
     src.workload(seed=8, rows=100).run(seconds=0.5)
     settle(src)
     # The checkpoint follows the staged segments (never precedes them): await it.
-    wait_for(lambda: store.get(paths.checkpoint_path(src.source_id))["leader"] == f"{host}:{standby.pid}",
+    wait_for(lambda: store.get(checkpoint_path(src.source_id))["leader"] == f"{host}:{standby.pid}",
              30, what="the standby's checkpoint")
     store.stop()
 
@@ -103,20 +105,20 @@ def test_a_capture_that_lost_its_lease_can_neither_stage_nor_move_the_checkpoint
     store, other = mariadb.store(), mariadb.store()
     source = mariadb.source()
     ensure_checkpoint(store, source)
-    before = store.get(paths.checkpoint_path(source.name))
+    before = store.get(checkpoint_path(source.name))
     capture = Capture(source, store, mariadb.staged())
     capture.lease = store.lease(paths.capture_lock(source.name), "deposed")
     # The session behind the lease ends (as on expiry): its ephemeral lock node goes with it.
     other.zk.delete(f"{capture.lease.lock.path}/{capture.lease.lock.node}")
     with pytest.raises(Fenced):
-        store.fenced_put(capture.lease, paths.checkpoint_path(source.name), {"position": "forged"})
-    from dblog.capture import Batch
+        store.fenced_put(capture.lease, checkpoint_path(source.name), {"position": "forged"})
+    from dblog.capture.capture_loop import Batch
     from dblog.sources.base import Transaction
     batch = Batch()
     batch.add(Transaction([], {"log_file": "x", "log_pos": 4}))
     with pytest.raises(Fenced):
         capture._flush(batch)
-    assert store.get(paths.checkpoint_path(source.name)) == before
+    assert store.get(checkpoint_path(source.name)) == before
     store.stop(); other.stop()
 
 
@@ -161,7 +163,7 @@ def test_an_update_that_leaves_a_toasted_value_unchanged_keeps_that_value(postgr
 
 def test_the_checkpoint_never_moves_past_a_segment_that_failed_to_stage(mariadb):
     """Invariant 2: a staging failure (disk full, lost bucket) leaves the checkpoint where it was."""
-    from dblog.staging import StagedLog
+    from dblog.stagedlog.staged_log import StagedLog
 
     class DiskFullAfterFirstSegment(StagedLog):
         writes = 0
@@ -185,7 +187,7 @@ def test_the_checkpoint_never_moves_past_a_segment_that_failed_to_stage(mariadb)
     capture = Capture(source, store, staged, flush_rows=50)
     with pytest.raises(OSError, match="No space left"):
         capture.run(duration=30)
-    checkpoint = store.get(paths.checkpoint_path(source.name))
+    checkpoint = store.get(checkpoint_path(source.name))
     staged_positions = staged.read_log(source.name, mariadb.table("t"))["_position"].to_pylist()
     assert len(staged_positions) == 50 and checkpoint["position"] == max(staged_positions)
     store.stop()

@@ -4,10 +4,10 @@ import os
 import signal
 
 from conftest import TABLES, checkpoint, settle, wait_for
-from dblog import state as paths
-from dblog.reconcile import rebuild
-from dblog.staged import ChunkFile
-from dblog.verify import compare
+from dblog.coordination import store as paths
+from dblog.operations.reconcile import rebuild
+from dblog.model.staged_format import ChunkFile
+from dblog.operations.verify import compare
 
 def assert_converged(src, tables=TABLES):
     for t in tables:

@@ -5,11 +5,11 @@ from collections import Counter
 
 import pytest
 from conftest import checkpoint, wait_for
-from dblog import state as paths
-from dblog.dump import read_progress
-from dblog.reconcile import rebuild
-from dblog.rules import visible_rows
-from dblog.staged import ChunkMeta
+from dblog.coordination import store as paths
+from dblog.snapshot.dump import read_progress
+from dblog.operations.reconcile import rebuild
+from dblog.model.rules import visible_rows
+from dblog.model.staged_format import ChunkMeta
 from conftest import settle
 from test_convergence import assert_converged
 

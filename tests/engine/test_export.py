@@ -3,8 +3,8 @@ import json
 
 from conftest import checkpoint, settle
 
-from dblog.rules import DumpRecord, merge_latest, visible_rows
-from dblog.verify import compare, source_rows
+from dblog.model.rules import DumpRecord, merge_latest, visible_rows
+from dblog.operations.verify import compare, source_rows
 
 
 def test_the_exported_stream_is_ordered_complete_and_replays_into_the_source_table(src):
@@ -64,8 +64,8 @@ def test_a_chunk_whose_hw_is_staged_before_its_window_s_events_is_not_exported_u
     import datetime as dt
     import uuid
 
-    from dblog.watermarks import staged_positions
-    from dblog.staged import ChunkMeta, Op
+    from dblog.coordination.watermark_index import staged_positions
+    from dblog.model.staged_format import ChunkMeta, Op
 
     mariadb.workload(seed=61, rows=20).create()
     table = mariadb.table("accounts")

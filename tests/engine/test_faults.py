@@ -10,11 +10,12 @@ import socket
 import pytest
 from conftest import ROOT, settle, wait_for
 from kazoo.client import KazooClient, KazooState
-from dblog import state as paths
-from dblog.dump import TableDump, create_dump
-from dblog.dump_spec import DumpSpec
-from dblog.staged import ChunkFile, ChunkMeta, SegmentFile
-from dblog.state import Fenced
+from dblog.coordination import store as paths
+from dblog.coordination.checkpoint import checkpoint_path
+from dblog.snapshot.dump import TableDump, create_dump
+from dblog.snapshot.dump_spec import DumpSpec
+from dblog.model.staged_format import ChunkFile, ChunkMeta, SegmentFile
+from dblog.coordination.store import Fenced
 from test_convergence import assert_converged
 
 
@@ -179,9 +180,9 @@ def test_of_two_captures_started_together_exactly_one_stages_and_checkpoints(mar
     workload = mariadb.workload(seed=39, rows=500)
     for _ in range(10):
         workload.run(seconds=0.2)
-        leaders.add((store.get(paths.checkpoint_path(mariadb.source_id)) or {}).get("leader"))
+        leaders.add((store.get(checkpoint_path(mariadb.source_id)) or {}).get("leader"))
     settle(mariadb)
-    leaders.add(store.get(paths.checkpoint_path(mariadb.source_id))["leader"])
+    leaders.add(store.get(checkpoint_path(mariadb.source_id))["leader"])
     assert leaders - {None} == {leader}
     # Had both staged, their segments would cover the same positions twice.
     for table in ("accounts", "order_lines"):

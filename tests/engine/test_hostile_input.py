@@ -26,7 +26,7 @@ def _create_hostile_table(src) -> str:
 
 
 def test_hostile_table_names_and_key_values_are_captured_dumped_and_repaired_safely(src):
-    from dblog.verify import compare
+    from dblog.operations.verify import compare
     src.workload(seed=61, rows=50).create()
     table = _create_hostile_table(src)
     src.start_capture()
@@ -52,7 +52,7 @@ def test_sql_in_a_table_name_is_an_unknown_table_and_nothing_runs(src):
 
 def test_a_hostile_table_name_reaches_the_warehouse_intact(mariadb, spark, warehouse):
     from conftest import assert_warehouse_equals_source
-    from dblog.spark.job import merge_source
+    from dblog.merge.job import merge_source
     table = _create_hostile_table(mariadb)
     mariadb.start_capture()
     mariadb.dblog("dump", "--source", mariadb.source_id, "--table", HOSTILE, check=True)

@@ -42,7 +42,7 @@ def _fresh_capture_user(src) -> tuple[str, list[str]]:
 
 
 def test_a_fresh_capture_user_set_up_in_the_readme_order_dumps_and_captures(src):
-    """The README's order: `dblog setup` as the new user prints the exact least-privilege statements
+    """The order docs/sources.md gives: `dblog setup` as the new user prints the exact least-privilege statements
     (no traceback, never FOR ALL TABLES), an administrator runs them, then setup passes and the
     user dumps, captures and syncs."""
     src.workload(seed=41, rows=60).create()

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import LOOPBACK, ROOT, TABLES, assert_warehouse_equals_source, checkpoint, listening, settle, wait_for
 from dblog import storage
-from dblog.verify import compare
+from dblog.operations.verify import compare
 from dblog.warehouse.catalog import location
 from dblog.warehouse.readers import duckdb_read
 from dblog.warehouse.tables import Warehouse
@@ -144,13 +144,13 @@ def test_retention_and_compaction_of_a_staged_log_on_s3_keep_what_readers_see(s3
     import pyarrow.parquet as pq
     from staged_fakes import MemoryStore, MergedWarehouse
 
-    from dblog import state as paths
-    from dblog.events import ChangeEvent
-    from dblog.positions import Position
-    from dblog.schema import Column, TableSchema
-    from dblog.staged import Op, encode_event
-    from dblog.staged_maintain import maintain_staged
-    from dblog.staging import StagedLog
+    from dblog.coordination.checkpoint import checkpoint_path
+    from dblog.model.events import ChangeEvent
+    from dblog.model.positions import Position
+    from dblog.model.schema import Column, TableSchema
+    from dblog.model.staged_format import Op, encode_event
+    from dblog.operations.staged_maintenance import maintain_staged
+    from dblog.stagedlog.staged_log import StagedLog
 
     columns = (Column("id", "int", pa.int64()), Column("v", "text", pa.string()))
     narrow, wide = (TableSchema("app.t", cols, ("id",)) for cols in (columns, columns + (Column("x", "int", pa.int32()),)))
@@ -161,7 +161,7 @@ def test_retention_and_compaction_of_a_staged_log_on_s3_keep_what_readers_see(s3
         staged.write_segment(source, schema, [encode_event(ChangeEvent(
             source, "app.t", Op.INSERT, Position(1, n).encode(), (n,), {"id": n, "v": f"v{n}", **({"x": n} if n > 4 else {})},
             commit_ts=when))])
-    store = MemoryStore({paths.checkpoint_path(source): {"position": Position(1, 99).encode()}})
+    store = MemoryStore({checkpoint_path(source): {"position": Position(1, 99).encode()}})
     options = {"window_seconds": 0, "compact_min_segments": 2, "compact_bytes": 1 << 20}
     listed = staged.segments(source, "app.t")
 

@@ -9,14 +9,14 @@ from collections import Counter
 
 import pytest
 from conftest import checkpoint, settle, wait_for
-from dblog.dump import TableDump, create_dump, read_progress, set_control
-from dblog.dump_spec import DumpSpec
-from dblog.reconcile import rebuild
-from dblog.schema import decode_key, normalize_key
+from dblog.snapshot.dump import TableDump, create_dump, read_progress, set_control
+from dblog.snapshot.dump_spec import DumpSpec
+from dblog.operations.reconcile import rebuild
+from dblog.model.schema import decode_key, normalize_key
 from dblog.sources.base import SourceError
-from dblog.staged import ChunkMeta
-from dblog.staging import StagedLog
-from dblog.windows import SplitStaging, WindowPlan, WindowReader, plan_window
+from dblog.model.staged_format import ChunkMeta
+from dblog.stagedlog.staged_log import StagedLog
+from dblog.snapshot.windows import SplitStaging, WindowPlan, WindowReader, plan_window
 from test_convergence import assert_converged
 
 LABELS = {  # a string key whose order is the server's collation, not Python's

@@ -36,7 +36,7 @@ def test_a_source_without_a_connection_is_refused_by_name_and_nothing_is_written
 
 
 def test_a_missing_zookeeper_connection_is_refused_before_any_checkpoint_is_set(mariadb, tmp_path):
-    from dblog import state as paths
+    from dblog.coordination.checkpoint import checkpoint_path
     mariadb.workload(rows=20).create()
     env = outside_local(mariadb.env, keep=(f"AIRFLOW_CONN_{mariadb.source_id.upper()}", "DBLOG_STAGING"))
     result = dblog(env, tmp_path, "capture", "--init", "--source", mariadb.source_id)
@@ -44,10 +44,10 @@ def test_a_missing_zookeeper_connection_is_refused_before_any_checkpoint_is_set(
     assert "no connection 'dblog_zookeeper': set AIRFLOW_CONN_DBLOG_ZOOKEEPER" in result.stderr
     assert "DBLOG_LOCAL=1" in result.stderr
     # The fallback would have set the checkpoint in the local ZooKeeper's default chroot.
-    from dblog.state import StateStore
+    from dblog.coordination.store import StateStore
     from dblog_dev import local
     with StateStore(local.zookeeper_hosts(), local.CHROOT, timeout=3) as store:
-        assert store.get(paths.checkpoint_path(mariadb.source_id)) is None
+        assert store.get(checkpoint_path(mariadb.source_id)) is None
     assert list(tmp_path.iterdir()) == []
 
 

@@ -1,10 +1,10 @@
 """The repair queue in ZooKeeper: requests small enough for its nodes, turned into repair dumps."""
 import time
 
-from dblog import repair
-from dblog.dump import dump_status
-from dblog.events import RepairNeed
-from dblog.state import _dump
+from dblog.snapshot import repair
+from dblog.snapshot.dump import dump_status
+from dblog.model.events import RepairNeed
+from dblog.coordination.store import _dump
 
 
 def test_a_large_key_list_is_queued_in_parts_that_fit_zookeeper_nodes(mariadb):
@@ -46,7 +46,7 @@ def test_a_write_logged_without_rows_after_a_repair_was_registered_gets_a_repair
     """Statement-logged writes keep coming while the removal of the first one's deleted rows
     waits for a merge: each gets a full repair registered after it, never one that already
     passed the keys it touched."""
-    from dblog.positions import Position
+    from dblog.model.positions import Position
     from dblog.warehouse.tables import Warehouse
     mariadb.workload(seed=82, rows=30).create()
     table = mariadb.table("accounts")

@@ -7,9 +7,9 @@ import re
 from conftest import SourceEnv, settle, wait_for
 from test_convergence import assert_converged
 
-from dblog import state as paths
-from dblog.config import deployment_id
-from dblog.watermarks import staged_positions
+from dblog.coordination.checkpoint import checkpoint_path
+from dblog.connections import deployment_id
+from dblog.coordination.watermark_index import staged_positions
 from dblog.sources.base import WATERMARK_TABLE
 
 
@@ -60,7 +60,7 @@ def test_dblog_sync_returns_once_the_capture_has_passed_every_earlier_commit(src
               for p in src.staged().read_log(src.source_id, src.table(t))["_position"].to_pylist()]
     assert staged and max(staged) < position  # every write before the sync is staged
     with src.store() as store:
-        assert store.get(paths.checkpoint_path(src.source_id))["position"] >= position
+        assert store.get(checkpoint_path(src.source_id))["position"] >= position
 
 
 def test_dblog_sync_right_after_a_first_capture_start_returns_once_the_capture_runs(src):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from maintenance_tables import SRC, TABLE, merge
 
-from dblog.state import StateStore
-from dblog.warehouse import maintain as M
+from dblog.coordination.store import StateStore
+from dblog.warehouse import table_maintenance as M
 from dblog.warehouse.catalog import PROPERTIES
 from dblog.warehouse.tables import Warehouse
 

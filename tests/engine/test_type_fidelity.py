@@ -3,7 +3,7 @@ kind a user has: a merge keeps per key whichever came last, so any difference be
 paths would flip a row's value with no change at the source (and `verify` would report drift)."""
 import pytest
 from conftest import settle
-from dblog.staged import ChunkMeta
+from dblog.model.staged_format import ChunkMeta
 from kinds_table import KINDS, rows
 from test_convergence import assert_converged
 

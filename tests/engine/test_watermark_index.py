@@ -1,4 +1,4 @@
-"""The watermark index (dblog.watermarks) on the real services: the capture indexes every
+"""The watermark index (dblog.coordination.watermark_index) on the real services: the capture indexes every
 watermark at or before its checkpoint, a crash between staging and checkpoint leaves it
 consistent, an upgraded deployment's capture back-fills it once, entries can be removed, and
 `caught_up` answers from it without reading the staged watermark log."""
@@ -8,13 +8,13 @@ import uuid
 import pytest
 from conftest import PORTS, checkpoint, settle, wait_for
 
-from dblog import state as paths
-from dblog import watermarks
-from dblog.capture import caught_up, sync_point
+from dblog.coordination import store as paths
+from dblog.coordination import watermark_index
+from dblog.capture.capture_loop import caught_up, sync_point
 from dblog.sources.base import WATERMARK_TABLE
-from dblog.staging import StagedLog
-from dblog.state import Fenced, StateStore
-from dblog.watermarks import staged_positions
+from dblog.stagedlog.staged_log import StagedLog
+from dblog.coordination.store import Fenced, StateStore
+from dblog.coordination.watermark_index import staged_positions
 
 
 class NoWatermarkLog(StagedLog):
@@ -50,10 +50,10 @@ def test_after_a_dump_under_capture_every_watermark_up_to_the_checkpoint_is_inde
     with src.store() as store:
         expected = assert_index_matches_the_staged_log(src, store)
         assert len(expected) >= 2 * 8, "the dump's low and high watermarks"
-        assert watermarks.built(store, src.source_id)
+        assert watermark_index.built(store, src.source_id)
         ids = list(expected) + ["not-a-staged-watermark"]
         no_log = NoWatermarkLog(str(src.staging))
-        assert watermarks.positions(store, no_log, src.source_id, ids) == expected
+        assert watermark_index.positions(store, no_log, src.source_id, ids) == expected
 
 
 @pytest.mark.parametrize("point", ["capture.mid_flush", "capture.before_checkpoint"])
@@ -93,11 +93,11 @@ def test_an_upgraded_deployment_reads_the_staged_log_until_its_capture_back_fill
         # What a deployment from before the index has: watermarks staged, none indexed.
         store.delete(f"/{src.source_id}/watermarks", recursive=True)
         everything = staged_positions(src.staged(), src.source_id)
-        assert not watermarks.built(store, src.source_id) and not indexed(store, src.source_id, everything)
-        assert watermarks.positions(store, src.staged(), src.source_id, everything) == everything
+        assert not watermark_index.built(store, src.source_id) and not indexed(store, src.source_id, everything)
+        assert watermark_index.positions(store, src.staged(), src.source_id, everything) == everything
 
         second = src.spawn("capture", "--source", src.source_id)
-        wait_for(lambda: watermarks.built(store, src.source_id), 60, what="the back-fill")
+        wait_for(lambda: watermark_index.built(store, src.source_id), 60, what="the back-fill")
         assert indexed(store, src.source_id, everything) == everything
         marker = store.get(paths.watermark_index_built_path(src.source_id))
         assert marker["backfilled"] == len(everything)
@@ -114,7 +114,7 @@ def test_caught_up_answers_from_the_index_without_reading_the_staged_watermark_l
     mariadb.start_capture()
     no_log = NoWatermarkLog(str(mariadb.staging))
     with mariadb.store() as store:
-        wait_for(lambda: watermarks.built(store, mariadb.source_id), 60, what="the capture to start")
+        wait_for(lambda: watermark_index.built(store, mariadb.source_id), 60, what="the capture to start")
         mark = sync_point(mariadb.source())
         position = wait_for(lambda: caught_up(store, no_log, mariadb.source_id, mark), 60, what="the sync watermark")
         assert position == staged_positions(mariadb.staged(), mariadb.source_id)[mark] <= checkpoint(mariadb)
@@ -133,8 +133,8 @@ def test_index_writes_are_fenced_keep_existing_entries_and_can_be_removed_by_pos
         wanted = [*first, "w700", "w-missing"]
         assert indexed(store, "s", wanted) == {**first, "w700": "p700"}
 
-        assert watermarks.forget_before(store, "s", "p100") == 100
-        assert watermarks.forget(store, "s", ["w100", "w101", "w-missing"]) == 2
+        assert watermark_index.forget_before(store, "s", "p100") == 100
+        assert watermark_index.forget(store, "s", ["w100", "w101", "w-missing"]) == 2
         left = indexed(store, "s", wanted)
         assert min(left.values()) == "p102" and len(left) == 599
 

@@ -16,7 +16,7 @@ def _events(src, mark: str, **kwargs) -> list[dict]:
 
 
 def test_the_wait_ends_with_the_marks_position_once_a_running_capture_passes_it(mariadb):
-    from dblog.capture import sync_point
+    from dblog.capture.capture_loop import sync_point
     mariadb.workload(seed=3, rows=50).create()
     mariadb.start_capture()
     mark = sync_point(mariadb.source())
@@ -25,7 +25,7 @@ def test_the_wait_ends_with_the_marks_position_once_a_running_capture_passes_it(
 
 
 def test_the_wait_for_a_stopped_capture_logs_its_state_and_fails_with_the_reason_and_the_fix(mariadb, capfd):
-    from dblog.capture import sync_point
+    from dblog.capture.capture_loop import sync_point
     mariadb.workload(seed=4, rows=50).create()
     mariadb.dblog("capture", "--init", "--source", mariadb.source_id, check=True)  # a checkpoint, no capture
     mark = sync_point(mariadb.source())

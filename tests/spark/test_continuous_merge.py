@@ -6,8 +6,8 @@ import json
 
 from chaos.oracles import PositionHistory
 from conftest import TABLES, assert_warehouse_equals_source, settle, wait_for
-from dblog.verify import compare_warehouse
-from dblog.warehouse.state import LOG_UPTO
+from dblog.operations.verify import compare_warehouse
+from dblog.warehouse.merged_state import LOG_UPTO
 
 CONTINUOUS = ("merge", "--continuous", "--every", "0.5", "--bucket-rows", "400", "--master", "local[1]")
 

@@ -1,7 +1,7 @@
 """The merge rule's fill of values an event leaves out: taken from what proves them, never guessed."""
 from pyspark.sql import types as S
 
-from dblog.spark.rules import WINDOW, latest
+from dblog.merge.frame_rules import WINDOW, latest
 
 RECORDS = S.StructType([S.StructField("id", S.LongType()), S.StructField("v", S.StringType()),
                         S.StructField("w", S.StringType()), S.StructField("_position", S.StringType()),

@@ -1,11 +1,11 @@
 """A table's first load (nothing stored, no event, one dump's disjoint chunks) is written straight
-into its buckets (`dblog.spark.first_load`): the same rows and values the general merge writes,
+into its buckets (`dblog.merge.first_load`): the same rows and values the general merge writes,
 and the general merge whenever the source's key order is not Spark's."""
 from pathlib import Path
 
 from conftest import assert_warehouse_equals_source, settle
-from dblog.spark import job
-from dblog.spark.job import merge_table
+from dblog.merge import job
+from dblog.merge.job import merge_table
 from dblog.warehouse.catalog import location
 from dblog.warehouse.tables import Warehouse
 from kinds_table import KINDS, rows

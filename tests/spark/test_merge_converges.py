@@ -1,6 +1,6 @@
 """Invariant 6 through Spark: the warehouse equals its source after dumps under concurrent writes."""
 from conftest import assert_warehouse_equals_source, settle
-from dblog.spark.job import merge_source
+from dblog.merge.job import merge_source
 
 
 def merge(spark, src, warehouse, **options):

@@ -3,10 +3,10 @@ watermark index (never the staged watermark log), and a finished dump whose chun
 is not listed again, even once its ZooKeeper record is gone (a landed repair's is deleted)."""
 from conftest import assert_warehouse_equals_source, settle
 
-from dblog import state as paths
+from dblog.coordination import store as paths
 from dblog.sources.base import WATERMARK_TABLE
-from dblog.spark.job import merge_source
-from dblog.staging import StagedLog
+from dblog.merge.job import merge_source
+from dblog.stagedlog.staged_log import StagedLog
 
 
 class WatchedLog(StagedLog):

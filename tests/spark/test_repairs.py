@@ -6,9 +6,9 @@ import threading
 import pyarrow.parquet as pq
 import pytest
 from conftest import settle, wait_for, warehouse_table
-from dblog.dump import dump_status
-from dblog.repair import repair_dumps, waiting
-from dblog.verify import compare_warehouse
+from dblog.snapshot.dump import dump_status
+from dblog.snapshot.repair import repair_dumps, waiting
+from dblog.operations.verify import compare_warehouse
 from test_merge_converges import merge
 
 
@@ -115,7 +115,7 @@ def test_a_dump_window_that_read_rows_before_a_statement_logged_write_loses_to_i
     its HW: stamped after the repair's, its stale rows would win. The window must keep none."""
     import uuid
 
-    from dblog.staged import ChunkMeta, Op
+    from dblog.model.staged_format import ChunkMeta, Op
     table = make_items(mariadb)
     start_capture(mariadb, warehouse)
     mariadb.dblog("dump", "--source", mariadb.source_id, "--table", "items", check=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from conftest import assert_warehouse_equals_source, settle
 
-from dblog.spark.job import merge_source
+from dblog.merge.job import merge_source
 from dblog.sources.base import WATERMARK_TABLE
-from dblog.staged_maintain import maintain_staged
-from dblog.staging import StagedLog
+from dblog.operations.staged_maintenance import maintain_staged
+from dblog.stagedlog.staged_log import StagedLog
 
 EVERY_SMALL_SEGMENT = {"compact_min_segments": 2, "compact_bytes": 1 << 20}
 

@@ -16,16 +16,16 @@ from conftest import PORTS
 from pyspark.sql import functions as F
 from rule_cases import CASES, T, WM, checkpoint, chunk, ev, events, python_visible, unlogged_at, wm
 
-from dblog import state as paths
+from dblog.coordination import store as paths
 
-from dblog.schema import Column, TableSchema, encode_key
-from dblog.spark import merge as M
-from dblog.spark.first_load import first_load
-from dblog.spark.job import MergeResult, merge_inputs
-from dblog.staged import ChunkMeta, Op, absent_row, encode_event
-from dblog.staging import StagedLog
-from dblog.state import StateStore
-from dblog.warehouse.state import Bucket, TableState
+from dblog.model.schema import Column, TableSchema, encode_key
+from dblog.merge import bucket_merge as M
+from dblog.merge.first_load import first_load
+from dblog.merge.job import MergeResult, merge_inputs
+from dblog.model.staged_format import ChunkMeta, Op, absent_row, encode_event
+from dblog.stagedlog.staged_log import StagedLog
+from dblog.coordination.store import StateStore
+from dblog.warehouse.merged_state import Bucket, TableState
 from dblog.warehouse.tables import Warehouse
 
 SOURCE, DUMP = "s", "d1"
@@ -90,7 +90,7 @@ def visible(warehouse) -> dict:
 
 
 def index_unlogged(store, log) -> None:
-    """What the capture indexes of the log's unlogged writes (`dblog.unlogged`)."""
+    """What the capture indexes of the log's unlogged writes (`dblog.coordination.unlogged`)."""
     if unlogged_at(log):
         store.put(paths.unlogged_path(SOURCE, T), [list(i) for i in unlogged_at(log)])
 

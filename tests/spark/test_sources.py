@@ -9,8 +9,7 @@ import iceberg_tables as IT
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from dblog.spark.sources import read_files, read_with_source
-from dblog.warehouse import readers
+from dblog.spark.data_sources import read_files, read_with_source, spark_table
 
 UTC = dt.timezone.utc
 
@@ -55,7 +54,7 @@ def test_dblog_parquet_reads_the_rows_and_types_sparks_reader_reads(spark, tmp_p
 def test_spark_reads_any_snapshot_of_an_iceberg_table_as_pyiceberg_does(spark, tmp_path):
     w, snapshots = IT.build(str(tmp_path / "wh"))
     table = w.load(IT.SOURCE, IT.TABLE)
-    current = readers.spark_table(spark, w, IT.SOURCE, IT.TABLE)
+    current = spark_table(spark, w, IT.SOURCE, IT.TABLE)
     assert current.rdd.getNumPartitions() == 2   # one per data file of main: the tombstone branch is not read
     types = dict(current.dtypes)
     assert types["amount"] == "decimal(38,10)" and types["price"] == "decimal(12,2)" and types["at"] == "timestamp"
@@ -66,9 +65,9 @@ def test_spark_reads_any_snapshot_of_an_iceberg_table_as_pyiceberg_does(spark, t
     assert got[0]["amount"] == Decimal("12345678901234567890123456.2123456789") and got[0]["at"].microsecond == 999_996
     assert got[0]["_dblog_missing"] == ["price", "no,te"] and got[1]["price"] is None
     # An older snapshot: its own rows and its own schema (the column added later is not there).
-    first = readers.spark_table(spark, w, IT.SOURCE, IT.TABLE, snapshot_id=snapshots[0])
+    first = spark_table(spark, w, IT.SOURCE, IT.TABLE, snapshot_id=snapshots[0])
     old = IT.sorted_rows(first.toArrow())
     assert old == IT.sorted_rows(table.scan(snapshot_id=snapshots[0]).to_arrow())
     assert "extra" not in first.columns and {r["_dblog_position"] for r in old} == {"p0"}
     with pytest.raises(ValueError, match="no snapshot 42"):
-        readers.spark_table(spark, w, IT.SOURCE, IT.TABLE, snapshot_id=42)
+        spark_table(spark, w, IT.SOURCE, IT.TABLE, snapshot_id=42)

@@ -10,10 +10,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT, parquet_column_names, settle, wait_for, warehouse_table
-from dblog import state as paths
-from dblog.spark.job import MergeError, merge_table
-from dblog.staged import POSITION, SegmentFile
-from dblog.verify import compare_warehouse
+from dblog.coordination import store as paths
+from dblog.coordination.checkpoint import checkpoint_path
+from dblog.merge.job import MergeError, merge_table
+from dblog.model.staged_format import POSITION, SegmentFile
+from dblog.operations.verify import compare_warehouse
 from dblog.warehouse.catalog import location
 from dblog.warehouse.readers import duckdb_read
 from dblog.warehouse.tables import Warehouse
@@ -108,7 +109,7 @@ def test_re_running_a_merge_changes_nothing_and_repeated_staged_events_are_harml
     with mariadb.store() as store:
         def last_event_checkpointed():
             log = staged.read_log(mariadb.source_id, mariadb.table("accounts"))
-            checkpoint = store.get(paths.checkpoint_path(mariadb.source_id))["position"]
+            checkpoint = store.get(checkpoint_path(mariadb.source_id))["position"]
             return log["name"][-1].as_py() == "last" and checkpoint == log["_position"][-1].as_py()
         wait_for(last_event_checkpointed, 60, what="the update to be checkpointed")
     merge(spark, mariadb, warehouse)

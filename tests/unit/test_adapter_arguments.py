@@ -59,7 +59,7 @@ def test_the_merge_task_shows_spark_submit_no_secret_and_hands_the_job_its_conne
 
 
 def test_the_job_takes_its_settings_from_the_file_and_removes_it(connections, monkeypatch, tmp_path):
-    from dblog import config
+    from dblog import connections
     from dblog_airflow.operators.merge import MergeOperator
     task = MergeOperator(task_id="merge", zookeeper_conn_id="zk_prod")
     task.prepare_submit(str(tmp_path), ["src_a"])
@@ -69,10 +69,10 @@ def test_the_job_takes_its_settings_from_the_file_and_removes_it(connections, mo
     argv = merge_job().apply_settings(list(task.application_args))
 
     assert "--settings" not in argv and not (tmp_path / "settings.json").exists()
-    source, zk = config.source("src_a"), config.zookeeper()
+    source, zk = connections.source("src_a"), connections.zookeeper()
     assert source.settings["host"] == "db.example" and source.settings["passwd"] == SECRET
     assert (zk.hosts, zk.chroot, zk.session_timeout) == ("zk1:2181,zk2:2181", "/prod", 7.0)
-    assert (config.staging_root(), config.warehouse_root()) == ("/shared/staging", "/shared/warehouse")
+    assert (connections.staging_root(), connections.warehouse_root()) == ("/shared/staging", "/shared/warehouse")
 
 
 def test_the_job_refuses_a_settings_file_that_would_set_more_than_dblog(tmp_path):
@@ -85,7 +85,7 @@ def test_the_job_refuses_a_settings_file_that_would_set_more_than_dblog(tmp_path
 
 def test_the_merge_task_refuses_to_submit_without_a_warehouse_root_and_writes_no_settings(
         connections, monkeypatch, tmp_path):
-    from dblog.config import ConfigError
+    from dblog.connections import ConfigError
     from dblog_airflow.operators.merge import MergeOperator
     monkeypatch.delenv("DBLOG_WAREHOUSE")
     with pytest.raises(ConfigError, match="DBLOG_WAREHOUSE is not set.*DBLOG_LOCAL=1"):
@@ -129,8 +129,8 @@ def test_a_zookeeper_connection_without_a_host_is_refused_naming_it(airflow_home
 
 
 def test_a_dump_start_task_builds_its_dump_from_the_form_fields(airflow_home):
-    from dblog.dump_spec import DumpSpec
-    from dblog_airflow.operators.dump import dump_spec
+    from dblog.snapshot.dump_spec import DumpSpec
+    from dblog_airflow.params import dump_spec
     # The form gives one key per line, a line being JSON or a bare string; empty fields come as None or "".
     assert dump_spec(None, ["7", '"abc"', '[1, "a"]', "plain", " "], 500, 0.5, "", None) == DumpSpec(
         tables=[], keys=[7, "abc", [1, "a"], "plain"], chunk_size=500, delay_s=0.5, dump_id=None, exclude=[])

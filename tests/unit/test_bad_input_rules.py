@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from dblog.dump import control_changes
-from dblog.dump_spec import DumpError, DumpSpec, check_chunk_size, check_delay, validate
-from dblog.schema import Column, TableSchema, decode_key
+from dblog.snapshot.dump import control_changes
+from dblog.snapshot.dump_spec import DumpError, DumpSpec, check_chunk_size, check_delay, validate
+from dblog.model.schema import Column, TableSchema, decode_key
 from dblog.sources.base import NoPrimaryKey, SourceError, SourceUnavailable
-from dblog.staged import ChunkMeta, Op
-from dblog.staging import StagedLog, StagingError
+from dblog.model.staged_format import ChunkMeta, Op
+from dblog.stagedlog.staged_log import StagedLog, StagingError
 
 
 def one_key(source_type: str, arrow_type: pa.DataType) -> TableSchema:
@@ -153,7 +153,7 @@ def test_a_staged_log_it_cannot_write_raises_a_named_error_with_the_fix_and_leav
 
 def test_a_command_without_source_takes_the_one_configured_and_otherwise_asks_which(monkeypatch):
     from dblog.cli import _source_id
-    from dblog.config import ConfigError
+    from dblog.connections import ConfigError
     monkeypatch.setenv("DBLOG_SOURCES", "only_one")
     assert _source_id(None, "dump") == "only_one"
     assert _source_id("given", "dump") == "given"

@@ -1,7 +1,7 @@
 """The warehouse's key-range buckets, without Spark: which bucket a key falls in, when a bucket
 splits and where, the bucket list after a split.
 
-`dblog.spark.merge.bucket_of` builds its Spark expression with `bucket_search`; here plain Python
+`dblog.merge.bucket_merge.bucket_of` builds its Spark expression with `bucket_search`; here plain Python
 values stand in for the columns (comparing bounds as Spark casts them is left to tests/spark)."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from bisect import bisect_right
 
 import pytest
 
-from dblog.spark.merge import (SAMPLES_PER_PIECE, bucket_search, oversized, sample_fraction, split_points,
-                               with_splits)
+from dblog.merge.bucket_merge import (SAMPLES_PER_PIECE, bucket_search, oversized, sample_fraction, split_points,
+    with_splits)
 
 
 def bucket(value, bounds: list) -> int:

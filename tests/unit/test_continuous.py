@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dblog.spark import continuous as C
-from dblog.spark.job import MergeBusy, MergeError, MergeResult
+from dblog.merge import continuous as C
+from dblog.merge.job import MergeBusy, MergeError, MergeResult
 
 
 class Deployment:
@@ -14,7 +14,7 @@ class Deployment:
     def __init__(self, monkeypatch, tables: dict[str, list[str]]):
         self.checkpoints = {s: "p1" for s in tables}
         self.tables, self.merged, self.next = tables, [], {}
-        monkeypatch.setattr(C.paths, "checkpoint_position", lambda store, source: self.checkpoints[source])
+        monkeypatch.setattr(C, "checkpoint_position", lambda store, source: self.checkpoints[source])
         monkeypatch.setattr(C, "staged_tables", lambda staged, source: self.tables[source])
         monkeypatch.setattr(C, "merge_table", self.merge_table)
 

@@ -1,4 +1,4 @@
-"""Deployments that share a database server keep their watermarks apart; the README shows the
+"""Deployments that share a database server keep their watermarks apart; docs/sources.md shows the
 set-up `dblog setup` checks."""
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from dblog.config import MAX_DEPLOYMENT_ID, ConfigError, deployment_id, source_from_uri
-from dblog.events import ChangeEvent
+from dblog.connections import MAX_DEPLOYMENT_ID, ConfigError, deployment_id, source_from_uri
+from dblog.model.events import ChangeEvent
 from dblog.sources.base import WATERMARK_TABLE
 from dblog.sources.mysql import MySQLSource
 from dblog.sources.postgres import PostgresSource
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+SOURCES_PAGE = (Path(__file__).resolve().parents[2] / "docs" / "sources.md").read_text()
 
 
 @pytest.fixture(autouse=True)
@@ -67,17 +67,17 @@ def test_a_capture_drops_only_the_watermarks_another_deployment_tagged():
     assert source.watermark_id("sync") == "sync" and source.own_watermarks(events) == events
 
 
-def test_the_readme_shows_the_watermark_table_and_the_set_up_order():
+def test_the_sources_page_shows_the_watermark_table_and_the_set_up_order():
     for ddl in (MySQLSource.WATERMARK_DDL, PostgresSource.WATERMARK_DDL):
-        assert ddl in README, ddl
-    assert "FOR TABLES IN SCHEMA public, TABLE dblog.watermarks" in README
-    assert "dblog setup --print-sql" in README and "dblog sync" in README
+        assert ddl in SOURCES_PAGE, ddl
+    assert "FOR TABLES IN SCHEMA public, TABLE dblog.watermarks" in SOURCES_PAGE
+    assert "dblog setup --print-sql" in SOURCES_PAGE and "dblog sync" in SOURCES_PAGE
 
 
 def test_a_sync_point_of_any_deployment_is_told_from_a_dump_s_watermark():
     """The capture stages a sync point at once (someone waits for it), a dump's watermark with
     its batch."""
-    from dblog.capture import is_sync_point
+    from dblog.capture.capture_loop import is_sync_point
 
     def write(row_id):
         return ChangeEvent("db", WATERMARK_TABLE, "u", "p", (row_id,), {"id": row_id, "value": "v"})

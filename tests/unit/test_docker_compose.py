@@ -17,7 +17,7 @@ def test_compose_runs_every_part_the_issue_names():
 
 
 def test_airflow_containers_mount_the_project_folders_and_use_the_local_connection_ids():
-    from dblog.config import source_ids
+    from dblog.connections import source_ids
     from dblog_dev.local import CONNECTION_IDS
     for name in ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"):
         service = SERVICES[name]

@@ -1,11 +1,15 @@
 """No dangling reference in the docs: every invariant cited in code, tests or docs is listed in
-docs/invariants.md, and every file, test and code name that docs/invariants.md, docs/algorithm.md
-and the README point to exists. Reads files only (no service, no import of the code it checks)."""
+docs/invariants.md; every file and test that the README and each page of docs/ name exists, and
+every code name that docs/invariants.md and docs/algorithm.md give; every file and test that a
+docstring or comment of the engine, the Airflow side, the DAGs or the Spark jobs cites exists.
+Reads files only (no service, no import of the code it checks)."""
 from __future__ import annotations
 
 import ast
+import io
 import os
 import re
+import tokenize
 from functools import cache
 from pathlib import Path
 
@@ -13,7 +17,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 INVARIANTS = ROOT / "docs" / "invariants.md"
-DOCS = [ROOT / "README.md", ROOT / "docs" / "algorithm.md", INVARIANTS]
+# The README and every page of the site.
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# Code whose docstrings and comments cite files and tests.
+CODE = ["include", "plugins", "dags", "spark_jobs"]
 # Where "invariant N" may be cited: the project's own files (not .venv/.local, not this file).
 CITING = ["README.md", "docs", "include", "plugins", "dags", "spark_jobs", "scripts", "bench", "tests"]
 TEXT = (".py", ".md", ".sh", ".sql", ".html", ".yaml", ".toml", ".txt")
@@ -90,8 +97,8 @@ def repo_paths() -> tuple[set[str], set[str]]:
 
 
 def path_exists(token: str) -> bool:
-    """A path as the docs write it: from the root, or the tail of a path (`dblog/config.py`,
-    `test_rules.py`, a name inside the README's layout tree). Globs (`*_bench.py`) match a file."""
+    """A path as the docs write it: from the root, or the tail of a path (`dblog/connections.py`,
+    `test_rules.py`, a name inside the layout tree of docs/development.md). Globs (`*_bench.py`) match a file."""
     token = token.strip().removeprefix("./").rstrip("/") or "."
     files, dirs = repo_paths()
     if "*" in token:
@@ -156,7 +163,7 @@ def _definitions() -> dict[str, list[tuple[Path, bool]]]:
 
 
 def code_exists(token: str, loose: bool = False) -> bool:
-    """`module.name[.name]` with `/` between packages (`spark/job._rewrite`, `dblog_airflow/
+    """`module.name[.name]` with `/` between packages (`merge/job._rewrite`, `dblog_airflow/
     operators/wait.WaitForCaptureOperator`), modules under include/dblog, plugins or the root.
     `loose` also takes `Class.member` and a bare name of a class or function defined anywhere."""
     head, _, rest = token.partition(".")
@@ -306,6 +313,37 @@ def dangling_tests(text: str) -> list[str]:
     return bad
 
 
+# -- what the code's docstrings and comments cite ---------------------------------------------------
+def code_prose(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every comment and docstring of a Python file, docstrings line by line."""
+    source = path.read_text()
+    out = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+           if tok.type == tokenize.COMMENT]
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                out += [(first.lineno + i, line) for i, line in enumerate(first.value.value.splitlines())]
+    return sorted(out)
+
+
+def dangling_citations(prose: list[tuple[int, str]]) -> list[str]:
+    """Files and tests that comments and docstrings (line, text) cite and that do not exist."""
+    bad = []
+    for n, text in prose:
+        bad += [f"line {n}: {p}" for _, p in path_references(text) if not path_exists(p)]
+        for file, name in re.findall(rf"((?:[\w/]+/)?test_\w+\.py)::([\w{ELLIPSIS}]+)", text):
+            files = locate_test_files(file)
+            if files and not any(name_matches(name, defined_tests(f)) for f in files):
+                bad.append(f"line {n}: {file}::{name}")
+    return bad
+
+
+def code_files() -> list[Path]:
+    return sorted(p for base in CODE for p in _files(ROOT / base) if p.suffix == ".py")
+
+
 # -- the checks ----------------------------------------------------------------------------------
 def test_every_cited_invariant_is_listed_in_docs_invariants_md():
     listed = listed_invariants(INVARIANTS.read_text())
@@ -331,6 +369,13 @@ def test_every_test_a_doc_names_exists(doc):
 def test_every_repository_path_a_doc_names_exists(doc):
     bad = [f"line {n}: {p}" for n, p in path_references(doc.read_text()) if not path_exists(p)
            and not (doc.parent / p).exists()]
+    assert bad == []
+
+
+@pytest.mark.parametrize("base", CODE)
+def test_every_file_and_test_a_docstring_or_comment_of_the_code_cites_exists(base):
+    bad = [f"{path.relative_to(ROOT)} {b}" for path in code_files() if path.is_relative_to(ROOT / base)
+           for b in dangling_citations(code_prose(path))]
     assert bad == []
 
 
@@ -365,6 +410,21 @@ def test_a_missing_path_or_code_name_is_caught():
     assert [p for _, p in path_references("see `include/dblog/gone.py` and docs/algorithm.md")
             if not path_exists(p)] == ["include/dblog/gone.py"]
     assert path_references("--conf spark.sql.catalog.dblog.type=jdbc") == []
-    assert dangling_code([(1, "rules.chunk_ready"), (2, "rules.chunk_gone"), (3, "spark/job.Nope"),
+    assert dangling_code([(1, "model/rules.chunk_ready"), (2, "model/rules.chunk_gone"), (3, "merge/job.Nope"),
                           (4, "dblog_airflow/operators/wait.WaitForCaptureOperator")], loose=False) == \
-        ["line 2: rules.chunk_gone", "line 3: spark/job.Nope"]
+        ["line 2: model/rules.chunk_gone", "line 3: merge/job.Nope"]
+
+
+def test_a_dangling_citation_in_a_docstring_or_comment_is_caught(tmp_path):
+    module = tmp_path / "cites.py"
+    module.write_text('''"""Pinned by tests/unit/test_gone.py and by
+tests/unit/test_rules.py::test_no_such_test; see docs/algorithm.md."""
+X = 1  # measured in bench/results/gone.json (tests/unit/test_rules.py holds it)
+
+
+def f():
+    """Not a docstring of the module, still read: test_rules.py::test_paper_example_…"""
+''')
+    assert dangling_citations(code_prose(module)) == [
+        "line 1: tests/unit/test_gone.py", "line 2: tests/unit/test_rules.py::test_no_such_test",
+        "line 3: bench/results/gone.json"]

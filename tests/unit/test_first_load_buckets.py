@@ -1,6 +1,6 @@
-"""How a first load groups its chunks into buckets (`dblog.spark.first_load.group`)."""
+"""How a first load groups its chunks into buckets (`dblog.merge.first_load.group`)."""
 import pytest
-from dblog.spark.first_load import group
+from dblog.merge.first_load import group
 
 
 @pytest.mark.parametrize(("rows", "bucket_rows", "groups"), [

@@ -12,7 +12,7 @@ from pyiceberg.types import DecimalType, ListType, LongType, TimestamptzType, Ti
 from dblog.warehouse import types as T
 from dblog.warehouse.catalog import BRANCH, location, slug
 from dblog.warehouse.readers import duckdb_read
-from dblog.warehouse.state import TableState, to_ranges
+from dblog.warehouse.merged_state import TableState, to_ranges
 from dblog.warehouse.tables import Warehouse
 
 COLUMNS = [("id", "bigint"), ("amount", "decimal(12,2)"), ("note", "string")]

@@ -6,13 +6,13 @@ from __future__ import annotations
 import re
 from dataclasses import asdict
 
-from dblog import state as paths
-from dblog.dump import CANCELLED, DONE, PENDING, RUNNING, TableProgress, chunk_numbers_below
-from dblog.spark.job import MergeInputs, _pending_chunks
-from dblog.staged import OP, POSITION, ChunkFile
-from dblog.staging import StagedLog
-from dblog.warehouse.state import TableState
-from dblog.watermarks import written
+from dblog.coordination import store as paths
+from dblog.snapshot.dump import CANCELLED, DONE, PENDING, RUNNING, TableProgress, chunk_numbers_below
+from dblog.merge.job import MergeInputs, _pending_chunks
+from dblog.model.staged_format import OP, POSITION, ChunkFile
+from dblog.stagedlog.staged_log import StagedLog
+from dblog.warehouse.merged_state import TableState
+from dblog.coordination.watermark_index import written
 
 NODE_NAME = re.compile(r"^[^/\x00-\x1f\x7f-\x9f]+$")
 

@@ -11,7 +11,7 @@ import pytest
 from maintenance_tables import (KEEP_ALL, NO_COMPACTION, SRC, TABLE, FakeStore, duckdb_rows, files_under, merge, plant,
                             rows)
 
-from dblog.warehouse import maintain as M
+from dblog.warehouse import table_maintenance as M
 from dblog.warehouse.catalog import BRANCH
 from dblog.warehouse.tables import Warehouse
 
@@ -191,7 +191,7 @@ def test_the_sweep_refuses_to_run_when_a_file_the_table_references_is_not_listed
 
 
 def test_each_table_is_maintained_under_its_merge_lease_and_an_unknown_table_is_refused(warehouse, monkeypatch):
-    from dblog import state as paths
+    from dblog.coordination import store as paths
     merge(warehouse, {0: [1], 1: [100]}, upto="p1")
     store, seen = FakeStore(), []
     real = M.maintain

@@ -1,13 +1,7 @@
 import random
 
 import pytest
-from dblog.positions import (
-    Position,
-    binlog_file_index,
-    int_to_lsn,
-    lsn_to_int,
-    mysql_position,
-)
+from dblog.model.positions import Position, binlog_file_index, int_to_lsn, lsn_to_int, mysql_position
 
 
 def test_encoded_positions_sort_like_their_tuples():
@@ -40,7 +34,7 @@ def test_lsn_text_round_trips():
 
 
 def test_the_fast_encoder_agrees_with_position_encode():
-    from dblog.positions import encode
+    from dblog.model.positions import encode
     rng = random.Random(3)
     for _ in range(500):
         p = Position(rng.randrange(10**10), rng.randrange(10**20), rng.randrange(10**10))

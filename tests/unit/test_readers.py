@@ -8,7 +8,7 @@ from decimal import Decimal
 import iceberg_tables as IT
 import pyarrow as pa
 import pyarrow.parquet as pq
-from dblog.spark.sources import conform, footer_schema, spark_schema
+from dblog.spark.data_sources import conform, footer_schema, spark_schema
 from dblog.warehouse import readers
 from dblog.warehouse.tables import Warehouse
 

@@ -1,6 +1,6 @@
 """Repair needs coalesce per table before they reach ZooKeeper (pure logic)."""
-from dblog.events import RepairNeed
-from dblog.repair import coalesce
+from dblog.model.events import RepairNeed
+from dblog.snapshot.repair import coalesce
 
 
 def test_key_needs_of_one_table_become_one_with_every_key_once_in_order():

@@ -1,11 +1,11 @@
-"""The staged log's retention and compaction rules (dblog.retention), over made-up listings: which
+"""The staged log's retention and compaction rules (dblog.stagedlog.retention), over made-up listings: which
 segments and dumps may go, which segments are compacted. No files, no services."""
 from __future__ import annotations
 
-from dblog.retention import (SKEW_S, DumpLife, Segment, Snapshot, StagedChunk, TableLog, compaction_groups, plan,
-                             replaced)
+from dblog.stagedlog.retention import (SKEW_S, DumpLife, Segment, Snapshot, StagedChunk, TableLog, compaction_groups,
+    plan, replaced)
 from dblog.sources.base import WATERMARK_TABLE
-from dblog.staged import SegmentFile, hidden_segments
+from dblog.model.staged_format import SegmentFile, hidden_segments
 
 T, U, WM = "shop.t", "shop.u", WATERMARK_TABLE
 NOW, DAY = 1_000_000.0, 86_400.0

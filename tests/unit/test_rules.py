@@ -1,19 +1,9 @@
 """The reconciliation rule, the output order and the merge rule, on the paper's examples."""
-from dblog.events import ChangeEvent
-from dblog.positions import Position
-from dblog.rules import (
-    Chunk,
-    ChunkRange,
-    DumpRecord,
-    Window,
-    disjoint_chunks,
-    merge_latest,
-    ordered_output,
-    touched_in_window,
-    visible_rows,
-    window_survivors,
-)
-from dblog.staged import ChunkRow
+from dblog.model.events import ChangeEvent
+from dblog.model.positions import Position
+from dblog.model.rules import (Chunk, ChunkRange, DumpRecord, Window, disjoint_chunks, merge_latest, ordered_output,
+    touched_in_window, visible_rows, window_survivors)
+from dblog.model.staged_format import ChunkRow
 
 T, WM = "app.items", "dblog.watermarks"
 
@@ -148,7 +138,7 @@ def test_a_window_whose_low_watermark_is_not_before_its_high_is_refused():
 
 
 def test_a_chunk_is_ready_only_once_both_watermarks_are_staged_and_the_checkpoint_passed_the_hw():
-    from dblog.rules import chunk_ready
+    from dblog.model.rules import chunk_ready
     assert chunk_ready(pos(1), pos(5), pos(5)) and chunk_ready(pos(1), pos(5), pos(9))
     assert not chunk_ready(pos(1), pos(5), pos(4)), "HW staged, checkpoint not past it: the window may be incomplete"
     assert not chunk_ready(None, pos(5), pos(9)) and not chunk_ready(pos(1), None, pos(9))

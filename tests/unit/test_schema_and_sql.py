@@ -4,15 +4,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
-from dblog.schema import (
-    Column,
-    TableSchema,
-    coerce,
-    decode_key,
-    encode_key,
-    from_json_value,
-    normalize_key,
-)
+from dblog.model.schema import Column, TableSchema, coerce, decode_key, encode_key, from_json_value, normalize_key
 from dblog.sources.base import Dialect
 from dblog.sources.mysql import MySQLDialect
 

@@ -1,5 +1,5 @@
 """The settings: one default per tunable, overridden by its variable, checked against its range,
-and the one source of the CLI's defaults, the DAGs' params and the README's table."""
+and the one source of the CLI's defaults, the DAGs' params and the table of docs/configuration.md."""
 from __future__ import annotations
 
 import re
@@ -95,9 +95,9 @@ def test_lowering_a_maximum_below_a_default_names_the_default_that_no_longer_fit
     assert settings({"DBLOG_MAX_CHUNK_SIZE": "1000", "DBLOG_CHUNK_SIZE": "1000"}).full_refresh.chunk_size == 1000
 
 
-def test_the_readme_table_of_tunables_is_the_generated_one():
-    readme = (ROOT / "README.md").read_text()
-    assert f"-->\n{markdown_table()}\n<!-- end of settings table -->" in readme, \
+def test_the_configuration_page_s_table_of_tunables_is_the_generated_one():
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    assert f"-->\n{markdown_table()}\n<!-- end of settings table -->" in page, \
         "regenerate it: .venv/bin/python -m dblog.settings"
 
 
@@ -127,8 +127,8 @@ def test_a_bad_setting_fails_the_cli_with_the_reason_not_a_traceback(monkeypatch
 
 
 def test_engine_defaults_follow_the_settings(monkeypatch):
-    from dblog.dump_spec import DumpSpec, check_chunk_size, DumpError
-    from dblog.state import StateStore
+    from dblog.snapshot.dump_spec import DumpSpec, check_chunk_size, DumpError
+    from dblog.coordination.store import StateStore
     monkeypatch.setenv("DBLOG_CHUNK_SIZE", "321")
     monkeypatch.setenv("DBLOG_MAX_CHUNK_SIZE", "1000")
     monkeypatch.setenv("DBLOG_WAREHOUSE_KEEP_SECONDS", "60")
@@ -178,7 +178,7 @@ def test_the_scheduled_merge_mode_schedules_dblog_merge_and_leaves_the_continuou
 
 
 def test_overridden_settings_move_the_dag_params_and_the_ranges_their_start_tasks_enforce(parse_dags, monkeypatch):
-    from dblog_airflow.operators.dump import conf_problems
+    from dblog_airflow.params import conf_problems
     for env, value in {"DBLOG_MAX_CHUNK_SIZE": "5000", "DBLOG_CHUNK_SIZE": "4000", "DBLOG_MAX_DELAY_SECONDS": "9",
                        "DBLOG_CAPTURE_SLICE_SECONDS": "60", "DBLOG_VERIFY_CHUNK_SIZE": "50"}.items():
         monkeypatch.setenv(env, value)
@@ -203,7 +203,7 @@ def test_overridden_settings_move_the_dag_params_and_the_ranges_their_start_task
     ("dblog_capture", "slice_seconds", "capture.slice_seconds"),
 ])
 def test_a_dag_param_states_its_settings_range_and_its_start_task_holds_it_to_it(parse_dags, dag_id, param, setting):
-    from dblog_airflow.operators.dump import conf_problems
+    from dblog_airflow.params import conf_problems
     params, tuned = parse_dags()[dag_id].params, settings()
     low, high = tuned.bounds(setting)
     assert tuned.range_text(setting) in params.get_param(param).description

@@ -4,11 +4,11 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
-from dblog.events import ChangeEvent
-from dblog.positions import Position
-from dblog.schema import Column, TableSchema
-from dblog.staged import (ChunkFile, ChunkMeta, ChunkRow, Op, SegmentFile, absent_row, chunk_rows, chunk_table,
-                          decode_events, encode_event, is_staged, log_table, temporary_name)
+from dblog.model.events import ChangeEvent
+from dblog.model.positions import Position
+from dblog.model.schema import Column, TableSchema
+from dblog.model.staged_format import (ChunkFile, ChunkMeta, ChunkRow, Op, SegmentFile, absent_row, chunk_rows,
+    chunk_table, decode_events, encode_event, is_staged, log_table, temporary_name)
 
 T = TableSchema("app.t", (Column("id", "int", pa.int64()), Column("v", "text", pa.string())), ("id",))
 TS = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
@@ -36,7 +36,7 @@ def test_a_chunk_decodes_to_its_metadata_and_rows_an_absent_key_without_values()
 
 
 def test_a_staged_chunk_s_footer_says_what_its_columns_say_and_a_footer_without_it_still_reads(tmp_path):
-    from dblog.staging import StagedLog
+    from dblog.stagedlog.staged_log import StagedLog
     staged = StagedLog(str(tmp_path))
     ranged = ChunkMeta("d1", 7, "lw-id", "hw-id", TS, key_from="[4]", key_to="[5]")
     listed = ChunkMeta("d1", 8, "lw-id", "hw-id", TS, list_from=10, list_to=12)

@@ -1,4 +1,4 @@
-"""`dblog maintain` of the staged log over real files on local disk (dblog.staged_maintain):
+"""`dblog maintain` of the staged log over real files on local disk (dblog.operations.staged_maintenance):
 compaction keeps what readers see, replaced files outlive a reader that listed them, retention
 and dump removal follow the rules; ZooKeeper and the warehouse stood in for."""
 from __future__ import annotations
@@ -12,14 +12,15 @@ import pyarrow.parquet as pq
 import pytest
 from staged_fakes import MemoryStore, MergedWarehouse
 
-from dblog import state as paths
-from dblog.events import ChangeEvent
-from dblog.positions import Position
-from dblog.schema import Column, TableSchema
+from dblog.coordination import store as paths
+from dblog.coordination.checkpoint import checkpoint_path
+from dblog.model.events import ChangeEvent
+from dblog.model.positions import Position
+from dblog.model.schema import Column, TableSchema
 from dblog.sources.base import WATERMARK_TABLE
-from dblog.staged import ChunkMeta, Op, SegmentFile, encode_event, key_columns
-from dblog.staged_maintain import joinable_runs, maintain_staged, staged_usage, union
-from dblog.staging import StagedLog
+from dblog.model.staged_format import ChunkMeta, Op, SegmentFile, encode_event, key_columns
+from dblog.operations.staged_maintenance import joinable_runs, maintain_staged, staged_usage, union
+from dblog.stagedlog.staged_log import StagedLog
 
 S = "src"
 T = TableSchema("app.t", (Column("id", "int", pa.int64()), Column("v", "text", pa.string())), ("id",))
@@ -51,7 +52,7 @@ def run(staged: StagedLog, upto: str | None, checkpoint: int | None = 99, store:
         warehouse=None, **opts):
     store = store or MemoryStore()
     if checkpoint is not None:
-        store.nodes[paths.checkpoint_path(S)] = {"position": pos(checkpoint)}
+        store.nodes[checkpoint_path(S)] = {"position": pos(checkpoint)}
     options = {"window_seconds": 0, "compact_min_segments": 2, "compact_bytes": 1 << 20,
                "replaced_grace_seconds": 3600, **opts}
     return maintain_staged(store, staged, warehouse or MergedWarehouse(upto), S, **options)

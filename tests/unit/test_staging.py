@@ -2,11 +2,11 @@
 import os
 
 import pyarrow as pa
-from dblog.events import ChangeEvent
-from dblog.positions import Position
-from dblog.schema import Column, TableSchema
-from dblog.staged import Op, encode_event
-from dblog.staging import StagedLog
+from dblog.model.events import ChangeEvent
+from dblog.model.positions import Position
+from dblog.model.schema import Column, TableSchema
+from dblog.model.staged_format import Op, encode_event
+from dblog.stagedlog.staged_log import StagedLog
 
 T = TableSchema("app.t", (Column("id", "int", pa.int64()), Column("v", "text", pa.string())), ("id",))
 
@@ -93,7 +93,7 @@ def test_segments_after_a_position_leave_out_a_segment_ending_on_it(tmp_path):
 
 
 def test_any_table_name_maps_to_one_path_component_and_back():
-    from dblog.staging import table_dir_name, table_from_dir
+    from dblog.stagedlog.staged_log import table_dir_name, table_from_dir
     for name in ("shop.accounts", "s.o'rder \"lines\"; -- ✓/x", "s.../../etc", ".hidden", "s.100%", "s.a%2Fb"):
         encoded = table_dir_name(name)
         assert "/" not in encoded and not encoded.startswith(".")

@@ -1,4 +1,4 @@
-"""The DBLog page's figures (dblog.status, dblog.dump): progress, current rate, ETA, data age,
+"""The DBLog page's figures (dblog.operations.status, dblog.snapshot.dump): progress, current rate, ETA, data age,
 and the snapshot over an in-memory state store. No services."""
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ from dataclasses import asdict
 
 import pytest
 
-from dblog import state as paths
-from dblog.dump import (CANCELLED, DONE, FAILED, PAUSED, PENDING, RUNNING, UNREADABLE, TableProgress, dump_status,
-                        dumping, read_progress, record_chunk_rate)
-from dblog.dump_spec import DumpError
+from dblog.coordination import store as paths
+from dblog.coordination.checkpoint import checkpoint_path
+from dblog.snapshot.dump import (CANCELLED, DONE, FAILED, PAUSED, PENDING, RUNNING, UNREADABLE, TableProgress,
+    dump_status, dumping, read_progress, record_chunk_rate)
+from dblog.snapshot.dump_spec import DumpError
 from dblog.sources.postgres import estimate_from_stats
-from dblog.status import data_age, dump_view, eta_seconds, lag_at, page_snapshot, progress_fraction
+from dblog.operations.status import data_age, dump_view, eta_seconds, lag_at, page_snapshot, progress_fraction
 from staged_fakes import MemoryStore
 
 
@@ -201,7 +202,7 @@ class FakeWarehouse:
 def test_the_snapshot_lists_capture_health_newest_dumps_first_and_warehouse_tables():
     nodes = {**dump_nodes("src", "old", {"s.a": progress("s.a", DONE, 10, 10)}, created_at=1.0),
              **dump_nodes("src", "new", {"s.a": progress("s.a", PENDING, 0, 10)}, created_at=2.0),
-             paths.checkpoint_path("src"): {"position": "p", "resume": {"log_file": "mysql-bin.000003", "log_pos": 77},
+             checkpoint_path("src"): {"position": "p", "resume": {"log_file": "mysql-bin.000003", "log_pos": 77},
                                             "commit_ts": 990.0, "staged_at": 995.0},
              paths.heartbeat_path("src"): {"leader": "w1", "at": 1005.0, "caught_up_at": 1005.0},
              paths.lag_history_path("src"): [[1001.0, 1.5]]}
@@ -216,8 +217,8 @@ def test_the_snapshot_lists_capture_health_newest_dumps_first_and_warehouse_tabl
 
 
 def test_the_snapshot_shows_each_source_s_staged_log_size_file_count_and_oldest_retained_position(tmp_path):
-    from dblog.staged_maintain import staged_usage
-    from dblog.staging import StagedLog
+    from dblog.operations.staged_maintenance import staged_usage
+    from dblog.stagedlog.staged_log import StagedLog
     root = tmp_path / "staging" / "src"
     for path, size in (("log/s.a/p3_p5.parquet", 10), ("log/s.a/p3_p4.parquet", 4),   # hidden within p3_p5
                        ("log/s.b/p2_p9.parquet", 20), ("log/dblog.watermarks/p1_p9.parquet", 5),

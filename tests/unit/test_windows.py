@@ -4,10 +4,10 @@ import bisect
 
 import pyarrow as pa
 
-from dblog.schema import Column, TableSchema
+from dblog.model.schema import Column, TableSchema
 from dblog.sources.base import SourceError
-from dblog.spark.window_reads import WindowReadFailed, _job_failure
-from dblog.windows import Split, SplitRead, WindowPlan, plan_window, steps_next
+from dblog.snapshot.spark_windows import WindowReadFailed, _job_failure
+from dblog.snapshot.windows import Split, SplitRead, WindowPlan, plan_window, steps_next
 
 
 class KeyIndex:

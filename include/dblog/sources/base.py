@@ -17,10 +17,11 @@ from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 
-from ..events import ChangeEvent, RepairNeed
-from ..schema import Column, TableSchema
-from ..staged import rows_table
+from ..model.events import ChangeEvent, RepairNeed
+from ..model.schema import Column, TableSchema
+from ..model.staged_format import rows_table
 from .native import NativeReads, NativeUnfit
+from ..errors import DBLogError, TransientError
 
 WATERMARK_SCHEMA = "dblog"
 WATERMARK_TABLE = f"{WATERMARK_SCHEMA}.watermarks"
@@ -38,11 +39,11 @@ def split_watermark_id(row_id: str) -> tuple[str | None, str]:
     return (tag, slot) if sep else (None, tag)
 
 
-class SourceError(RuntimeError):
+class SourceError(DBLogError, RuntimeError):
     """A source is misconfigured or refused; the message names the problem and the fix."""
 
 
-class SourceUnavailable(SourceError):
+class SourceUnavailable(SourceError, TransientError):
     """The server is down or dropped the connection (a restart, a failover): worth retrying."""
 
 

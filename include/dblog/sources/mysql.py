@@ -26,11 +26,11 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from ..events import ChangeEvent, RepairNeed
-from ..positions import binlog_file_index, mysql_position
-from ..positions import encode as encode_position
-from ..schema import Column, TableSchema, decimal_type, normalize_key
-from ..staged import Op
+from ..model.events import ChangeEvent, RepairNeed
+from ..model.positions import binlog_file_index, mysql_position
+from ..model.positions import encode as encode_position
+from ..model.schema import Column, TableSchema, decimal_type, normalize_key
+from ..model.staged_format import Op
 from .native import MySQLNative, NativeReads
 from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
                    SourceUnavailable, Transaction, UnreadableEvent)

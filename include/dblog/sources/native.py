@@ -20,15 +20,16 @@ from urllib.parse import quote, urlencode
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..schema import TableSchema
-from ..staged import arrow_schema
+from ..model.schema import TableSchema
+from ..model.staged_format import arrow_schema
+from ..errors import DBLogError
 
 # What Python's datetime holds (year 1 to 9999), the range the Python drivers give.
 _MICROS = (-62_135_596_800_000_000, 253_402_300_799_999_999)
 _DAYS = (-719_162, 2_932_896)
 
 
-class NativeUnfit(ValueError):
+class NativeUnfit(DBLogError, ValueError):
     """The native read of a chunk cannot give the Python driver's values: read it with that."""
 
 

@@ -10,11 +10,11 @@ import psycopg2
 import psycopg2.extras
 import pyarrow as pa
 
-from ..events import ChangeEvent, RepairNeed
-from ..positions import encode as encode_position
-from ..positions import int_to_lsn, lsn_to_int, postgres_position
-from ..schema import Column, decimal_type, normalize_key
-from ..staged import Op
+from ..model.events import ChangeEvent, RepairNeed
+from ..model.positions import encode as encode_position
+from ..model.positions import int_to_lsn, lsn_to_int, postgres_position
+from ..model.schema import Column, decimal_type, normalize_key
+from ..model.staged_format import Op
 from .native import NativeReads, PostgresNative
 from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
                    SourceUnavailable, Transaction)
@@ -485,7 +485,7 @@ class PostgresSource(Source):
                 pending.extend(self.own_watermarks([self._event(item, begin, index)]))
         else:
             # No row events: the table's rows are gone from the source but not from the
-            # warehouse, so the table is repaired whole (see dblog.repair).
+            # warehouse, so the table is repaired whole (see dblog.snapshot.repair).
             position = encode_position(begin.final_lsn, index, 0)
             needs.extend(RepairNeed(r.qualified, "TRUNCATE (no row events in the log)", position)
                          for r in item.relations if r.namespace == self.schema)

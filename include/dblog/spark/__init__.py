@@ -1,1 +1,2 @@
-"""The engine's rules on Spark DataFrames, for the spark_jobs/ entry points."""
+"""How dblog runs Spark: the session every job uses, and the Python data sources that read staged
+Parquet and Iceberg snapshots without extra jars."""

@@ -21,7 +21,7 @@ import threading
 from functools import lru_cache
 from urllib.parse import urlsplit
 
-from ..config import local_dir
+from ..connections import local_dir
 from ..settings import ConfigError, settings
 from ..storage import ENDPOINT_ENV, REGION_ENV, is_local
 

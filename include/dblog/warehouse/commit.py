@@ -19,11 +19,12 @@ from pyiceberg.table.update.snapshot import _ManifestMergeManager, _OverwriteFil
 
 from ..faults import crash_point
 from .catalog import BRANCH, FORMAT
+from ..errors import DBLogError
 
 MERGE_MANIFESTS_AT = 8   # manifests of a snapshot before they are merged into one
 
 
-class CommitError(RuntimeError):
+class CommitError(DBLogError, RuntimeError):
     """The table changed under the merge (another writer); re-running the merge converges."""
 
 
@@ -54,7 +55,8 @@ class Pending:
 class MergingOverwrite(_OverwriteFiles):
     """An overwrite that also merges small manifests, as an append can (pyiceberg's overwrite adds
     one manifest per commit, and commit time grows with them). Private API of pyiceberg 0.12:
-    tests/unit/test_iceberg_commit.py fails loudly if an upgrade breaks it."""
+    tests/unit/test_iceberg_warehouse.py::test_manifests_stay_few_over_many_merges fails if an
+    upgrade breaks it."""
 
     def _process_manifests(self, manifests):
         data = [m for m in manifests if m.content == ManifestContent.DATA]

@@ -63,7 +63,7 @@ class DataFiles:
     Parts are buffered and written as one row group per file where memory allows: a part is a
     chunk or an Arrow batch's share of a bucket (20,000 rows, often far fewer), and a row group
     each made files a third larger and slower to write and gave readers dozens of row groups to
-    plan per file (README, Performance). When the task's buffers pass ROW_GROUP_BYTES, the
+    plan per file (docs/performance.md). When the task's buffers pass ROW_GROUP_BYTES, the
     largest is written as a row group of its own."""
 
     def __init__(self, location: str, target: pa.Schema, prefix: str):

@@ -1,4 +1,4 @@
-"""Reading warehouse tables without dblog's merge: DuckDB, and Spark without the Iceberg runtime.
+"""Reading warehouse tables without dblog's merge, in DuckDB (Spark's reader: `dblog.spark.data_sources`).
 
 DuckDB's extensions come from the duckdb-extension-* packages (same version as duckdb), loaded
 by path: `INSTALL` would download them, and a deployment may have no network. DuckDB cannot use
@@ -8,12 +8,12 @@ the SQL catalog, so it reads the metadata file pyiceberg says is current, resolv
 from __future__ import annotations
 
 import importlib
-import json
 import os
 from urllib.parse import urlsplit
 
 import pyarrow as pa
 
+from ..settings import ConfigError
 from . import catalog as C
 
 
@@ -23,7 +23,7 @@ def _extension(name: str) -> str:
     path = os.path.join(os.path.dirname(package.__file__ or ""), "extensions", f"v{duckdb.__version__}",
                         f"{name}.duckdb_extension")
     if not os.path.exists(path):
-        raise RuntimeError(f"{path} is missing: install duckdb-extension-{name}=={duckdb.__version__}")
+        raise ConfigError(f"{path} is missing: install duckdb-extension-{name}=={duckdb.__version__}")
     return path
 
 
@@ -71,21 +71,3 @@ def duckdb_read(warehouse, source: str, table: str) -> pa.Table | None:
         return con.execute("SELECT * FROM iceberg_scan(?)", [t.metadata_location]).to_arrow_table()
     finally:
         con.close()
-
-
-def spark_table(spark, warehouse, source: str, table: str, snapshot_id: int | None = None):
-    """A DataFrame of one snapshot (default: the current one) of the table, for Spark without the
-    Iceberg runtime. The snapshot is resolved here so every partition reads the same one."""
-    from ..spark.sources import IcebergTable, iceberg_schema, register
-    t = warehouse.load(source, table)
-    if t is None:
-        raise ValueError(f"{source}/{table}: no warehouse table yet (nothing merged)")
-    snapshot = t.snapshot_by_id(snapshot_id) if snapshot_id is not None else t.current_snapshot()
-    if snapshot is None:
-        raise ValueError(f"{source}/{table}: " + ("no snapshot yet" if snapshot_id is None
-                                                   else f"no snapshot {snapshot_id} (expired?)"))
-    register(spark, IcebergTable)
-    schema = iceberg_schema(t.scan(snapshot_id=snapshot.snapshot_id).projection())
-    return (spark.read.format("dblog_iceberg").schema(schema).option("root", warehouse.root)
-            .option("identifier", json.dumps(list(warehouse.identifier(source, table))))
-            .option("snapshot_id", str(snapshot.snapshot_id)).load())

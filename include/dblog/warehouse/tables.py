@@ -15,16 +15,17 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.transforms import IdentityTransform
 
+from ..errors import WarehouseError
 from . import catalog as C
 from . import types as T
 from .commit import CommitError, Pending
-from .state import Bucket, TableState
+from .merged_state import Bucket, TableState
 
 
 class Warehouse:
     def __init__(self, root: str | None = None, catalog_uri: str | None = None):
         if root is None:
-            from ..config import warehouse_root
+            from ..connections import warehouse_root
             root = warehouse_root()
         self.root = C.warehouse_uri(root)
         self.catalog_uri = catalog_uri   # None: DBLOG_ICEBERG_CATALOG, else the default
@@ -170,7 +171,7 @@ def table_state(t, source: str, table: str, files: bool = False) -> TableState:
     while snapshot is not None and "dblog.format" not in (snapshot.summary.additional_properties or {}):
         snapshot = t.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
     if snapshot is None:
-        raise ValueError(f"{source}/{table}: no snapshot of the warehouse table records what dblog merged; "
+        raise WarehouseError(f"{source}/{table}: no snapshot of the warehouse table records what dblog merged; "
                          f"drop it (dblog warehouse drop --source {source} --table {table}) and run a full dump")
     state = TableState.from_properties(source, table, key, columns, snapshot.summary.additional_properties)
     head = t.current_snapshot()
@@ -186,13 +187,13 @@ def table_state(t, source: str, table: str, files: bool = False) -> TableState:
                 continue
             for task in t.scan().use_ref(ref).plan_files():
                 if task.delete_files:   # another engine's row deletes: a rewrite would bring the rows back
-                    raise ValueError(f"{source}/{table}: another engine wrote delete files into the table "
+                    raise WarehouseError(f"{source}/{table}: another engine wrote delete files into the table "
                                      f"({task.delete_files.pop().file_path}); dblog owns its rows and cannot merge "
                                      f"past them. Fix: dblog warehouse drop --source {source} --table {table}, "
                                      "then a full dump")
                 bucket = by_id.get(task.file.partition[0])
                 if bucket is None:
-                    raise ValueError(f"{source}/{table}: a data file of bucket {task.file.partition[0]} is in no "
+                    raise WarehouseError(f"{source}/{table}: a data file of bucket {task.file.partition[0]} is in no "
                                      "bucket the snapshot records")
                 getattr(bucket, attr).append(task.file)
                 setattr(bucket, count, getattr(bucket, count) + task.file.record_count)

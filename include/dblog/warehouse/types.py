@@ -14,6 +14,8 @@ from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, Dou
                              IntegerType, ListType, LongType, NestedField, StringType, TimestampType,
                              TimestamptzType)
 
+from ..errors import WarehouseError
+
 # A live row's columns whose value nothing proved yet (null meanwhile; a repair re-reads the row).
 MISSING = "_dblog_missing"
 BUCKET = "_dblog_bucket"   # the key-range bucket: the table's identity partition
@@ -37,7 +39,7 @@ def iceberg_type(spark_type: str, next_id=None) -> IcebergType:
         return DecimalType(int(found.group(1)), int(found.group(2)))
     if spark_type == "array<string>":
         return ListType(element_id=next_id() if next_id else 1, element_type=StringType(), element_required=False)
-    raise ValueError(f"Spark type {spark_type} has no Iceberg type in dblog's warehouse")
+    raise WarehouseError(f"Spark type {spark_type} has no Iceberg type in dblog's warehouse")
 
 
 def spark_type(t: IcebergType) -> str:
@@ -49,7 +51,7 @@ def spark_type(t: IcebergType) -> str:
         return f"decimal({t.precision},{t.scale})"
     if isinstance(t, ListType) and t.element_type == StringType():
         return "array<string>"
-    raise ValueError(f"Iceberg type {t} is not one dblog writes")
+    raise WarehouseError(f"Iceberg type {t} is not one dblog writes")
 
 
 def schema(columns: list[tuple[str, str]]) -> Schema:

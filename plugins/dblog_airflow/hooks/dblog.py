@@ -1,7 +1,7 @@
 """Airflow connections -> engine clients.
 
 A source is an Airflow connection (conn type `mysql` or `postgres`; extras `schema`, `slot`,
-`publication`, `exclude` as in `dblog.config`), so users manage credentials in the UI, a secrets
+`publication`, `exclude` as in `dblog.connections`), so users manage credentials in the UI, a secrets
 backend or `AIRFLOW_CONN_*`. ZooKeeper is the `dblog_zookeeper` connection (host
 `zk1:2181,zk2:2181` or host + port, schema = chroot, extra `session_timeout`). Every task resolves
 them here, through Airflow, wherever they are defined; a process Airflow does not run (the Spark
@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Iterator
 
 from airflow.sdk import BaseHook
 
-from dblog.config import DEFAULT_CHROOT, ZOOKEEPER_CONN
+from dblog.connections import DEFAULT_CHROOT, ZOOKEEPER_CONN
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
 
     from dblog.sources.base import Source
-    from dblog.state import StateStore
+    from dblog.coordination.store import StateStore
 
 ZOOKEEPER_CONN_ID = ZOOKEEPER_CONN
 
@@ -37,12 +37,12 @@ class DBLogHook(BaseHook):
         self.zookeeper_conn_id = zookeeper_conn_id
 
     def source_uri(self) -> str:
-        """The source connection as the engine's URI (`dblog.config.source_from_uri`)."""
+        """The source connection as the engine's URI (`dblog.connections.source_from_uri`)."""
         return self.get_connection(self.source_conn_id).get_uri()
 
     def get_source(self) -> "Source":
         # The deployment (which scopes its watermarks) follows the ZooKeeper connection in use.
-        from dblog.config import deployment_id, source_from_uri
+        from dblog.connections import deployment_id, source_from_uri
         return source_from_uri(self.source_conn_id, self.source_uri(), deployment_id(self.zookeeper_uri()))
 
     def zookeeper_uri(self) -> str:
@@ -50,8 +50,8 @@ class DBLogHook(BaseHook):
 
     @contextmanager
     def store(self) -> Iterator["StateStore"]:
-        from dblog.config import zookeeper
-        from dblog.state import StateStore
+        from dblog.connections import zookeeper
+        from dblog.coordination.store import StateStore
         zk = zookeeper(self.zookeeper_uri())
         with StateStore(zk.hosts, zk.chroot, timeout=zk.session_timeout) as store:
             yield store
@@ -59,17 +59,17 @@ class DBLogHook(BaseHook):
     # The roots are settings of the workers (DBLOG_STAGING, DBLOG_WAREHOUSE), not connections.
     @staticmethod
     def staging_root() -> str:
-        from dblog.config import staging_root
+        from dblog.connections import staging_root
         return staging_root()
 
     @staticmethod
     def warehouse_root() -> str:
-        from dblog.config import warehouse_root
+        from dblog.connections import warehouse_root
         return warehouse_root()
 
     @staticmethod
     def staged():
-        from dblog.staging import StagedLog
+        from dblog.stagedlog.staged_log import StagedLog
         return StagedLog(DBLogHook.staging_root())
 
     @staticmethod

@@ -3,7 +3,7 @@
 Resuming from the ZooKeeper checkpoint makes slices seamless. The capture lease elects one leader
 per source across every Airflow deployment sharing the ZooKeeper: a task that cannot get it
 within its slice stays standby and succeeds, so a standby deployment is green, not failing.
-While it leads, the capture beats (`dblog.health`): the DBLog page and the metrics read that.
+While it leads, the capture beats (`dblog.coordination.health`): the DBLog page and the metrics read that.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from airflow.sdk import BaseOperator
 from dblog.settings import settings
 from dblog_airflow import metrics
 from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook
+from dblog_airflow.params import check_run
 
 LOG_EVERY_S = 60.0  # a progress line per minute keeps a long slice's log readable
 
@@ -38,6 +39,17 @@ def _hang_guard(seconds: float) -> Iterator[None]:
 
 
 class CaptureOperator(BaseOperator):
+    """Capture one source's change stream into the staged log for one time slice, under the
+    source's capture lease, resuming from the ZooKeeper checkpoint. Returns `{"leader": False}` when
+    another deployment's capture held the lease all slice (standby: the task succeeds), else the
+    slice's stats with the capture's lag and position. A slice running far past its length fails
+    as hung, so that its retry captures afresh; a bad run conf fails it at once.
+
+    :param source_conn_id: Connection id of the source database (templated).
+    :param slice_seconds: How long the slice captures; None: `DBLOG_CAPTURE_SLICE_SECONDS` (templated).
+    :param zookeeper_conn_id: Connection id of the ZooKeeper ensemble holding the checkpoint and lease.
+    """
+
     template_fields: Sequence[str] = ("source_conn_id", "slice_seconds")
 
     def __init__(self, *, source_conn_id: str, slice_seconds: float | str | None = None,
@@ -49,11 +61,10 @@ class CaptureOperator(BaseOperator):
         self._capture: Any = None  # the running Capture (the engine loads in execute)
 
     def execute(self, context) -> dict:
-        from dblog.state import LeaseTimeout
+        from dblog.coordination.store import LeaseTimeout
 
-        from dblog.capture import Capture
-        from dblog.health import capture_health
-        from dblog_airflow.operators.dump import check_run
+        from dblog.capture.capture_loop import Capture
+        from dblog.coordination.health import capture_health
         check_run(self, context, slice_seconds=float(self.slice_seconds))
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
         source, seconds = hook.get_source(), float(self.slice_seconds)

@@ -2,161 +2,27 @@
 table; control.
 
 Bad input fails the start task at once (no retry) with a message naming the problem and the fix,
-before anything is written: a conf key the DAG does not declare (a misspelling would otherwise
-fall back to the param's default), a value out of range, an unknown table, a malformed key list.
-Table tasks resume from their ZooKeeper progress when retried.
-
-Numeric params carry their range in their description, not as JSON-schema `minimum`/`maximum`:
-Airflow's trigger form hands those to its number input, which clamps an out-of-range entry on
-blur (0 became 1 silently); the range is enforced here instead, where it can say what to fix.
+before anything is written: a conf key the DAG does not declare, a value out of range (the run's
+checks: `dblog_airflow.params`), an unknown table, a malformed key list. Table tasks resume from
+their ZooKeeper progress when retried.
 """
 from __future__ import annotations
 
-import difflib
-import json
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowSkipException
 
-from dblog.settings import settings
 from dblog_airflow import metrics
 from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook
-
-ALL_SOURCES = "all"   # the `source` param of the DAGs that cover every source by default
-
-
-def fail(log, message: str) -> NoReturn:
-    """Fail the task for good (no retry), its reason logged at ERROR level first.
-
-    Airflow 3.3 lists a failed task's ERROR lines on the DAG's overview ("Recent Failed Task
-    Logs") and in the log view's error filter; a task cannot write its run's note (the Task SDK
-    and execution API have no call for it), so this line is where the reason shows."""
-    log.error("%s", message)
-    raise AirflowFailException(message) from None  # the message says it all: no chained traceback
-
-
-def _passes(check: str, value: Any) -> bool:
-    """The engine's own rule (`dblog.dump_spec.check_*`), so a form, the CLI and the page agree."""
-    from dblog import dump_spec
-    try:
-        getattr(dump_spec, check)(value)
-        return True
-    except dump_spec.DumpError:
-        return False
-
-
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def value_rules() -> dict[str, tuple[Callable[[Any], bool], str]]:
-    """param name -> (accepted?, what to set instead), with the ranges of the settings in force.
-    None values are left to the params' types."""
-    s = settings()
-    low, high = s.bounds("capture.slice_seconds")
-    return {
-        "chunk_size": (lambda v: _passes("check_chunk_size", v),
-                       f"a chunk reads {s.range_text('dump.chunk_size')} rows; set a whole number in that range "
-                       f"(default {s.dump.chunk_size})"),
-        "parallelism": (lambda v: _passes("check_parallelism", v),
-                        f"a window reads {s.range_text('dump.parallelism')} key ranges at once, each on its own "
-                        f"connection; set a whole number in that range (default {s.dump.parallelism})"),
-        "delay_seconds": (lambda v: _passes("check_delay", v),
-                          f"set 0 (no pause) to {s.dump.max_delay_seconds} seconds between chunks"),
-        "slice_seconds": (lambda v: _number(v) and low <= v <= high,
-                          f"a capture slice lasts {s.range_text('capture.slice_seconds')} seconds; each handover "
-                          "pauses the stream a few seconds"),
-        "tables": (lambda v: isinstance(v, list) and all(isinstance(t, str) and t.strip() for t in v),
-                   "list table names (`table` or `schema.table`), one per line; leave it empty for every table"),
-        "exclude": (lambda v: isinstance(v, list) and all(isinstance(t, str) and t.strip() for t in v),
-                    "list the table names to leave out of a dump of every table, one per line"),
-        **_maintenance_rules(s),
-    }
-
-
-def _maintenance_rules(s) -> dict[str, tuple[Callable[[Any], bool], str]]:
-    """dblog_maintenance's numbers, bounded as the settings that give their defaults."""
-    def within(name: str, whole: bool = False) -> Callable[[Any], bool]:
-        low, high = s.bounds(name)
-        return lambda v: _number(v) and (not whole or float(v).is_integer()) and low <= v <= high
-    return {
-        "keep_seconds": (within("warehouse.keep_seconds"), f"keep replaced snapshots "
-                         f"{s.range_text('warehouse.keep_seconds')} seconds (default {s.warehouse.keep_seconds:g})"),
-        "orphan_grace_seconds": (within("warehouse.orphan_grace_seconds"), "delete unreferenced files once older "
-                                 f"than {s.range_text('warehouse.orphan_grace_seconds')} seconds (default "
-                                 f"{s.warehouse.orphan_grace_seconds:g}); a running merge's files are that young"),
-        "compact_min_files": (within("warehouse.compact_min_files", whole=True), "compact buckets of more files "
-                              f"than a whole number from {s.range_text('warehouse.compact_min_files')} (default "
-                              f"{s.warehouse.compact_min_files})"),
-        "merge_slice_seconds": (within("merge.continuous_slice_seconds"), "a continuous merge slice lasts "
-                                f"{s.range_text('merge.continuous_slice_seconds')} seconds (default "
-                                f"{s.merge.continuous_slice_seconds}); each handover starts Spark anew"),
-        "every_seconds": (within("merge.continuous_every_seconds"), "merge cycles come every "
-                          f"{s.range_text('merge.continuous_every_seconds')} seconds (default "
-                          f"{s.merge.continuous_every_seconds:g})"),
-        "log_retention_seconds": (within("retention.window_seconds"), "keep merged changes and finished dumps in "
-                                  f"the staged log {s.range_text('retention.window_seconds')} seconds (default "
-                                  f"{s.retention.window_seconds:g})"),
-    }
-
-
-def conf_problems(declared: Sequence[str], conf: dict | None, values: dict[str, Any]) -> list[str]:
-    """What is wrong with a run: conf keys the DAG does not declare, and `values` (param name ->
-    value the task would use) that break `value_rules()`. Each problem names its fix."""
-    names = sorted(declared)
-    rules = value_rules()
-    problems = []
-    for key in sorted(set(conf or {}) - set(names)):
-        close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
-        problems.append(f"unknown param {key!r} " + (f"(did you mean {close[0]!r}?)" if close else
-                                                     f"(the params are {', '.join(names)})"))
-    for name, value in values.items():
-        ok, fix = rules[name]
-        if value is not None and not ok(value):
-            problems.append(f"{name} = {value!r}: {fix}")
-    return problems
-
-
-def check_run(task: BaseOperator, context, **values: Any) -> None:
-    """Fail `task` (see `fail`) when its run's conf or `values` are not acceptable."""
-    dag_run = context.get("dag_run")
-    problems = conf_problems(list(task.dag.params) if task.has_dag() else [],
-                             getattr(dag_run, "conf", None), values)
-    if problems:
-        fail(task.log, f"{task.dag_id} run refused, nothing was started: {'; '.join(problems)}. "
-                       "Trigger a new run with a corrected conf.")
+from dblog_airflow.params import DUMP_ACTIONS, check_run, covers, dump_spec, fail
 
 
 def _input_errors() -> tuple[type[Exception], ...]:
-    from dblog.config import ConfigError
-    from dblog.dump_spec import DumpError
+    from dblog.connections import ConfigError
+    from dblog.snapshot.dump_spec import DumpError
     from dblog.sources.base import SourceError
     return DumpError, SourceError, ConfigError
-
-
-def _keys(keys: Any) -> list | None:
-    """Keys from a JSON conf, or one per line from the UI form: `7`, `"abc"` or `[1, "a"]`; an
-    unquoted line that is not JSON is taken as a string key."""
-    if not keys:
-        return None
-    if isinstance(keys, list) and all(isinstance(k, str) for k in keys):
-        out = []
-        for line in (k.strip() for k in keys if k.strip()):
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                out.append(line)
-        return out
-    return keys
-
-
-def dump_spec(tables: Any = None, keys: Any = None, chunk_size: Any = None, delay_seconds: Any = 0.0,
-              dump_id: str | None = None, exclude: Any = None, parallelism: Any = None):
-    """The engine's DumpSpec from a run's rendered params (the form leaves empty fields as None or "")."""
-    from dblog.dump_spec import DumpSpec
-    return DumpSpec(tables=list(tables or []), keys=_keys(keys), chunk_size=chunk_size, delay_s=delay_seconds,
-                    dump_id=dump_id or None, exclude=list(exclude or []), parallelism=parallelism)
 
 
 class StartDumpOperator(BaseOperator):
@@ -164,8 +30,23 @@ class StartDumpOperator(BaseOperator):
     for mapping, and pushes XCom `dump` (`dump_id`, `source`, `tables`, `summary`), which the XCom
     tab of the task shows and the merge of the run reads.
 
-    `selected_source`: when set to another source than this operator's (and not `all`), the task
-    skips (DAGs with one task group per source use it to run only the group the user picked)."""
+    Bad input fails the task at once, before anything is written (`dblog_airflow.params.check_run`,
+    then the engine's validation). Empty values (None, "") take the `DBLOG_*` settings.
+
+    :param source_conn_id: Connection id of the source database (templated).
+    :param tables: `table` or `schema.table` names; empty: every table (templated).
+    :param keys: Primary keys to re-read (a repair) of exactly one table: JSON values, or one per
+        line as the trigger form gives them (`dblog_airflow.params.dump_keys`) (templated).
+    :param chunk_size: Rows per chunk (templated).
+    :param delay_seconds: Pause after each chunk, in seconds (templated).
+    :param dump_id: Name of the dump; empty: a generated id (templated).
+    :param selected_source: The run's `source` param: when it names another source than this
+        operator's (and is not `all`), the task skips; DAGs with one task group per source use it to
+        run only the group the user picked (templated).
+    :param exclude: With every table: the tables to leave out (templated).
+    :param parallelism: Key ranges a window reads at once, each on its own connection (templated).
+    :param zookeeper_conn_id: Connection id of the ZooKeeper ensemble holding the dump's state.
+    """
 
     template_fields: Sequence[str] = ("source_conn_id", "selected_source", "tables", "keys", "chunk_size",
                                       "delay_seconds", "parallelism", "dump_id", "exclude")
@@ -182,11 +63,11 @@ class StartDumpOperator(BaseOperator):
         self.zookeeper_conn_id = zookeeper_conn_id
 
     def execute(self, context) -> list[dict]:
-        from dblog.dump import create_dump
-        from dblog.state import dump_path
+        from dblog.snapshot.dump import create_dump
+        from dblog.coordination.store import dump_path
         check_run(self, context, tables=self.tables, chunk_size=self.chunk_size, delay_seconds=self.delay_seconds,
                   exclude=self.exclude, parallelism=self.parallelism)
-        if self.selected_source and self.selected_source not in (ALL_SOURCES, self.source_conn_id):
+        if not covers(self.selected_source, self.source_conn_id):
             raise AirflowSkipException(f"this run dumps {self.selected_source}, not {self.source_conn_id}")
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
         spec = dump_spec(self.tables, self.keys, self.chunk_size, self.delay_seconds, self.dump_id, self.exclude,
@@ -213,7 +94,15 @@ class StartDumpOperator(BaseOperator):
 
 
 class DumpTableOperator(BaseOperator):
-    """Dump one table of a registered dump, chunk by chunk, logging progress per chunk."""
+    """Dump one table of a registered dump, chunk by chunk, logging progress per chunk and sending
+    the dump's metrics; resumes from its ZooKeeper progress when retried, and ends skipped when the
+    dump is cancelled. Returns the table's result (status, chunks, rows, rows/s).
+
+    :param source_conn_id: Connection id of the source database (templated).
+    :param dump_id: Id of the dump, as `StartDumpOperator` registered it (templated).
+    :param table: The table to dump, `schema.table` (templated).
+    :param zookeeper_conn_id: Connection id of the ZooKeeper ensemble holding the dump's state.
+    """
 
     template_fields: Sequence[str] = ("source_conn_id", "dump_id", "table")
 
@@ -226,9 +115,9 @@ class DumpTableOperator(BaseOperator):
     def execute(self, context) -> dict:
         from dataclasses import asdict
 
-        from dblog.config import zookeeper
-        from dblog.dump import CANCELLED, TableDump
-        from dblog.status import progress_fraction
+        from dblog.connections import zookeeper
+        from dblog.snapshot.dump import CANCELLED, TableDump
+        from dblog.operations.status import progress_fraction
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
         source = hook.get_source()
         subject, tags = (source.name, self.table), {"source": source.name, "table": self.table, "dump_id": self.dump_id}
@@ -257,11 +146,22 @@ class DumpTableOperator(BaseOperator):
 
 
 class DumpControlOperator(BaseOperator):
-    """Pause, resume, cancel or re-throttle a running dump (its table tasks obey within a chunk)."""
+    """Pause, resume, cancel or re-throttle a running dump (its table tasks obey within a chunk),
+    or only show its progress; returns the dump's status. A bad run conf, action or value, or an
+    unknown dump fails the task at once, and nothing changes.
+
+    :param source_conn_id: Connection id of the dump's source database (templated).
+    :param dump_id: Id of a registered dump (templated).
+    :param action: One of `ACTIONS`: status, pause, resume, cancel, throttle (templated).
+    :param chunk_size: With `throttle`: the new rows per chunk; None keeps the current one (templated).
+    :param delay_seconds: With `throttle`: the new pause between chunks; None keeps it (templated).
+    :param parallelism: With `throttle`: the new key ranges per window; None keeps it (templated).
+    :param zookeeper_conn_id: Connection id of the ZooKeeper ensemble holding the dump's state.
+    """
 
     template_fields: Sequence[str] = ("source_conn_id", "dump_id", "action", "chunk_size", "delay_seconds",
                                       "parallelism")
-    ACTIONS = ("status", "pause", "resume", "cancel", "throttle")
+    ACTIONS = DUMP_ACTIONS
 
     def __init__(self, *, source_conn_id: str, dump_id: str, action: str, chunk_size: Any = None,
                  delay_seconds: Any = None, parallelism: Any = None, zookeeper_conn_id: str = ZOOKEEPER_CONN_ID,
@@ -272,8 +172,8 @@ class DumpControlOperator(BaseOperator):
         self.zookeeper_conn_id = zookeeper_conn_id
 
     def execute(self, context) -> dict:
-        from dblog.dump import control_changes, dump_status, set_control
-        from dblog.dump_spec import DumpError
+        from dblog.snapshot.dump import control_changes, dump_status, set_control
+        from dblog.snapshot.dump_spec import DumpError
         check_run(self, context, chunk_size=self.chunk_size, delay_seconds=self.delay_seconds,
                   parallelism=self.parallelism)
         if self.action not in self.ACTIONS:

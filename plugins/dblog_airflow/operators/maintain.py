@@ -11,7 +11,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from dblog_airflow import metrics
 from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook
-from dblog_airflow.operators.dump import ALL_SOURCES, check_run, fail
+from dblog_airflow.params import check_run, covers, fail
 
 
 class MaintainOperator(BaseOperator):
@@ -19,7 +19,22 @@ class MaintainOperator(BaseOperator):
     staged log and its finished dumps; a named table the warehouse lacks fails the task), then its
     staged log, and returns `{"tables": one report per table, "staged_log": the staged log's}`.
     Skips when the run's `selected_source` names another source. None options: the `DBLOG_*`
-    settings."""
+    settings. A bad run conf or value fails the task at once, before anything is maintained.
+
+    :param source_conn_id: Connection id of the source whose tables and staged log are maintained.
+    :param selected_source: The run's `source` param: a task of another source skips; empty or
+        `all`: every source (templated).
+    :param tables: `table` or `schema.table` names; empty: every warehouse table, and the whole staged
+        log with its finished dumps (templated).
+    :param keep_seconds: Expire snapshots older than this (templated).
+    :param orphan_grace_seconds: Delete unreferenced files once older than this (templated).
+    :param compact_min_files: Compact a bucket holding more data files than this (templated).
+    :param log_retention_seconds: Remove merged staged changes and finished dumps once older than
+        this (templated).
+    :param dry_run: Only report what would be done; change nothing (templated, as `only_report`:
+        `BaseOperator.dry_run` is a method).
+    :param zookeeper_conn_id: Connection id of the ZooKeeper ensemble holding the merge locks.
+    """
 
     template_fields: Sequence[str] = ("selected_source", "tables", "keep_seconds", "orphan_grace_seconds",
                                       "compact_min_files", "log_retention_seconds", "only_report")
@@ -36,9 +51,9 @@ class MaintainOperator(BaseOperator):
         self.only_report = dry_run   # not `self.dry_run`: BaseOperator.dry_run() is a method
 
     def execute(self, context) -> dict:
-        from dblog.staged_maintain import maintain_staged
-        from dblog.warehouse.maintain import maintain_source
-        if self.selected_source not in (None, "", ALL_SOURCES, self.source_conn_id):
+        from dblog.operations.staged_maintenance import maintain_staged
+        from dblog.warehouse.table_maintenance import maintain_source
+        if not covers(self.selected_source, self.source_conn_id):
             raise AirflowSkipException(f"this run maintains {self.selected_source} only")
         opts = {"keep_seconds": self.keep_seconds, "orphan_grace_seconds": self.orphan_grace_seconds,
                 "compact_min_files": self.compact_min_files}

@@ -27,9 +27,10 @@ from airflow.sdk.exceptions import AirflowException
 
 from dblog_airflow import metrics
 from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook, zookeeper_uri
-from dblog.config import ZOOKEEPER_CONN, source_ids
+from dblog.connections import ZOOKEEPER_CONN, source_ids
 from dblog.settings import settings
-from dblog_airflow.operators.dump import ALL_SOURCES, StartDumpOperator, check_run
+from dblog_airflow.operators.dump import StartDumpOperator
+from dblog_airflow.params import ALL_SOURCES, check_run
 
 WAREHOUSE_ALIAS = "dblog_warehouse"
 MERGE_JOB = str(Path(__file__).resolve().parents[3] / "spark_jobs" / "merge.py")
@@ -74,7 +75,7 @@ def job_arguments(sources: list[str], tables: list[str], bucket_rows: int | None
 
 
 def job_settings(sources: list[str], zookeeper_conn_id: str = ZOOKEEPER_CONN_ID) -> dict[str, str]:
-    """The job's connections and roots, as the engine's own variables (`dblog.config`), each
+    """The job's connections and roots, as the engine's own variables (`dblog.connections`), each
     connection resolved through Airflow wherever it is defined. Raises ConfigError naming a
     root that is not set."""
     settings = {f"AIRFLOW_CONN_{s.upper()}": DBLogHook(s, zookeeper_conn_id).source_uri() for s in sources}
@@ -91,8 +92,19 @@ def write_private(path: str, data: Any) -> str:
 
 
 class MergeOperator(SparkSubmitOperator):
-    """`dblog merge` as a spark-submit job. `sources` / `tables`: comma-separated or lists (templated);
-    empty (or `all` for sources) means every configured source / every staged table."""
+    """`dblog merge` as a spark-submit job (`spark_jobs/merge.py`), then one asset event per
+    warehouse table that committed (alias `dblog_warehouse`); returns one result per table. A run
+    conf key no param declares fails the task at once.
+
+    :param sources: Connection ids, comma-separated or a list; empty or `all`: every configured
+        source (templated).
+    :param tables: `schema.table` names, comma-separated or a list; empty: every staged table
+        (templated).
+    :param bucket_rows: Rows per warehouse bucket before it splits; None: `DBLOG_BUCKET_ROWS`.
+    :param zookeeper_conn_id: Connection id of the ZooKeeper ensemble of the sources' state.
+    :param kwargs: `SparkSubmitOperator`'s arguments (`conn_id`, `conf`, ...); `application`,
+        `name`, `driver_memory` and `outlets` have dblog defaults.
+    """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "sources", "tables")
 
@@ -177,7 +189,7 @@ class MergeOperator(SparkSubmitOperator):
     def _report_captures(self, sources: list[str]) -> None:
         """Each source's capture lag and state as metrics, from here too: a stopped capture sends
         nothing itself, and an alert on its lag must still see the lag grow (every merge run)."""
-        from dblog.health import CAPTURING, capture_health
+        from dblog.coordination.health import CAPTURING, capture_health
         try:
             with DBLogHook(sources[0], self.zookeeper_conn_id).store() as store:
                 for source in sources:
@@ -210,8 +222,8 @@ class MergeOperator(SparkSubmitOperator):
     def _log_dumps(self, results: list[dict], dumps: list[dict]) -> set[tuple[str, str]]:
         """One line per table of each dump: the dump's own totals (all merges so far). Returns the
         (source, table) pairs reported."""
-        from dblog.dump import read_progress
-        from dblog.state import dump_merged_path
+        from dblog.snapshot.dump import read_progress
+        from dblog.coordination.store import dump_merged_path
         versions = {(r["source"], r["table"]): r for r in results}
         reported = set()
         with DBLogHook(dumps[0]["source"], self.zookeeper_conn_id).store() as store:
@@ -251,7 +263,10 @@ class MergeOperator(SparkSubmitOperator):
 class SliceCheckOperator(BaseOperator):
     """Fails, naming each table and why, when a continuous merge slice (`merge_task_id`) ended with
     tables whose merges kept failing. A task of its own: the slice's task succeeds, so the tables
-    that did merge keep their asset events, and the run still shows red."""
+    that did merge keep their asset events, and the run still shows red.
+
+    :param merge_task_id: Task id of the continuous merge whose results (XCom) are checked.
+    """
 
     def __init__(self, *, merge_task_id: str = "merge", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -281,7 +296,14 @@ class ContinuousMergeOperator(MergeOperator):
     """`dblog merge --continuous` for one slice (`slice_seconds`): one warm Spark session merging
     every `every_seconds`; its lines per cycle are the task log. At the end, one asset event per
     table that committed in the slice, and the slice's metrics. A slice overrunning twice its length
-    by 10 minutes is hung and fails (`execution_timeout`), so its retry starts afresh."""
+    by 10 minutes is hung and fails (`execution_timeout`), so its retry starts afresh. A bad run
+    conf or value fails the task at once.
+
+    :param slice_seconds: How long the slice merges; None: `DBLOG_MERGE_SLICE_SECONDS` (templated).
+    :param every_seconds: Pause between two merge cycles; None: `DBLOG_MERGE_CONTINUOUS_EVERY_SECONDS`
+        (templated).
+    :param kwargs: `MergeOperator`'s arguments.
+    """
 
     template_fields: Sequence[str] = (*MergeOperator.template_fields, "slice_seconds", "every_seconds")
 

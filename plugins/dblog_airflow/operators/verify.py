@@ -7,18 +7,25 @@ from airflow.providers.standard.operators.branch import BaseBranchOperator
 from airflow.sdk import BaseOperator
 
 from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook
-from dblog_airflow.operators.dump import ALL_SOURCES, check_run, fail
+from dblog_airflow.params import check_run, covers, fail
 
 
 def selected_sources(source_conn_ids: Sequence[str], selected: str | None) -> list[str]:
     """The sources a run covers: the one its `source` param names, or all (empty or `all`)."""
-    return [s for s in source_conn_ids if selected in (None, "", ALL_SOURCES, s)]
+    return [s for s in source_conn_ids if covers(selected, s)]
 
 
 class VerifyStartOperator(BaseBranchOperator):
     """The first task of a verify run: checks the run's conf and values as a dump's start task does
     (failing at once, saying what to fix), then follows `<source>.<branch_task>` of the selected
-    sources only; the other sources' tasks skip."""
+    sources only; the other sources' tasks skip.
+
+    :param source_conn_ids: Connection ids of every source the DAG has a task group for.
+    :param selected_source: The run's `source` param: one of them, or empty / `all` (templated).
+    :param tables: The run's `tables` param, checked here (templated).
+    :param chunk_size: The run's `chunk_size` param, checked here (templated).
+    :param branch_task: Task id, inside each source's group, that the selected sources follow.
+    """
 
     template_fields: Sequence[str] = ("selected_source", "tables", "chunk_size")
 
@@ -41,7 +48,15 @@ class VerifyOperator(BaseOperator):
     when there are too many), ready for `TriggerDagRunOperator.partial(...).expand(conf=...)`.
 
     `selected_source` (a connection id, or empty / `all`) and `tables` (empty: every warehouse
-    table) narrow what is compared; a named table the warehouse does not have fails the task."""
+    table) narrow what is compared; a named table the warehouse does not have fails the task.
+
+    :param source_conn_ids: Connection ids of the sources to compare (templated).
+    :param selected_source: The run's `source` param: one source, or empty / `all` (templated).
+    :param tables: `table` or `schema.table` names; empty: every warehouse table (templated).
+    :param page: Rows per compared key range; None: `DBLOG_VERIFY_PAGE_ROWS` (templated).
+    :param chunk_size: Chunk size of the repair dumps; None: `DBLOG_VERIFY_CHUNK_SIZE` (templated).
+    :param zookeeper_conn_id: Connection id of the ZooKeeper ensemble of the sources' state.
+    """
 
     template_fields: Sequence[str] = ("source_conn_ids", "selected_source", "tables", "page", "chunk_size")
 
@@ -54,7 +69,7 @@ class VerifyOperator(BaseOperator):
 
     def execute(self, context) -> list[dict]:
         from dblog.settings import settings
-        from dblog.verify import compare_warehouse
+        from dblog.operations.verify import compare_warehouse
         tuned = settings().verify
         page = tuned.page_rows if self.page is None else int(self.page)
         chunk_size = tuned.chunk_size if self.chunk_size is None else self.chunk_size

@@ -18,7 +18,14 @@ class WaitForCaptureOperator(BaseOperator):
     After that, every chunk staged before this task started has its high watermark in the staged
     log below the checkpoint, so the merge that follows includes it. The wait logs the capture's
     state every `log_every` seconds and fails after `timeout_seconds` saying why (capture stopped,
-    or running but behind) and what to do."""
+    or running but behind) and what to do. Returns the position the capture passed.
+
+    :param source_conn_id: Connection id of the source database (templated).
+    :param poll_interval: Seconds between two reads of the capture's checkpoint.
+    :param timeout_seconds: How long to wait; None: `DBLOG_CAPTURE_WAIT_TIMEOUT`.
+    :param log_every: Seconds between two log lines on the capture's state while waiting.
+    :param zookeeper_conn_id: Connection id of the ZooKeeper ensemble holding the checkpoint.
+    """
 
     template_fields: Sequence[str] = ("source_conn_id",)
 
@@ -31,7 +38,7 @@ class WaitForCaptureOperator(BaseOperator):
         self.log_every, self.zookeeper_conn_id = log_every, zookeeper_conn_id
 
     def execute(self, context) -> str:
-        from dblog.capture import sync_point
+        from dblog.capture.capture_loop import sync_point
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
         source = hook.get_source()
         mark = sync_point(source)

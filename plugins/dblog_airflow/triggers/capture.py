@@ -34,9 +34,9 @@ class CaptureReachedTrigger(BaseTrigger):
                  "log_every": self.log_every, "started_at": self.started_at})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from dblog.config import zookeeper
-        from dblog.staging import StagedLog
-        from dblog.state import StateStore
+        from dblog.connections import zookeeper
+        from dblog.stagedlog.staged_log import StagedLog
+        from dblog.coordination.store import StateStore
         zk = zookeeper(self.zookeeper_uri)
         store = StateStore(zk.hosts, zk.chroot, timeout=zk.session_timeout)
         await asyncio.to_thread(store.start)
@@ -62,15 +62,15 @@ class CaptureReachedTrigger(BaseTrigger):
             await asyncio.to_thread(store.stop)
 
     def _reached(self, store, staged) -> str | None:
-        from dblog.capture import caught_up
+        from dblog.capture.capture_loop import caught_up
         return caught_up(store, staged, self.source, self.mark)
 
     def _health(self, store):
-        from dblog.health import capture_health
+        from dblog.coordination.health import capture_health
         return capture_health(store, self.source)
 
     def _why(self, store, waited: float) -> str:
-        from dblog.health import sync_timeout_reason
+        from dblog.coordination.health import sync_timeout_reason
         return sync_timeout_reason(self._health(store), waited,
                                    start="start or unpause the dblog_capture DAG (or run `dblog capture`)",
                                    behind="see its task log, or raise the wait's timeout")

@@ -2,7 +2,7 @@
 `dblog_ui_plugin` and shown in the UI's navigation as "DBLog".
 
     GET  /dblog/                                  the page (HTML + vanilla JS, refreshes from the JSON below)
-    GET  /dblog/api/status                        `dblog.status.page_snapshot` of every source in DBLOG_SOURCES
+    GET  /dblog/api/status                        `dblog.operations.status.page_snapshot` of every source in DBLOG_SOURCES
                                                   (the staged log's size as listed at most `USAGE_TTL_S` ago)
     POST /dblog/api/dumps/{source}/{dump_id}/{action}   pause | resume | cancel | throttle
                                                   (JSON body for throttle: {"chunk_size": n, "delay_s": s, "parallelism": p})
@@ -52,7 +52,7 @@ class _Clients:
         self._store = None
 
     def store(self):
-        from dblog.config import ConfigError, source_ids
+        from dblog.connections import ConfigError, source_ids
         from dblog_airflow.hooks.dblog import DBLogHook
         with self._lock:
             if self._store is None:
@@ -80,7 +80,7 @@ clients = _Clients()
 
 
 class _Usage:
-    """`dblog.staged_maintain.staged_usage` per source, kept `USAGE_TTL_S` seconds."""
+    """`dblog.operations.staged_maintenance.staged_usage` per source, kept `USAGE_TTL_S` seconds."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -89,7 +89,7 @@ class _Usage:
     def __call__(self, source: str):
         import time
 
-        from dblog.staged_maintain import staged_usage
+        from dblog.operations.staged_maintenance import staged_usage
         from dblog_airflow.hooks.dblog import DBLogHook
         with self._lock:
             at, usage = self._seen.get(source, (0.0, None))
@@ -109,7 +109,7 @@ usage = _Usage()
 
 def _sources() -> tuple[list, list[dict]]:
     """Each configured source through its Airflow connection; a broken one is reported, not fatal."""
-    from dblog.config import source_ids
+    from dblog.connections import source_ids
     from dblog_airflow.hooks.dblog import DBLogHook
     sources, errors = [], []
     for sid in source_ids():
@@ -141,7 +141,7 @@ def icon() -> Response:
 
 @app.get("/api/status", dependencies=[READ])
 def status() -> dict:
-    from dblog.status import page_snapshot
+    from dblog.operations.status import page_snapshot
     from dblog_airflow.hooks.dblog import DBLogHook
     sources, errors = _sources()
     try:
@@ -158,8 +158,8 @@ def status() -> dict:
 
 @app.post("/api/dumps/{source}/{dump_id}/{action}", dependencies=[ACT])
 async def control(source: str, dump_id: str, action: str, request: Request, user: GetUserDep) -> dict:
-    from dblog.config import source_ids
-    from dblog.dump import ACTIONS
+    from dblog.connections import source_ids
+    from dblog.snapshot.dump import ACTIONS
     from dblog.settings import DUMP_ID
     if action not in ACTIONS:
         raise HTTPException(404, f"no action {action!r}; use one of {', '.join(ACTIONS)}")
@@ -182,9 +182,9 @@ async def control(source: str, dump_id: str, action: str, request: Request, user
 
 
 def _act(source: str, dump_id: str, action: str, body: dict[str, Any], who: str) -> dict:
-    from dblog.dump import control_changes, dump_status, set_control
-    from dblog.dump_spec import DumpError
-    from dblog.status import dump_view
+    from dblog.snapshot.dump import control_changes, dump_status, set_control
+    from dblog.snapshot.dump_spec import DumpError
+    from dblog.operations.status import dump_view
     try:
         changes = control_changes(action, body.get("chunk_size"), body.get("delay_s"), body.get("parallelism"))
         store = clients.store()

@@ -1,0 +1,308 @@
+"""Continuous change capture: source log -> staged Parquet segments -> fenced checkpoint.
+
+One capture per source is active: it holds the source's ZooKeeper lease, and a second one
+blocks in `lease()` as a standby until the first dies. Events are buffered per table for at
+most `flush_rows` events or `flush_seconds`, always cut at a transaction end, then staged; only
+after every segment is durable does the checkpoint advance (invariant 2), in a ZooKeeper
+transaction that checks the lease (so a deposed capture cannot move it). In between, the
+positions of the batch's watermarks go into the watermark index (`dblog.coordination.watermark_index`), so every
+watermark at or before the checkpoint is indexed.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from ..snapshot import repair
+from ..coordination import unlogged
+from ..coordination import store as paths
+from ..coordination.checkpoint import Checkpoint, ensure_checkpoint, load_checkpoint, save_checkpoint
+from ..coordination import watermark_index
+from ..model.events import ChangeEvent, RepairNeed
+from ..faults import crash_point
+from ..coordination.health import Heartbeat
+from ..retry import reconnecting
+from ..settings import settings
+from ..sources.base import WATERMARK_TABLE, Source, Transaction, split_watermark_id
+from ..model.staged_format import encode_event
+from ..stagedlog.staged_log import StagedLog
+from ..coordination.store import Lease, StateStore
+
+log = logging.getLogger("dblog.capture")
+
+
+@dataclass
+class Batch:
+    rows: dict[str, list[dict]] = field(default_factory=lambda: defaultdict(list))
+    count: int = 0
+    txns: int = 0
+    resume: dict | None = None
+    last_position: str | None = None
+    commit_ts: datetime | None = None
+    first_commit_ts: datetime | None = None
+    opened: float = 0.0
+    repairs: list[RepairNeed] = field(default_factory=list)
+
+    def add(self, txn: Transaction) -> None:
+        if self.txns == 0:
+            self.opened = time.monotonic()
+        for e in txn.events:
+            self.rows[e.table].append(encode_event(e))
+        self.repairs.extend(txn.repairs)
+        # A write logged without rows has a position too: once staged (its repair request and
+        # `unlogged` entry), the checkpoint passes it, so waits on "the capture passed it" end.
+        passed = [p for p in [*(e.position for e in txn.events[-1:]), *(n.position for n in txn.repairs)] if p]
+        if passed:
+            self.last_position = max([*passed, *([self.last_position] if self.last_position else [])])
+            self.commit_ts = txn.commit_ts
+            self.first_commit_ts = self.first_commit_ts or txn.commit_ts
+        self.count += len(txn.events)
+        self.txns += 1
+        self.resume = txn.resume
+
+
+@dataclass
+class CaptureStats:
+    events: int = 0
+    transactions: int = 0
+    segments: int = 0
+    flushes: int = 0
+    max_stall_s: float = 0.0       # longest time the loop did not read from the log (flushes included)
+    max_lag_s: float = 0.0         # oldest commit at the time it became durable
+    position: str | None = None
+    repairs: int = 0               # repair requests made (partial row images, statement-logged writes)
+
+
+class Capture:
+    def __init__(self, source: Source, store: StateStore, staged: StagedLog, *, flush_rows: int | None = None,
+                 flush_seconds: float | None = None, idle_timeout: float = 0.5, identifier: str | None = None,
+                 on_beat=None, repairs: bool = True, warehouse=None):
+        tuned = settings().capture
+        self.source, self.store, self.staged = source, store, staged
+        self.flush_rows = tuned.flush_rows if flush_rows is None else flush_rows
+        self.flush_seconds = tuned.flush_seconds if flush_seconds is None else flush_seconds
+        self.idle_timeout = idle_timeout
+        self.identifier = identifier or f"{socket.gethostname()}:{os.getpid()}"
+        self.stats = CaptureStats()
+        self.stop_event = threading.Event()
+        self.lease: Lease | None = None
+        self.leading = threading.Event()
+        self._checkpoint = Checkpoint()
+        self._acked: dict | None = None
+        self.heartbeat = Heartbeat(store, source.name, self.identifier, on_beat)  # liveness, lag history
+        # The leader also runs the repairs the log asks for (see dblog.snapshot.repair).
+        self.repairer = repair.Repairer(store, source, staged, warehouse=warehouse) if repairs else None
+
+    def run(self, duration: float | None = None, until_watermark: str | None = None,
+            lease_timeout: float | None = None) -> CaptureStats:
+        """Capture until `duration` elapses, the watermark `until_watermark` is staged, or `stop()`."""
+        self.lease = self.store.lease(paths.capture_lock(self.source.name), self.identifier, lease_timeout)
+        self.leading.set()
+        log.info("%s: capture leader %s", self.source.name, self.identifier)
+        try:
+            self._checkpoint = ensure_checkpoint(self.store, self.source)
+            self.heartbeat.start(self.lease, self._checkpoint)
+            indexed = watermark_index.backfill(self.store, self.lease, self.staged, self.source.name)
+            if indexed is not None:
+                log.info("%s: indexed the positions of %d staged watermarks", self.source.name, indexed)
+            if self.repairer is not None:
+                self.repairer.start()
+            deadline = None if duration is None else time.monotonic() + duration
+            self._run_reconnecting(deadline, until_watermark)
+        finally:
+            if self.repairer is not None:
+                self.repairer.stop()
+            self.leading.clear()
+            self.lease.release()
+            self.source.close()
+        return self.stats
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def _run_reconnecting(self, deadline: float | None, until: str | None) -> None:
+        """Read until done; a source restart only pauses the capture, which then resumes from its
+        last durable checkpoint (what a lost connection had buffered is read again)."""
+        def attempt() -> None:
+            if self.stop_event.is_set() or (deadline is not None and time.monotonic() >= deadline):
+                return
+            if until is not None and watermark_index.positions(self.store, self.staged, self.source.name, [until]):
+                return  # staged before the connection was lost
+            self._loop(self._checkpoint.resume, deadline, until)
+
+        reconnecting(self.source, attempt, "capture", stop=self.stop_event)
+
+    def _loop(self, resume: dict | None, deadline: float | None, until: str | None) -> None:
+        writer = _Writer(self._flush, self.source.name)
+        try:
+            self._read(writer, resume, deadline, until)
+        finally:
+            writer.close()
+        self._acknowledge(writer)
+
+    def _acknowledge(self, writer: "_Writer") -> None:
+        durable = writer.durable
+        if durable is not None and durable is not self._acked:
+            self.source.acknowledge(durable)  # on the reading thread: the replication connection's
+            self._acked = durable
+
+    def _read(self, writer: "_Writer", resume: dict | None, deadline: float | None, until: str | None) -> None:
+        batch, reached, awaited = Batch(), False, False
+        last_read = time.monotonic()
+        for txn in self.source.stream(resume, self.idle_timeout):
+            writer.check()  # a staging failure stops the capture at once, not at the next batch
+            if txn is not None:
+                self.stats.max_stall_s = max(self.stats.max_stall_s, time.monotonic() - last_read)
+                batch.add(txn)
+                reached = reached or (until is not None and any(
+                    e.table == WATERMARK_TABLE and (e.after or {}).get("value") == until for e in txn.events))
+                awaited = awaited or any(is_sync_point(e) for e in txn.events)
+            now = time.monotonic()
+            # Someone waits for a sync point (`dblog sync`, a merge after a dump): stage it now,
+            # not when the log goes quiet or the batch is full.
+            due = batch.txns and (txn is None or reached or awaited or batch.count >= self.flush_rows
+                                  or now - batch.opened >= self.flush_seconds)
+            if due:
+                writer.submit(batch)
+                batch, awaited = Batch(), False
+                self._acknowledge(writer)
+            elif txn is None and not batch.txns and writer.idle:
+                self._acknowledge(writer)
+                self.source.acknowledge_idle()
+            # Idle with everything staged: the capture is at the log's head (see dblog.coordination.health).
+            self.heartbeat.beat(txn is None and not batch.txns and writer.idle, self._checkpoint)
+            done = self.stop_event.is_set() or (deadline is not None and now >= deadline) or reached
+            if done:
+                break
+            last_read = time.monotonic()
+        if batch.txns:
+            writer.submit(batch)
+
+    def _flush(self, batch: Batch) -> None:
+        """Stage every table's segment, then (only then) move the fenced checkpoint."""
+        lease = self.lease
+        if lease is None:
+            raise RuntimeError("Capture._flush without the capture lease: only the leader stages")
+        lease.check()  # a deposed capture must not stage (duplicates would be harmless, but noisy)
+        for table, rows in batch.rows.items():
+            self.staged.write_segment(self.source.name, self.source.table_schema(table), rows)
+            self.stats.segments += 1
+            crash_point("capture.mid_flush")
+        # After every segment (an indexed watermark is a staged one), before the checkpoint.
+        watermark_index.record(self.store, lease, self.source.name, batch.rows.get(WATERMARK_TABLE, ()))
+        if batch.repairs:
+            # Before the checkpoint passes the events: a crash repeats them, never loses them. The
+            # positions first: once the checkpoint passes a window holding one, a merge may take it.
+            unlogged.record(self.store, lease, self.source.name, batch.repairs)
+            needs = repair.coalesce(batch.repairs)
+            self.stats.repairs += repair.request(self.store, self.source.name, needs)
+            for need in needs:
+                log.warning("%s: %s at %s cannot be staged as it is (%s); %s", self.source.name, need.table,
+                            need.position, need.reason, repair.plan(need))
+            if self.repairer is not None:
+                self.repairer.wake()
+        crash_point("capture.before_checkpoint")
+        checkpoint = self._checkpoint.advanced(batch.resume, batch.last_position,
+                                               batch.commit_ts.timestamp() if batch.commit_ts else None, self.identifier)
+        save_checkpoint(self.store, lease, self.source.name, checkpoint)
+        self._checkpoint = checkpoint
+        position = checkpoint.position
+        self.stats.events += batch.count
+        self.stats.transactions += batch.txns
+        self.stats.flushes += 1
+        self.stats.position = position
+        if batch.first_commit_ts is not None:
+            self.stats.max_lag_s = max(self.stats.max_lag_s, time.time() - batch.first_commit_ts.timestamp())
+        if batch.count:
+            log.info("%s: staged %d events up to %s", self.source.name, batch.count, position)
+
+
+class _Writer:
+    """Stages batches in order on its own thread, so reading the log overlaps writing Parquet.
+
+    At most one batch waits while another is written (bounded memory); the reader blocks beyond
+    that. A failure (for example a lost lease) stops the writer and is raised to the reader.
+    """
+
+    def __init__(self, flush, name: str):
+        self._flush = flush
+        self._queue: queue.Queue[Batch | None] = queue.Queue(maxsize=1)
+        self.error: BaseException | None = None
+        self.durable: dict | None = None
+        self.submitted = self.staged = 0
+        self._thread = threading.Thread(target=self._run, name=f"dblog-stage-{name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (batch := self._queue.get()) is not None:
+            if self.error is not None:
+                continue  # drain: the reader raises at its next submit
+            try:
+                self._flush(batch)
+                self.durable = batch.resume
+                self.staged += 1
+            except BaseException as exc:  # noqa: B036 - handed to the reading thread
+                self.error = exc
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def submit(self, batch: Batch) -> None:
+        self.check()
+        self.submitted += 1
+        self._queue.put(batch)
+
+    @property
+    def idle(self) -> bool:
+        """Every submitted batch is staged."""
+        return self.error is None and self.staged == self.submitted
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        self.check()
+
+
+def caught_up(store: StateStore, staged: StagedLog, source: str, mark: str) -> str | None:
+    """The position of the sync watermark `mark` once the checkpoint has passed it, else None.
+    From then on a merge covers every commit made before `sync_point` returned `mark`."""
+    position = watermark_index.positions(store, staged, source, [mark]).get(mark)
+    if position is None:
+        return None
+    checkpoint = load_checkpoint(store, source)
+    return position if checkpoint is not None and checkpoint.passed(position) else None
+
+
+SYNC_SLOT = "sync"   # the watermark row of sync points
+
+
+def sync_point(source: Source) -> str:
+    """Write a fresh watermark and return its value: once it is staged, so is every earlier commit."""
+    value = str(uuid.uuid4())
+    source.write_watermark(SYNC_SLOT, value)
+    return value
+
+
+def is_sync_point(event: ChangeEvent) -> bool:
+    """A sync point's watermark write, of any deployment."""
+    return event.table == WATERMARK_TABLE and split_watermark_id(str((event.after or {}).get("id") or ""))[1] == SYNC_SLOT
+
+
+def await_sync(store: StateStore, staged: StagedLog, source: str, mark: str, timeout: float,
+               poll: float = 0.2) -> str | None:
+    """`caught_up` once it holds (the sync watermark's position), or None after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        position = caught_up(store, staged, source, mark)
+        if position is not None or time.monotonic() >= deadline:
+            return position
+        time.sleep(poll)

@@ -1,0 +1,229 @@
+"""The continuous merge: one warm Spark session merges every table every few seconds.
+
+A cold `dblog merge` spends most of its time starting Spark and planning; the change itself is a
+few rows. Here the session stays up and each cycle runs `job.merge_table` for the tables of each
+source, so a change is visible one cycle after the capture checkpoints it.
+
+A cycle costs what changed: the capture's checkpoint position is one ZooKeeper read per source,
+and while it has not moved since every table of the source merged up to it, no log event is new
+and no chunk can have become ready (that needs the checkpoint to pass its HW), so the source is
+skipped without listing anything. One exception: a dump stages a chunk after writing its HW, so
+on a source that has gone quiet the capture may pass the HW before the file appears, and the
+checkpoint then stays put. Every `FULL_PASS_S` a source is therefore merged whatever its
+checkpoint. A table with nothing new commits nothing (`merge_table` says "up to date"); a table
+with new input commits one Iceberg snapshot.
+
+Merges of one table stay serialized by its ZooKeeper merge lock, so a scheduled `dblog merge`, a
+dump run's merge or a second deployment's continuous merge can run beside this one: a table whose
+lock another merge holds is skipped for the cycle (waiting at most one interval) and taken by a
+later one. A table whose merge fails is retried every cycle, its error logged when it first
+appears and once a minute while it lasts; the slice then ends failed (`SliceReport.failures`), so
+a task shows it, while every other table keeps merging until the slice ends.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+
+from ..coordination.checkpoint import checkpoint_position
+from ..settings import settings
+from ..stagedlog.staged_log import StagedLog
+from ..coordination.store import StateStore
+from ..warehouse.tables import Warehouse
+from .job import MergeBusy, MergeError, MergeResult, merge_table, staged_tables
+
+log = logging.getLogger("dblog.merge")
+
+REPEAT_ERROR_S = 60.0   # a lasting failure is logged again this often, not every cycle
+IDLE_LINE_S = 60.0      # an idle merge says so this often, so a quiet log is not mistaken for a hung one
+FULL_PASS_S = 30.0      # a source is merged at least this often, even if its checkpoint stayed put
+_SUMMED = ("log_events", "chunks", "chunk_rows", "survivors", "buckets_written", "seconds", "commit_seconds",
+           "repairs_requested", "blind_chunks", "blind_rows")
+_LATEST = ("snapshot_id", "upto", "buckets", "rows", "tombstones", "missing_rows", "waiting", "note")
+
+
+@dataclass
+class TableSlice:
+    """What a slice did to one table: its merges summed into one `MergeResult` (the shape the merge
+    task's report has), the number of snapshots it committed and its latest failure, if any."""
+    total: MergeResult
+    commits: int = 0
+    error: str | None = None
+    error_logged: float = -REPEAT_ERROR_S
+    busy_since: float | None = None   # monotonic time another merge first held the table's lock
+
+    def add(self, r: MergeResult) -> None:
+        for name in _SUMMED:
+            setattr(self.total, name, getattr(self.total, name) + getattr(r, name))
+        for name in _LATEST:
+            setattr(self.total, name, getattr(r, name))
+        for dump_id, merged in r.dumps.items():
+            totals = self.total.dumps.setdefault(dump_id, {"chunks": 0, "rows": 0, "dropped": 0})
+            for k in totals:
+                totals[k] += merged.get(k, 0)
+        if r.newest_commit_ts is not None:
+            self.total.newest_commit_ts = max(self.total.newest_commit_ts or 0.0, r.newest_commit_ts)
+        if r.committed_at is not None:
+            self.commits += 1
+            if r.visible_after_s is not None and r.visible_after_s >= (self.total.visible_after_s or 0.0):
+                # The slice's total reports the change that waited longest to become visible.
+                self.total.committed_at, self.total.oldest_commit_ts = r.committed_at, r.oldest_commit_ts
+        self.error, self.busy_since = None, None
+
+    def report(self) -> dict:
+        return {**self.total.report(self.commits), "error": self.error}
+
+
+@dataclass
+class SliceReport:
+    cycles: int = 0
+    busy_cycles: int = 0    # cycles that merged something
+    cycle_seconds: list[float] = field(default_factory=list)   # of busy cycles (an idle one is a ZooKeeper read)
+    tables: dict[tuple[str, str], TableSlice] = field(default_factory=dict)
+
+    @property
+    def failures(self) -> dict[tuple[str, str], str]:
+        """Tables whose last merge in the slice failed, with the reason."""
+        return {k: t.error for k, t in self.tables.items() if t.error}
+
+    def results(self) -> list[dict]:
+        return [t.report() for t in self.tables.values()]
+
+
+class ContinuousMerge:
+    """Merges `tables` (per source; None: every staged table) every `every` seconds until `stop` is
+    set or `duration` seconds have passed (None: for ever). `say` receives a line per cycle that
+    committed, and one a minute while idle."""
+
+    def __init__(self, spark: SparkSession, store: StateStore, staged: StagedLog, warehouse: Warehouse,
+                 tables: dict[str, list[str] | None], *, every: float, bucket_rows: int | None = None,
+                 say: Callable[[str], None] = print, stop: threading.Event | None = None):
+        if every <= 0:
+            raise MergeError(f"the merge interval must be > 0 seconds, got {every}")
+        self.spark, self.store, self.staged, self.warehouse = spark, store, staged, warehouse
+        self.tables, self.every, self.bucket_rows, self.say = tables, every, bucket_rows, say
+        self.lock_timeout = settings().merge.lock_timeout_seconds
+        self.stop = stop or threading.Event()
+        self._merged_to: dict[str, tuple[str, float]] = {}   # source -> (position every table merged up to, when)
+        self._idle_said = time.monotonic()
+
+    def run(self, duration: float | None = None) -> SliceReport:
+        report = SliceReport()
+        deadline = None if duration is None else time.monotonic() + duration
+        while not self.stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            began = time.monotonic()
+            merged = self.cycle(report)
+            report.cycles += 1
+            if merged:
+                report.busy_cycles += 1
+                report.cycle_seconds.append(time.monotonic() - began)
+            elif time.monotonic() - self._idle_said >= IDLE_LINE_S:
+                failing = ", ".join(f"{s} {t}" for s, t in report.failures)
+                self.say(f"idle: nothing new to merge ({report.cycles} cycles so far)"
+                         + (f"; still failing: {failing}" if failing else ""))
+                self._idle_said = time.monotonic()
+            wait = self.every - (time.monotonic() - began)
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+            if wait > 0:
+                self.stop.wait(wait)
+        return report
+
+    def cycle(self, report: SliceReport) -> int:
+        """One pass over every source whose checkpoint moved; returns the snapshots committed."""
+        committed = 0
+        for source, chosen in self.tables.items():
+            try:
+                committed += self._source(report, source, chosen)
+            except FatalMergeError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - ZooKeeper or the staged log away: the next cycle tries again
+                self._failed(self._entry(report, source, "*"), f"{type(exc).__name__}: {exc}", exc)
+        return committed
+
+    def _source(self, report: SliceReport, source: str, chosen: list[str] | None) -> int:
+        upto = checkpoint_position(self.store, source)
+        last = self._merged_to.get(source)
+        if upto is None or (last is not None and upto == last[0] and time.monotonic() - last[1] < FULL_PASS_S):
+            return 0
+        began, committed, all_done = time.monotonic(), 0, True
+        for table in chosen or staged_tables(self.staged, source):
+            if self.stop.is_set():
+                return committed
+            done = self._merge(report, source, table)
+            all_done &= done is not None
+            if done is not None and done.committed_at is not None:
+                committed += 1
+        if all_done:  # a table that failed or was busy is tried again next cycle
+            self._merged_to[source] = (upto, began)
+        report.tables.pop((source, "*"), None)   # the source could be read again
+        return committed
+
+    @staticmethod
+    def _entry(report: SliceReport, source: str, table: str) -> TableSlice:
+        entry = report.tables.get((source, table))
+        if entry is None:
+            entry = report.tables[(source, table)] = TableSlice(MergeResult(source, table))
+        return entry
+
+    def _merge(self, report: SliceReport, source: str, table: str) -> MergeResult | None:
+        entry = self._entry(report, source, table)
+        try:
+            # Waiting longer for another merge's lock would hold every other table back.
+            r = merge_table(self.spark, self.store, self.staged, self.warehouse, source, table,
+                            bucket_rows=self.bucket_rows, lock_timeout=max(1.0, self.every))
+        except MergeBusy:
+            now = time.monotonic()
+            entry.busy_since = entry.busy_since or now
+            held = now - entry.busy_since
+            if held > self.lock_timeout:   # as a single merge would, after waiting this long
+                self._failed(entry, f"another merge has held the lock of {source}/{table} for {held:.0f}s; check "
+                                    "`dblog status` for a stuck worker")
+            else:
+                log.info("%s %s: another merge holds it; trying again next cycle", source, table)
+            return None
+        except MergeError as exc:
+            self._failed(entry, str(exc))
+            return None
+        except Exception as exc:  # noqa: BLE001 - one table's failure must not stop the others' merges
+            if _session_gone(self.spark, exc):
+                raise FatalMergeError(f"the Spark session is gone ({type(exc).__name__}: {exc}); the slice ends "
+                                      "so that a new one starts Spark afresh") from exc
+            self._failed(entry, f"{type(exc).__name__}: {exc}", exc)
+            return None
+        before = entry.total.waiting
+        entry.add(r)
+        # A line per commit, and one when what waits for a repair changes (not one every cycle).
+        if r.committed_at is not None or (r.waiting and r.waiting != before):
+            self.say(r.summary())
+        return r
+
+    def _failed(self, entry: TableSlice, reason: str, exc: BaseException | None = None) -> None:
+        """Record a failure; say it when it is new, and again each REPEAT_ERROR_S while it lasts
+        (an unexpected one with its traceback, as often)."""
+        now = time.monotonic()
+        if reason != entry.error or now - entry.error_logged >= REPEAT_ERROR_S:
+            self.say(f"{entry.total.source} {entry.total.table}: merge failed (retrying every cycle): {reason}")
+            if exc is not None:
+                log.error("%s %s: merge failed", entry.total.source, entry.total.table, exc_info=exc)
+            entry.error_logged = now
+        entry.error = reason
+
+
+class FatalMergeError(MergeError):
+    """The continuous merge cannot go on in this process (its Spark session died)."""
+
+
+def _session_gone(spark: SparkSession, exc: BaseException) -> bool:
+    from py4j.protocol import Py4JNetworkError
+    if isinstance(exc, (Py4JNetworkError, ConnectionRefusedError)):
+        return True
+    try:
+        return spark.sparkContext._jsc is None or spark.sparkContext._jsc.sc().isStopped()
+    except Exception:  # noqa: BLE001 - the gateway itself is gone
+        return True

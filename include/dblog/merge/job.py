@@ -1,0 +1,495 @@
+"""Merge one source table's staged change log and dump chunks into its warehouse table.
+
+Under the table's ZooKeeper merge lock (merges of one table are serialized, other tables merge
+in parallel), up to the capture's checkpoint position P (every event <= P is staged):
+
+1. chunks not merged yet that are ready (`dblog.model.rules.chunk_ready`: both watermarks staged, the
+   high one <= P, invariant 7) are reconciled against the staged log
+   (`spark.rules.window_survivors`: Algorithm 1 steps 5-7); their watermarks' positions come from
+   the watermark index (`dblog.coordination.watermark_index`), and only dumps with chunks left to merge are listed;
+   a chunk whose window holds a write the log carries without rows (`dblog.coordination.unlogged`) is dropped
+   whole (`dblog.model.rules.blind_window`): that write's repair re-reads its keys;
+2. log events after the last merge (<= P) and the survivors become records (`records.merge_input`;
+   rows dropped in a window only fill values: `records.fill_records`);
+3. the key-range buckets those records fall in are read back and merged with them
+   (`merge.merge_records`: per key the highest position wins);
+4. the touched buckets are written anew (split when they grew too big, `rewrite`) and swapped in
+   one Iceberg commit (`warehouse.commit`) that also records what was merged (`warehouse.state`).
+
+A table's first load (nothing stored, no event staged, one dump's chained ranges) has nothing
+to reconcile or rank: `first_load` writes its chunks straight into buckets, then step 4 commits.
+
+Tombstones are dropped once no dump of the table can still stage a chunk older than them.
+After the commit, each dump whose chunks were merged gets its running totals for the table
+(chunks merged, their rows, rows dropped in windows) at `state.dump_merged_path`, written under
+the table's merge lock (fenced), so a dump run can report its own chunks whichever merge took them.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ..coordination import store as paths
+from ..coordination.checkpoint import checkpoint_position
+from ..coordination import unlogged, watermark_index
+from ..snapshot.dump import dumping, finished_chunks
+from ..settings import settings
+from ..model.rules import ChunkRange, blind_window, disjoint_chunks
+from ..sources.base import WATERMARK_TABLE
+from ..model.staged_format import POSITION, ChunkFile, ChunkMeta, data_columns, key_columns
+from ..stagedlog.staged_log import ChunkInfo, StagedLog
+from ..coordination.store import StateStore
+from ..warehouse.commit import CommitError, commit
+from ..warehouse.merged_state import Bucket, TableState
+from ..warehouse.tables import Warehouse
+from . import bucket_merge as M
+from ..snapshot import repair
+from ..model.events import RepairNeed
+from .first_load import LoadChunk, first_load
+from .merge_inputs import ChunkWindow, MergeInput, chunk_windows, merge_input, with_windows
+from .rewrite import Rewritten, rewrite
+from ..spark.data_sources import read_files
+from ..errors import DBLogError, TransientError
+
+log = logging.getLogger("dblog.merge")
+
+
+class MergeError(DBLogError, RuntimeError):
+    """A merge cannot proceed; the message names the problem and the fix."""
+
+
+class MergeBusy(MergeError, TransientError):
+    """Another merge of the table held its lock for longer than this merge would wait."""
+
+
+@dataclass
+class MergeResult:
+    source: str
+    table: str
+    snapshot_id: int | None = None
+    upto: str | None = None
+    log_events: int = 0
+    chunks: int = 0
+    chunk_rows: int = 0
+    survivors: int = 0
+    blind_chunks: int = 0    # ready chunks dropped whole: an unlogged write fell in their window
+    blind_rows: int = 0
+    buckets_written: int = 0
+    buckets: int = 0
+    rows: int = 0
+    tombstones: int = 0
+    seconds: float = 0.0
+    commit_seconds: float = 0.0
+    note: str = ""
+    dumps: dict[str, dict[str, int]] = field(default_factory=dict)  # dump id -> chunks, rows, dropped merged now
+    newest_commit_ts: float | None = None   # unix time of the newest log event merged now (freshness)
+    oldest_commit_ts: float | None = None   # ... and of the oldest (it waited longest to become visible)
+    committed_at: float | None = None       # unix time the snapshot was committed (None: no commit)
+    missing_rows: int = 0                   # warehouse rows with a value nothing proved yet (see rules.latest)
+    repairs_requested: int = 0              # keys this merge asked to re-read (values it could not prove)
+    waiting: dict | None = None             # repairs of this table not landed yet (repair.waiting)
+
+    @property
+    def dropped(self) -> int:
+        """Chunk rows dropped in their watermark window (a newer change came through the log)."""
+        return self.chunk_rows - self.survivors
+
+    @property
+    def visible_after_s(self) -> float | None:
+        """How long the oldest change this merge made visible waited: its commit in the source
+        until this merge's snapshot (None when it committed no log event)."""
+        if self.committed_at is None or self.oldest_commit_ts is None:
+            return None
+        return max(0.0, self.committed_at - self.oldest_commit_ts)
+
+    def summary(self) -> str:
+        """The merge's line in a log: the CLI's and the continuous merge's. It says when the table
+        is not in sync yet: a repair of it has not landed (a statement-logged write, a partial row
+        image), or chunks were dropped whole (an unlogged write in their window: their repair comes)."""
+        waited = self.visible_after_s
+        line = (f"{self.source} {self.table}: snapshot {self.snapshot_id}, {self.log_events} log events, {self.chunks} "
+                f"chunks ({self.chunk_rows} rows, {self.dropped} dropped in windows), {self.buckets_written}/"
+                f"{self.buckets} buckets written, {self.rows} rows, merged in {self.seconds:.1f}s (commit "
+                f"{self.commit_seconds:.2f}s)" + ("" if waited is None else
+                                                   f"; its oldest change waited {waited:.1f}s to be visible"))
+        if self.blind_chunks:
+            line += (f"; {self.blind_chunks} chunk(s) ({self.blind_rows} rows) dropped whole: a write the log holds "
+                     "without rows fell in their windows")
+        if self.waiting:
+            line += f"; not in sync yet: {repair.not_landed(self.waiting)}"
+        if self.missing_rows:
+            line += (f"; {self.missing_rows} row(s) hold values not proven yet (null, listed in _dblog_missing), "
+                     f"{self.repairs_requested} key(s) sent to repair now")
+        return line + (f" [{self.note}]" if self.note else "")
+
+    def report(self, commits: int | None = None) -> dict:
+        """The merge's row in a merge report (`dblog merge --report`, read by the Airflow task)."""
+        return {**vars(self), "dropped": self.dropped, "visible_after_s": self.visible_after_s,
+                "commits": int(self.committed_at is not None) if commits is None else commits}
+
+
+@dataclass
+class MergeInputs:
+    records: DataFrame | None = None
+    columns: list[tuple[str, str]] = field(default_factory=list)
+    key: list[str] = field(default_factory=list)
+    ready: dict[str, set[int]] = field(default_factory=dict)   # dump id -> chunk numbers merged now
+    fill_unchanged: bool = False
+    chunk_counts: dict[str, int] = field(default_factory=dict)  # learnt now: see TableState.chunk_counts
+    unique: bool = False    # one record per key and nothing stored: a first load (`first_load`)
+    loads: list[LoadChunk] = field(default_factory=list)   # a first load's chunks, in chunk (key) order
+    general: Callable[[], MergeInput] | None = None   # ... and its records, should it take the general merge
+
+    def merge_records(self) -> tuple[DataFrame | None, bool]:
+        """The records the merge rule applies, and whether it fills values events left out (a
+        first load's records are composed only when asked)."""
+        if self.general is not None:
+            composed = self.general()
+            return composed.records, composed.fill_unchanged
+        return self.records, self.fill_unchanged
+
+
+def _uris(staged: StagedLog, files: list[str]) -> list[str]:
+    return files if staged.local else [f"{staged.root.split('://', 1)[0]}://{p}" for p in files]
+
+
+def _read(spark: SparkSession, staged: StagedLog, files: list[str]) -> DataFrame:
+    return read_files(spark, _uris(staged, files))
+
+
+def _data_columns(df: DataFrame) -> list[tuple[str, str]]:
+    names = set(data_columns(df.columns))
+    return [(f.name, f.dataType.simpleString()) for f in df.schema.fields if f.name in names]
+
+
+def _widens(old: str, new: str) -> bool:
+    return old == new or (old, new) in {("tinyint", "smallint"), ("tinyint", "int"), ("smallint", "int"),
+                                        ("tinyint", "bigint"), ("smallint", "bigint"), ("int", "bigint"),
+                                        ("float", "double")}
+
+
+def _columns(state: TableState | None, found: list[tuple[str, str]], table: str) -> list[tuple[str, str]]:
+    """Warehouse columns: the existing ones (a dropped source column stays, null from then on),
+    then columns new in the source. A type the warehouse cannot widen to is an error."""
+    columns: list[tuple[str, str]] = list(state.columns) if state else []
+    known = dict(columns)
+    for name, spark_type in found:
+        if name not in known:
+            columns.append((name, spark_type))
+            known[name] = spark_type
+        elif not _widens(known[name], spark_type) and not _widens(spark_type, known[name]):
+            raise MergeError(f"{table}.{name} changed type from {known[name]} to {spark_type} in the source; "
+                             f"the warehouse table cannot widen it in place. {_rebuild(state, table)} to rebuild "
+                             "it with the new type")
+        elif not _widens(spark_type, known[name]):
+            columns[[c for c, _ in columns].index(name)] = (name, spark_type)
+            known[name] = spark_type
+    return columns
+
+
+def _rebuild(state: TableState | None, table: str) -> str:
+    source = state.source if state else "SOURCE"
+    return f"Fix: `dblog warehouse drop --source {source} --table {table}`, then `dblog dump --source {source} " \
+           f"--table {table}`"
+
+
+def _pending_chunks(store: StateStore, staged: StagedLog, source: str, table: str, state: TableState | None,
+                    out: MergeInputs) -> dict[ChunkFile, str]:
+    """Chunk files not merged yet. Only the dump directories are listed, then the files of the
+    dumps that may have some left: a finished dump (its chunk count known, `dump.finished_chunks`,
+    then kept in the table's state, as its ZooKeeper record may go) whose every chunk is merged
+    is passed over."""
+    pending = {}
+    for dump_id in staged.chunk_dumps(source, table):
+        count = state.chunk_counts.get(dump_id) if state is not None else None
+        if count is None:
+            count = finished_chunks(store, source, dump_id, table)
+            if count is not None:
+                out.chunk_counts[dump_id] = count
+        # A number without a file (a window's split read again in a later window, a takeover
+        # from an older version): such a dump never counts as merged, and is listed every time.
+        if state is not None and count is not None and state.merged_below(dump_id, count):
+            continue
+        for path in staged.chunk_files(source, table, dump_id):
+            name = ChunkFile.parse(path)
+            if state is None or not state.chunk_merged(name.dump_id, name.number):
+                pending[name] = path
+    return pending
+
+
+@dataclass
+class ReadyChunks:
+    """The pending chunks that are ready by the merge's position, in chunk order."""
+    windows: list[ChunkWindow]
+    infos: list[ChunkInfo]      # their files, in the same order
+    low: str                    # the lowest LW position among them
+
+
+def _ready_chunks(store: StateStore, staged: StagedLog, source: str, pending: dict[ChunkFile, str], upto: str,
+                  out: MergeInputs, result: MergeResult) -> ReadyChunks | None:
+    """The pending chunks ready by `upto` (None: none with rows, or none ready); chunks without
+    rows count as merged."""
+    infos = staged.chunk_infos(list(pending.values()))
+    by_name = {ChunkFile.parse(i.path): i for i in infos}
+    for name, info in by_name.items():  # a chunk without rows has nothing to wait for
+        if info.meta is None:
+            out.ready.setdefault(name.dump_id, set()).add(name.number)
+    windows = chunk_windows(infos, lambda ids: watermark_index.positions(store, staged, source, ids))
+    ready = sorted((w for w in windows if w.ready(upto) and ChunkFile(w.dump_id, w.chunk) in by_name),
+                   key=lambda w: (w.dump_id, w.chunk))
+    for w in ready:
+        out.ready.setdefault(w.dump_id, set()).add(w.chunk)
+        result.chunk_rows += w.rows
+        _dump_totals(result, w.dump_id)["rows"] += w.rows
+    blind_at = unlogged.intervals(store, source, result.table) if ready else []
+    blind = [w for w in ready if w.low is not None and w.high is not None and blind_window(w.low, w.high, blind_at)]
+    if blind:
+        result.blind_chunks, result.blind_rows = len(blind), sum(w.rows for w in blind)
+        ready = [w for w in ready if w not in blind]
+    result.chunks = sum(len(v) for v in out.ready.values())
+    for dump_id, numbers in out.ready.items():
+        _dump_totals(result, dump_id)["chunks"] = len(numbers)
+    out.unique = bool(ready) and disjoint_chunks([w.range() for w in ready] + _empty_ranges(infos, ready))
+    # (merge_inputs adds the rest of what makes a first load)
+    lows = [w.low for w in ready if w.low is not None]  # every ready window has both positions
+    if not lows:
+        return None
+    return ReadyChunks(ready, [by_name[ChunkFile(w.dump_id, w.chunk)] for w in ready], min(lows))
+
+
+def _empty_ranges(infos: list[ChunkInfo], ready: list[ChunkWindow]) -> list[ChunkRange]:
+    """The key ranges of chunks staged without rows among the ready ones (a stepped split over a
+    gap in the keys: `windows.plan_window`), from their footers: they hold no row, and they
+    chain the ranges around them, so a first load over a gap keeps its fast path."""
+    last: dict[str, int] = {}
+    for w in ready:
+        last[w.dump_id] = max(last.get(w.dump_id, w.chunk), w.chunk)
+    metas = [ChunkMeta.of_footer(i.schema) for i in infos if i.meta is None]
+    return [ChunkRange(m.dump_id, m.chunk, m.key_from, m.key_to) for m in metas
+            if m is not None and m.chunk < last.get(m.dump_id, -1)]
+
+
+def _schemas(infos: list[ChunkInfo]) -> list[str]:
+    """One file per distinct schema: Spark reads their schema as it would read all of them."""
+    first: dict[pa.Schema, str] = {}
+    for i in infos:
+        first.setdefault(i.schema.remove_metadata(), i.path)   # each footer names its own chunk
+    return list(first.values())
+
+
+def _dump_totals(result: MergeResult, dump_id: str) -> dict[str, int]:
+    return result.dumps.setdefault(dump_id, {"chunks": 0, "rows": 0, "dropped": 0})
+
+
+def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, source: str, table: str,
+                 state: TableState | None, upto: str, result: MergeResult) -> MergeInputs:
+    """The records to merge: log events after the last merge and reconciled chunk rows, <= upto."""
+    out = MergeInputs()
+    done_upto = state.log_upto if state else None
+    pending = _pending_chunks(store, staged, source, table, state, out)
+    ready = None
+    low = done_upto  # None: nothing merged yet, every staged event is new
+    if pending:
+        ready = _ready_chunks(store, staged, source, pending, upto, out, result)
+        if ready is not None and low is not None:
+            low = min(low, ready.low)  # the windows may reach back before the last merge
+    # Without chunk windows to cover, only segments with events after the last merge matter.
+    segments = staged.segments(source, table, low, upto) if ready is not None else \
+        staged.segments(source, table, high=upto, after=done_upto)
+    events = None
+    if segments:
+        events = _read(spark, staged, segments).where(F.col(POSITION) <= upto)
+        if low is not None:
+            events = events.where(F.col(POSITION) >= low)
+        events = events.dropDuplicates([POSITION])  # re-staged after a crash
+    if events is None and ready is None:
+        return out
+    out.unique = out.unique and ready is not None and events is None and _nothing_stored(state)
+    sample = segments[0] if segments else next(iter(pending.values()))
+    out.key = key_columns(pq.read_schema(sample, filesystem=staged.fs))
+    # A first load reads the chunks' schema from one file per schema; its rows only if it falls back.
+    chunk_columns = _data_columns(_read(spark, staged, _schemas(ready.infos))) if ready is not None else []
+    out.columns = _columns(state, (_data_columns(events) if events is not None else []) + chunk_columns, table)
+
+    def compose() -> MergeInput:
+        chunks = None if ready is None else \
+            with_windows(_read(spark, staged, [i.path for i in ready.infos]), ready.windows)
+        return merge_input(None if events is None else M.align(events, out.columns),
+                           None if chunks is None else M.align(chunks, out.columns),
+                           out.key, [c for c, _ in out.columns], after=done_upto)
+
+    if out.unique and ready is not None:
+        uris = _uris(staged, [i.path for i in ready.infos])
+        out.loads = [LoadChunk(uri, w.high, w.rows, w.dump_id) for uri, w in zip(uris, ready.windows) if w.high]
+        assert len(out.loads) == len(ready.windows), "a ready window has its HW position"
+        out.general = compose   # no event: no commit times to report
+    else:
+        composed = compose()
+        out.records, out.fill_unchanged = composed.records, composed.fill_unchanged
+        result.newest_commit_ts, result.oldest_commit_ts = composed.newest_commit_ts, composed.oldest_commit_ts
+    return out
+
+
+def _nothing_stored(state: TableState | None) -> bool:
+    return state is None or not any(b.files or b.tombstones for b in state.buckets)
+
+
+def merge_table(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse: Warehouse, source: str,
+                table: str, *, bucket_rows: int | None = None, lock_timeout: float | None = None) -> MergeResult:
+    """Merge what the capture and the dumps staged for `table`, up to the capture's checkpoint
+    (`bucket_rows`, `lock_timeout`: default the settings')."""
+    tuned = settings().merge
+    bucket_rows = tuned.bucket_rows if bucket_rows is None else bucket_rows
+    lock_timeout = tuned.lock_timeout_seconds if lock_timeout is None else lock_timeout
+    if bucket_rows < 1:
+        raise MergeError(f"bucket rows must be >= 1, got {bucket_rows}")
+    started = time.monotonic()
+    result = MergeResult(source, table)
+    try:
+        lease = store.lease(paths.merge_lock(source, table), f"{socket.gethostname()}:{os.getpid()}", lock_timeout)
+    except paths.LeaseTimeout as exc:
+        raise MergeBusy(f"another merge of {source}/{table} holds its lock for more than {lock_timeout:.0f}s; "
+                         "wait for it, or check `dblog status` for a stuck worker") from exc
+    try:
+        _merge(spark, store, staged, warehouse, result, bucket_rows, lease)
+        _ask_repairs(store, warehouse, result)
+    finally:
+        lease.release()
+    result.seconds = time.monotonic() - started
+    log.debug("%s/%s: %s", source, table, result)  # callers print their own summary
+    return result
+
+
+def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse: Warehouse, result: MergeResult,
+           bucket_rows: int, lease) -> None:
+    source, table = result.source, result.table
+    purge = not dumping(store, source, table)   # decided before chunks are listed: see module doc
+    upto = checkpoint_position(store, source)
+    state = warehouse.state(source, table, files=True)
+    if state is not None:
+        _report(result, state)
+        if state.log_upto is not None and (upto is None or upto < state.log_upto):
+            upto = state.log_upto
+    if upto is None:
+        result.note = "nothing staged yet: start the capture first"
+        return
+    result.upto = upto
+    inputs = merge_inputs(spark, store, staged, source, table, state, upto, result)
+    if inputs.records is None and inputs.general is None and not inputs.ready:
+        result.note = "up to date"
+        return
+    if state is not None and inputs.key and state.key != inputs.key:
+        raise MergeError(f"the primary key of {table} changed from {state.key} to {inputs.key}. "
+                         f"{_rebuild(state, table)} to rebuild it")
+    key = inputs.key or (state.key if state else [])
+    columns = inputs.columns or (state.columns if state else [])
+    base = state or TableState(source, table, key, columns, [Bucket(0, None)])
+    base.key, base.columns = key, columns
+    try:
+        pending = warehouse.begin(source, table, key, columns, state)
+    except CommitError as exc:
+        raise MergeError(str(exc)) from exc
+    new = TableState(source, table, key, columns, base.buckets, log_upto=max(upto, base.log_upto or ""),
+                     chunks=dict(base.chunks), chunk_counts={**base.chunk_counts, **inputs.chunk_counts},
+                     merged_at=time.time())
+    files, touched = [], set()
+    done = _write(spark, base, pending, inputs, upto, purge, bucket_rows, result)
+    if done is not None:
+        files, touched, new.buckets = done.files, done.touched, done.buckets
+        result.buckets_written, result.log_events, result.survivors = done.written, done.log_events, \
+            done.survivors_total
+    for dump_id, totals in result.dumps.items():
+        totals["dropped"] = totals["rows"] - (done.survivors.get(dump_id, 0) if done is not None else 0)
+    if state is None and not files:
+        result.note = "nothing to merge yet"   # the table appears with its first row or tombstone
+        result.blind_chunks = result.blind_rows = 0   # dropped, and counted, when a commit records them
+        return
+    for dump_id, numbers in inputs.ready.items():
+        new.add_chunks(dump_id, numbers)
+    try:
+        # A merge whose lease lapsed (a long pause) must not commit: maintenance may have swept its files.
+        lease.check()
+        result.commit_seconds = commit(pending, files, touched, new.properties())
+        result.committed_at = time.time()
+    except CommitError as exc:
+        raise MergeError(f"{source}/{table}: {exc}") from exc
+    _record_dumps(store, lease, result)
+    committed = warehouse.state(source, table)
+    assert committed is not None
+    _report(result, committed)
+
+
+def _write(spark: SparkSession, base: TableState, pending, inputs: MergeInputs, upto: str, purge: bool,
+           bucket_rows: int, result: MergeResult) -> Rewritten | None:
+    """The merged buckets' new files: a first load straight from its chunks, else by the merge rule."""
+    if inputs.general is not None:
+        done = first_load(spark, base, pending, inputs.loads, purge, bucket_rows)
+        if done is not None:
+            result.note = "first load: chunks written straight into their buckets"
+            return done
+    records, fill_unchanged = inputs.merge_records()
+    if records is None:
+        return None
+    return rewrite(spark, base, pending, records, upto, purge, bucket_rows, fill_unchanged, inputs.unique)
+
+
+def _report(result: MergeResult, state: TableState) -> None:
+    result.snapshot_id, result.buckets, result.rows = state.snapshot_id, len(state.buckets), state.rows
+    result.tombstones = state.tombstones
+
+
+def _ask_repairs(store: StateStore, warehouse: Warehouse, result: MergeResult) -> None:
+    """Rows whose values nothing proved (rules.latest) get their keys re-read by a repair dump,
+    unless a repair already covers them; the result reports what still waits."""
+    state = warehouse.state(result.source, result.table)
+    result.missing_rows = state.missing_rows if state else 0
+    if state is not None and result.missing_rows:
+        whole, covered = repair.covered(store, result.source, result.table)
+        found: dict[tuple, list[str]] = {}
+        if not whole:
+            found = warehouse.missing_keys(result.source, result.table, [b.id for b in state.buckets if b.missing_rows])
+        keys = [k for k in found if repair.key_id(k) not in covered]
+        if keys:
+            columns = sorted({c for k in keys for c in found[k]})
+            result.repairs_requested = len(keys)
+            repair.request(store, result.source, [RepairNeed(
+                result.table, f"values the log left out and nothing older proves ({', '.join(columns)})",
+                result.upto, tuple(keys))])
+    result.waiting = repair.waiting(store, result.source).get(result.table)
+
+
+def _record_dumps(store: StateStore, lease, result: MergeResult) -> None:
+    """Add what this merge took of each dump to the dump's totals for the table (after the commit:
+    a crash in between under-counts, it never counts a chunk twice). Dumps no longer registered
+    in ZooKeeper are left alone."""
+    if result.blind_chunks:
+        log.warning("%s/%s: %d chunk(s) (%d rows) dropped whole: a write the log holds without its rows "
+                    "(statement-logged, LOAD DATA, TRUNCATE) fell inside their windows, so any of their rows may "
+                    "predate it; its repair dump re-reads them", result.source, result.table, result.blind_chunks,
+                    result.blind_rows)
+    for dump_id, merged in result.dumps.items():
+        if store.get(paths.dump_path(result.source, dump_id)) is None:
+            continue
+        path = paths.dump_merged_path(result.source, dump_id, result.table)
+        totals = store.get(path) or {"chunks": 0, "rows": 0, "dropped": 0}
+        store.fenced_put(lease, path, {k: int(totals.get(k, 0)) + merged[k] for k in ("chunks", "rows", "dropped")})
+
+
+def staged_tables(staged: StagedLog, source: str) -> list[str]:
+    """Every table with a staged log or staged chunks, the watermark table aside."""
+    return sorted((set(staged.tables(source)) | set(staged.chunk_tables(source))) - {WATERMARK_TABLE})
+
+
+def merge_source(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse: Warehouse, source: str,
+                 tables: list[str] | None = None, **options) -> list[MergeResult]:
+    return [merge_table(spark, store, staged, warehouse, source, t, **options)
+            for t in (tables or staged_tables(staged, source))]

@@ -1,0 +1,188 @@
+"""Spark 4 Python data sources: Parquet files and Iceberg snapshots on any storage, read by pyarrow
+in the executors' Python workers, so Spark needs neither an S3 nor an Iceberg jar.
+
+dblog_parquet  a list of Parquet file URIs (staged log, staged chunks): `read_files`
+dblog_iceberg  one snapshot of a warehouse table (`spark_table`)
+
+Options appear in query plans and logs: they carry names only. Credentials and the catalog come
+from the environment, which executors inherit in local mode (`spark.executorEnv.*` on a cluster).
+"""
+from __future__ import annotations
+
+import json
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructType
+
+from ..errors import WarehouseError
+from ..storage import filesystem, is_local
+
+BATCH_ROWS = 65536
+_registered: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # session -> names registered
+
+
+def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    """The batch with exactly the declared columns and types: Spark refuses a batch whose Arrow
+    schema differs at all (`large_string` for `string`, another time zone name), and a column a
+    file lacks is null."""
+    have = set(batch.schema.names)
+    arrays = [batch.column(f.name).cast(f.type) if f.name in have else pa.nulls(batch.num_rows, f.type)
+              for f in target]
+    return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def spark_schema(arrow: pa.Schema) -> StructType:
+    """Every column nullable (a file may lack it), without field metadata (field ids mean nothing to Spark)."""
+    return from_arrow_schema(pa.schema([f.with_nullable(True).remove_metadata() for f in arrow]))
+
+
+def register(spark: SparkSession, source: type[DataSource]) -> None:
+    names = _registered.setdefault(spark, set())
+    if source.name() not in names:
+        spark.dataSource.register(source)
+        names.add(source.name())
+
+
+# -- dblog_parquet ----------------------------------------------------------------------------------
+class ParquetFiles(DataSource):
+    """Options: `files` (JSON list of URIs), `partitions` (groups of files, default one per file)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "dblog_parquet"
+
+    def schema(self) -> StructType:
+        return spark_schema(footer_schema(json.loads(self.options["files"])))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        files = json.loads(self.options["files"])
+        return ParquetReader(schema, files, int(self.options.get("partitions") or len(files) or 1))
+
+
+class ParquetReader(DataSourceReader):
+    def __init__(self, schema: StructType, files: list[str], partitions: int):
+        self.schema, self.files, self.n = schema, files, max(1, min(partitions, len(files)))
+
+    def partitions(self) -> list[InputPartition]:
+        # Round robin: files listed in time order tend to grow or shrink together.
+        return [InputPartition(self.files[i::self.n]) for i in range(self.n)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        for uri in partition.value or []:
+            fs, path = filesystem(uri)
+            f = pq.ParquetFile(path, filesystem=fs)
+            have = set(f.schema_arrow.names)
+            present = [n for n in target.names if n in have]
+            for batch in f.iter_batches(BATCH_ROWS, columns=present):
+                yield conform(batch, target)
+
+
+def footer_schema(uris: list[str]) -> pa.Schema:
+    """The union of the files' schemas (first file's column order, then new columns), footers only."""
+    def read(uri: str) -> pa.Schema:
+        fs, path = filesystem(uri)
+        return pq.read_schema(path, filesystem=fs)
+    with ThreadPoolExecutor(8) as pool:   # a GET each on an object store
+        schemas = list(pool.map(read, uris))
+    return pa.unify_schemas(schemas, promote_options="permissive")
+
+
+def read_files(spark: SparkSession, uris: list[str], schema: StructType | None = None) -> DataFrame:
+    """The rows of Parquet files on any storage, columns merged across files; with `schema` (a
+    table's), read as that schema: a column a file lacks is null, a narrower type is widened
+    (Spark's mergeSchema refuses int beside bigint)."""
+    if not uris:
+        raise ValueError("read_files: no file to read")
+    if all(is_local(u) for u in uris):   # Spark's own reader: about twice as fast, and local needs no jar
+        reader = spark.read.schema(schema) if schema is not None else spark.read.option("mergeSchema", "true")
+        return reader.parquet(*uris)
+    return read_with_source(spark, uris, schema)
+
+
+def read_with_source(spark: SparkSession, uris: list[str], schema: StructType | None = None) -> DataFrame:
+    """`read_files` through `dblog_parquet`, whatever the storage."""
+    register(spark, ParquetFiles)
+    partitions = min(len(uris), 2 * spark.sparkContext.defaultParallelism)
+    return (spark.read.format("dblog_parquet").schema(schema or spark_schema(footer_schema(uris)))
+            .option("files", json.dumps(uris)).option("partitions", str(partitions)).load())
+
+
+# -- dblog_iceberg ----------------------------------------------------------------------------------
+class IcebergTable(DataSource):
+    """Options: `root` (warehouse root), `identifier` (JSON [namespace, name]), `snapshot_id`
+    (default: the current one when the reader is planned)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "dblog_iceberg"
+
+    def schema(self) -> StructType:
+        return iceberg_schema(self._scan().projection())
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return IcebergReader(self.options["root"], schema, self._scan())
+
+    def _scan(self):
+        from ..warehouse import catalog
+        table = catalog.load(self.options["root"]).load_table(tuple(json.loads(self.options["identifier"])))
+        snapshot = self.options.get("snapshot_id")
+        if snapshot and table.metadata.snapshot_by_id(int(snapshot)) is None:
+            raise ValueError(f"{table.name()}: no snapshot {snapshot} (expired?)")
+        return table.scan(snapshot_id=int(snapshot)) if snapshot else table.scan()
+
+
+def iceberg_schema(schema) -> StructType:
+    """Spark's view of an Iceberg schema: timestamptz -> timestamp, timestamp -> timestamp_ntz."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+    return spark_schema(schema_to_pyarrow(schema, include_field_ids=False))
+
+
+class IcebergReader(DataSourceReader):
+    """Planned in the driver's planner worker (which pickles this reader for the executors before
+    it calls `partitions()`, hence the planning here); one partition per data file."""
+
+    def __init__(self, root: str, schema: StructType, scan):
+        self.root, self.schema = root, schema
+        self.metadata, self.projection = scan.table_metadata, scan.projection()
+        self.tasks = list(scan.plan_files())
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(i) for i in range(len(self.tasks))]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if partition.value is None:   # what Spark reads for a table without files
+            return
+        from pyiceberg.expressions import AlwaysTrue
+        from pyiceberg.io.pyarrow import ArrowScan, PyArrowFileIO
+
+        from ..warehouse.catalog import io_properties
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        io = PyArrowFileIO(io_properties(self.root))   # credentials from the executor's environment
+        scan = ArrowScan(self.metadata, io, self.projection, AlwaysTrue())
+        for batch in scan.to_record_batches([self.tasks[partition.value]]):
+            yield conform(batch, target)
+
+
+def spark_table(spark, warehouse, source: str, table: str, snapshot_id: int | None = None):
+    """A DataFrame of one snapshot (default: the current one) of the table, for Spark without the
+    Iceberg runtime. The snapshot is resolved here so every partition reads the same one."""
+    t = warehouse.load(source, table)
+    if t is None:
+        raise WarehouseError(f"{source}/{table}: no warehouse table yet (nothing merged)")
+    snapshot = t.snapshot_by_id(snapshot_id) if snapshot_id is not None else t.current_snapshot()
+    if snapshot is None:
+        raise WarehouseError(f"{source}/{table}: " + ("no snapshot yet" if snapshot_id is None
+                                                   else f"no snapshot {snapshot_id} (expired?)"))
+    register(spark, IcebergTable)
+    schema = iceberg_schema(t.scan(snapshot_id=snapshot.snapshot_id).projection())
+    return (spark.read.format("dblog_iceberg").schema(schema).option("root", warehouse.root)
+            .option("identifier", json.dumps(list(warehouse.identifier(source, table))))
+            .option("snapshot_id", str(snapshot.snapshot_id)).load())

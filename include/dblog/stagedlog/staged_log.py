@@ -1,0 +1,298 @@
+"""The staged change log: Parquet files per source and table, each written atomically.
+
+    {root}/{source}/log/{table}/...      segments of the change log
+    {root}/{source}/chunks/{table}/...   dump chunks
+
+What the files are named and hold is the staged row format (`staged`); this module writes and
+lists them. A file appears complete or not at all (written to a temporary name, flushed, then
+renamed; on an object store, one upload of the encoded file), so whatever a reader lists is
+durable. The root may be any filesystem pyarrow writes (a path or a `file://`, `s3://`, `gs://`,
+`hdfs://` URI; see `storage`). Re-staging after a crash can repeat events;
+readers drop repeated positions, so duplicates are harmless.
+
+`dblog maintain` (`staged_maintain`) removes old segments and finished dumps' chunks, and rewrites
+runs of small segments as one (`write_compacted`); the replaced ones stay a while, and `segments`
+leaves out any segment within another's position range, so readers read each event from one file.
+"""
+from __future__ import annotations
+
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, fields
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from .. import storage
+from ..model.schema import TableSchema
+from ..model.staged_format import (LOG_FIELDS, POSITION, ChunkFile, ChunkMeta, Op, SegmentFile, chunk_table,
+    hidden_segments, is_staged, log_table, temporary_name)
+from ..errors import DBLogError
+
+
+def table_dir_name(table: str) -> str:
+    """A table name as one path component: `%`, `/` and a leading `.` are %-escaped, so any name a
+    database allows stays inside its directory (and ordinary names are unchanged)."""
+    name = table.replace("%", "%25").replace("/", "%2F").replace("\0", "%00")
+    return "%2E" + name[1:] if name.startswith(".") else name
+
+
+class StagingError(DBLogError, RuntimeError):
+    """The staged log cannot be written (read-only, full, unreachable): the environment, not the
+    input. The message names the place and the fix; what was staged before stays valid."""
+
+
+def table_from_dir(name: str) -> str:
+    """The inverse of `table_dir_name`."""
+    return unquote(name)
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """A staged file as a listing shows it: a log segment (`dump_id` None) or a dump's chunk."""
+    path: str
+    table: str
+    size: int
+    mtime: float                 # unix seconds it was written (an object store's upload time)
+    dump_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ChunkInfo:
+    """A staged chunk file as its footer and first row tell (`StagedLog.chunk_infos`)."""
+    path: str
+    meta: ChunkMeta | None       # None: a chunk without rows
+    rows: int
+    schema: pa.Schema
+
+
+@dataclass
+class StagedLog:
+    root: str
+
+    def __post_init__(self) -> None:
+        self.fs, self.base = storage.filesystem(self.root)
+        self.local = isinstance(self.fs, pafs.LocalFileSystem)
+        self.direct = storage.atomic_puts(self.fs)
+
+    # -- paths --------------------------------------------------------------------------------
+    def log_dir(self, source: str, table: str) -> str:
+        return f"{self.base}/{source}/log/{table_dir_name(table)}"
+
+    def chunk_dir(self, source: str, table: str, dump_id: str) -> str:
+        return f"{self.base}/{source}/chunks/{table_dir_name(table)}/{dump_id}"
+
+    # -- writing -------------------------------------------------------------------------------
+    def write_segment(self, source: str, schema: TableSchema, rows: list[dict]) -> str:
+        """Stage encoded events of one table (`staged.encode_event`); returns the file path."""
+        table = log_table(schema, rows)
+        positions = table.column(POSITION)
+        name = SegmentFile(pc.min(positions).as_py(), pc.max(positions).as_py()).name
+        path = f"{self.log_dir(source, schema.name)}/{name}"
+        self._atomic_write(path, table)
+        return path
+
+    def write_chunk(self, source: str, schema: TableSchema, meta: ChunkMeta, rows: list[tuple] | pa.Table,
+                    ops: list[Op] | Op) -> str:
+        """Stage a chunk: its rows (tuples in schema column order, or a table: `staged.chunk_table`),
+        an op per row (or one for all)."""
+        path = self.chunk_path(source, schema.name, meta.dump_id, meta.chunk)
+        self._atomic_write(path, chunk_table(schema, meta, rows, ops))
+        return path
+
+    def chunk_path(self, source: str, table: str, dump_id: str, number: int) -> str:
+        return f"{self.chunk_dir(source, table, dump_id)}/{ChunkFile(dump_id, number).name}"
+
+    def _put(self, path: str, table: pa.Table) -> None:
+        """One object in one upload, encoded in full first. An upload ended by an exception still
+        completes (pyarrow has no abort), so what it left under `path` is deleted."""
+        buffer = pa.BufferOutputStream()
+        pq.write_table(table, buffer, compression="zstd", **storage.PARQUET_WRITE)
+        data = buffer.getvalue()
+        try:
+            with self.fs.open_output_stream(path) as out:
+                out.write(data)
+        except BaseException:
+            try:
+                self.fs.delete_file(path)
+            except OSError:
+                pass
+            raise
+
+    def write_compacted(self, source: str, table: str, data: pa.Table) -> str:
+        """Stage events of several segments as one (sorted, each position once: `dedupe_sorted`),
+        named by its first and last position; returns the file path."""
+        positions = data.column(POSITION)
+        name = SegmentFile(pc.min(positions).as_py(), pc.max(positions).as_py()).name
+        path = f"{self.log_dir(source, table)}/{name}"
+        self._atomic_write(path, data)
+        return path
+
+    def delete(self, paths: list[str]) -> None:
+        """Remove staged files (one already gone is no error), and, on a filesystem that has
+        directories, the dump and table directories of chunks left empty (merges list those)."""
+        for path in paths:
+            try:
+                self.fs.delete_file(path)
+            except FileNotFoundError:
+                pass
+        if self.direct:
+            return
+        dumps = {p.rsplit("/", 1)[0] for p in paths if p.startswith(f"{self.base}/") and "/chunks/" in p[len(self.base):]}
+        for directory in [*dumps, *{d.rsplit("/", 1)[0] for d in dumps}]:
+            try:
+                if not self.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True)):
+                    self.fs.delete_dir(directory)
+            except OSError:  # a chunk staged meanwhile, or gone already
+                pass
+
+    def _atomic_write(self, path: str, table: pa.Table) -> None:
+        directory = path.rsplit("/", 1)[0]
+        tmp = f"{directory}/{temporary_name()}"
+        try:
+            if not self.direct:  # an object store has no directories to make
+                self.fs.create_dir(directory, recursive=True)
+            if self.local:
+                with open(tmp, "wb") as f:
+                    pq.write_table(table, f, compression="zstd", **storage.PARQUET_WRITE)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+                dir_fd = os.open(directory, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+            elif self.direct:
+                self._put(path, table)
+            else:
+                with self.fs.open_output_stream(tmp) as out:
+                    pq.write_table(table, out, compression="zstd", **storage.PARQUET_WRITE)
+                self.fs.move(tmp, path)
+        except OSError as exc:  # read-only, disk full, quota, a store that refuses: say so, not a traceback
+            try:  # a half-written temporary file would only take space (readers never list it)
+                self.fs.delete_file(tmp)
+            except OSError:
+                pass
+            # pyarrow's own errors spell the path again; their "[errno N] reason" is what tells.
+            detail = re.search(r"\[errno \d+\] (.+?)\.?$", str(exc).strip())
+            reason = detail.group(1) if detail else exc.strerror or str(exc).strip() or type(exc).__name__
+            raise StagingError(f"cannot write the staged log at {directory}: {reason}. Fix: make {self.base} "
+                               "writable by this user and free space on its disk (DBLOG_STAGING names "
+                               "it); what was staged before is intact.") from exc
+
+    # -- reading -------------------------------------------------------------------------------
+    def _files(self, directory: str, recursive: bool = False) -> list[str]:
+        infos = self.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True, recursive=recursive))
+        return sorted(i.path for i in infos if i.type == pafs.FileType.File and is_staged(i.base_name))
+
+    def tables(self, source: str) -> list[str]:
+        infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{source}/log", allow_not_found=True))
+        return sorted(table_from_dir(i.base_name) for i in infos if i.type == pafs.FileType.Directory)
+
+    def segments(self, source: str, table: str, low: str | None = None, high: str | None = None,
+                 after: str | None = None) -> list[str]:
+        """Segment files that may hold positions in [low, high], or in (after, high] (pruned by
+        their names). A segment within another's range is left out (`staged.hidden_segments`):
+        a compaction's inputs stay a while for readers that listed them before it."""
+        names = {path: SegmentFile.parse(path) for path in self._files(self.log_dir(source, table))}
+        hidden = hidden_segments(names.values())
+        out = []
+        for path, name in names.items():
+            if name not in hidden and (low is None or name.last >= low) and (after is None or name.last > after) \
+                    and (high is None or name.first <= high):
+                out.append(path)
+        return out
+
+    def read_log(self, source: str, table: str, low: str | None = None, high: str | None = None) -> pa.Table:
+        """The table's staged events with low <= position <= high, sorted, each position once."""
+        try:
+            parts = [pq.read_table(p, filesystem=self.fs) for p in self.segments(source, table, low, high)]
+        except FileNotFoundError:  # removed since listed (`dblog maintain`): what replaced it is listed now
+            parts = [pq.read_table(p, filesystem=self.fs) for p in self.segments(source, table, low, high)]
+        if not parts:
+            return pa.schema(LOG_FIELDS).empty_table()
+        events = pa.concat_tables(parts, promote_options="permissive")  # columns added over time
+        if low is not None:
+            events = events.filter(pc.greater_equal(events[POSITION], low))
+        if high is not None:
+            events = events.filter(pc.less_equal(events[POSITION], high))
+        return dedupe_sorted(events, POSITION)
+
+    def chunk_dumps(self, source: str, table: str) -> list[str]:
+        """The ids of the dumps that staged chunks of `table` (one listing of directory names)."""
+        infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{source}/chunks/{table_dir_name(table)}",
+                                                        allow_not_found=True))
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+
+    def chunk_files(self, source: str, table: str, dump_id: str | None = None) -> list[str]:
+        if dump_id is not None:
+            return self._files(self.chunk_dir(source, table, dump_id))
+        return self._files(f"{self.base}/{source}/chunks/{table_dir_name(table)}", recursive=True)
+
+    def staged_chunk(self, source: str, table: str, dump_id: str, number: int) -> pa.Table | None:
+        """Chunk `number` of a dump's table; None when no such file is staged."""
+        path = self.chunk_path(source, table, dump_id, number)
+        if self.fs.get_file_info(path).type != pafs.FileType.File:
+            return None
+        return self.read_chunk(path)
+
+    def read_chunk(self, path: str) -> pa.Table:
+        return pq.read_table(path, filesystem=self.fs)
+
+    def chunk_infos(self, paths: list[str]) -> list[ChunkInfo]:
+        """What each chunk file says of itself, in order: its footer (a GET or two each on an
+        object store, 8 at once), or, for a file staged before footers carried `ChunkMeta`, its
+        metadata columns' first value as well."""
+        wanted = {f"_{f.name}" for f in fields(ChunkMeta)}
+
+        def read(path: str) -> ChunkInfo:
+            with self.fs.open_input_file(path) as handle:
+                f = pq.ParquetFile(handle)
+                schema = f.schema_arrow
+                if f.metadata.num_rows == 0:
+                    return ChunkInfo(path, None, 0, schema)
+                meta = ChunkMeta.of_footer(schema)
+                if meta is None:
+                    first = f.read_row_group(0, columns=[n for n in schema.names if n in wanted]).slice(0, 1)
+                    meta = ChunkMeta.of(first)
+                return ChunkInfo(path, meta, f.metadata.num_rows, schema)
+        with ThreadPoolExecutor(8) as pool:
+            return list(pool.map(read, paths))
+
+    def inventory(self, source: str) -> list[StagedFile]:
+        """Every staged file of the source, with its size and age: one recursive listing."""
+        prefix = f"{self.base}/{source}/"
+        infos = self.fs.get_file_info(pafs.FileSelector(prefix.rstrip("/"), allow_not_found=True, recursive=True))
+        out = []
+        for i in infos:
+            parts = i.path[len(prefix):].split("/")
+            if i.type != pafs.FileType.File or not is_staged(i.base_name) or len(parts) < 3:
+                continue
+            mtime = (i.mtime_ns or 0) / 1e9
+            if parts[0] == "log" and len(parts) == 3:
+                out.append(StagedFile(i.path, table_from_dir(parts[1]), i.size or 0, mtime))
+            elif parts[0] == "chunks" and len(parts) == 4:
+                out.append(StagedFile(i.path, table_from_dir(parts[1]), i.size or 0, mtime, parts[2]))
+        return sorted(out, key=lambda f: f.path)
+
+    def chunk_tables(self, source: str) -> list[str]:
+        infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{source}/chunks", allow_not_found=True))
+        return sorted(table_from_dir(i.base_name) for i in infos if i.type == pafs.FileType.Directory)
+
+
+def dedupe_sorted(table: pa.Table, column: str) -> pa.Table:
+    """Sort by `column` and keep the first row of each value (re-staged duplicates are equal)."""
+    if table.num_rows == 0:
+        return table
+    table = table.sort_by(column)
+    col = table[column].combine_chunks()
+    if table.num_rows > 1:
+        same = pc.equal(col.slice(1), col.slice(0, len(col) - 1))
+        keep = pa.concat_arrays([pa.array([True]), pc.invert(same)])
+        table = table.filter(keep)
+    return table
