@@ -27,6 +27,7 @@ ADMIN = {service: local.admin_uri(service) for service in ("mariadb", "postgres"
 os.environ["DBLOG_LOCAL"] = "1"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items):
     for item in items:
         if "/unit/" not in str(item.fspath) and not item.get_closest_marker("offline"):
