@@ -3,45 +3,28 @@
     spark-submit --master local[2] spark_jobs/merge.py --source dblog_mariadb [--table shop.accounts]
 
 Arguments are `dblog merge`'s; the session takes spark-submit's master and settings.
-The work itself is `dblog.merge.job.merge_table` (DataFrame functions in `dblog.merge.bucket_merge`).
+The work itself is `dblog.merge.run.run_merge`, as for `dblog merge` (one table's merge:
+`dblog.merge.job.merge_table`; DataFrame functions in `dblog.merge.bucket_merge`).
 
 With `--report FILE` (how the Airflow merge task runs it) the job prints no summary of its own:
-the task logs one line per table from the report. A failure writes `{"error": "..."}` to the
-report, so the task can say why it failed without digging through Spark's output.
+the task logs one line per table from the report (`MergeReport`). A failure writes
+`{"error": "..."}` to the report, so the task can say why it failed without digging through
+Spark's output.
 
 With `--settings FILE` the job takes its connections and roots from that file (written by the
 task, readable by this user only) instead of its environment: see `apply_settings`.
 """
 import contextlib
-import io
 import json
 import logging
 import os
 import sys
 
-from dblog.cli import SLICE_FAILED, main
-
-ERROR_PREFIX = "dblog: error: "
-
-
-class _Tee(io.TextIOBase):
-    """Passes everything on to `out` and keeps the `dblog: error:` lines (a continuous merge
-    writes for hours: only what the report needs is kept)."""
-
-    def __init__(self, out) -> None:
-        super().__init__()
-        self.out, self._line = out, ""
-        self.said: list[str] = []
-
-    def write(self, text: str) -> int:
-        self.out.write(text)
-        *done, self._line = (self._line + text).split("\n")
-        self.said += [line[len(ERROR_PREFIX):] for line in done if line.startswith(ERROR_PREFIX)]
-        del self.said[:-10]
-        return len(text)
-
-    def flush(self) -> None:
-        self.out.flush()
+from dblog.cli import parser, setup_logging
+from dblog.cli.cmd_merge import merge_options
+from dblog.errors import DBLogError
+from dblog.merge.merge_result import MergeReport, failure_lines
+from dblog.merge.run import SLICE_FAILED, run_merge
 
 
 def apply_settings(argv: list[str]) -> list[str]:
@@ -65,31 +48,35 @@ def apply_settings(argv: list[str]) -> list[str]:
 
 def run(argv: list[str]) -> int:
     report = argv[argv.index("--report") + 1] if "--report" in argv[:-1] else None
-    if report is None:
-        return main(["merge", *apply_settings(argv)])
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    stderr = _Tee(sys.stderr)
+    if report is not None:
+        logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
-        argv = apply_settings(argv)
-        # A single merge's line per table is dropped (the task logs its own from the report); a
-        # continuous merge's lines per cycle are the task's log while the slice runs.
-        quiet = contextlib.nullcontext() if "--continuous" in argv else contextlib.redirect_stdout(io.StringIO())
-        with quiet, contextlib.redirect_stderr(stderr):
-            code = main(["merge", *argv])
+        try:
+            args = parser().parse_args(["merge", *apply_settings(argv)])
+            setup_logging()
+            # A single merge's line per table is left to the task (it logs its own from the report); a
+            # continuous merge's lines per cycle are the task's log while the slice runs.
+            quiet = report is not None and not args.continuous
+            results = run_merge(merge_options(args), say=(lambda _: None) if quiet else
+                                (lambda line: print(line, flush=True)))
+        except DBLogError as exc:  # what the engine refuses or cannot reach: the task says why
+            print(f"dblog: error: {exc}", file=sys.stderr)
+            _write(report, MergeReport(error=str(exc)))
+            return 2
     except BaseException as exc:  # a bug, not bad input: the traceback follows on stderr
-        _error(report, f"{type(exc).__name__}: {exc}")
+        _write(report, MergeReport(error=f"{type(exc).__name__}: {exc}"))
         raise
-    if code == SLICE_FAILED:
-        return code   # the report holds every table's result, the failing ones with their error
-    if code:
-        said = stderr.said + ([stderr._line[len(ERROR_PREFIX):]] if stderr._line.startswith(ERROR_PREFIX) else [])
-        _error(report, said[-1] if said else f"dblog merge exited with code {code}")
-    return code
+    _write(report, MergeReport(results))
+    failing = failure_lines(results)   # the report holds every table's result, the failing ones with their error
+    for line in failing:
+        print(line, file=sys.stderr)
+    return SLICE_FAILED if failing else 0
 
 
-def _error(report: str, message: str) -> None:
-    with contextlib.suppress(OSError), open(report, "w") as f:
-        json.dump({"error": message}, f)
+def _write(report: str | None, what: MergeReport) -> None:
+    if report is not None:
+        with contextlib.suppress(OSError):
+            what.write(report)
 
 
 if __name__ == "__main__":

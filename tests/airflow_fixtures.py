@@ -2,6 +2,7 @@
 project's DAGs and plugins, and connections that point at the test's own sources."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -144,6 +145,8 @@ class Standalone:
     warehouse: str
     statsd: StatsdListener
     log_dir: Path
+    started: str = ""  # ISO time it answered: what it did since then, the late tests count
+    probe: object = None  # soak.CaptureProbe over its capture, sampling for its whole life
 
     def api(self, method: str, path: str, **kwargs):
         import requests
@@ -169,6 +172,18 @@ MERGE_SLICE_SECONDS = 45  # ... and its continuous merge every 45 s
 
 
 _standalone_stops: list = []  # how to stop the running `standalone`, while one runs
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist hands the standalone's tests to one worker
+def pytest_collection_modifyitems(items):
+    """The standalone's tests marked `late(n)` count what the deployment did over its life (capture
+    handovers, merge slices): they run after its other tests, so the stretch those take is counted
+    rather than waited for again. Other tests keep their places."""
+    def rank(item) -> int:
+        mark = item.get_closest_marker("late")
+        return mark.args[0] if mark else 0
+    ordered = iter(sorted((i for i in items if "standalone" in i.fixturenames), key=rank))
+    items[:] = [next(ordered) if "standalone" in i.fixturenames else i for i in items]
 
 
 def pytest_runtest_teardown(item, nextitem):
@@ -238,6 +253,7 @@ def standalone(services, airflow_home, tmp_path_factory):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     _standalone_stops.append(stop)
+    stack = contextlib.ExitStack()
     try:
         def healthy():
             assert proc.poll() is None, f"airflow standalone exited; see {base / 'standalone.log'}"
@@ -248,11 +264,18 @@ def standalone(services, airflow_home, tmp_path_factory):
         wait_for(healthy, 180, interval=1, what="airflow standalone to answer")
         token = requests.post(f"{url}/auth/token", json={"username": USER, "password": PASSWORD},
                               timeout=30).json()["access_token"]
-        deployment = Standalone(url, token, src, env["DBLOG_WAREHOUSE"], statsd, base / "airflow" / "logs")
+        import datetime as dt
+
+        from soak import CaptureProbe
+        store = stack.enter_context(src.store())
+        probe = stack.enter_context(CaptureProbe(store, src.source_id))
+        deployment = Standalone(url, token, src, env["DBLOG_WAREHOUSE"], statsd, base / "airflow" / "logs",
+                                dt.datetime.now(dt.timezone.utc).isoformat(), probe)
         wait_for(lambda: deployment.api("GET", "/dags/dblog_dump").ok, 180, interval=1,
                  what="the DAG processor to parse dblog_dump")
         yield deployment
     finally:
+        stack.close()
         stop()
         log.close()
         statsd.close()

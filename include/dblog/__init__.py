@@ -13,7 +13,7 @@ The packages are the pipeline's stages, each importing only those before it (the
     capture/       the capture loop: source log -> staged segments -> checkpoint
     merge/         the Spark merge of the staged log and chunks into the warehouse
     operations/    status, verify, export, the reference merge, staged-log maintenance
-    cli.py         the `dblog` command
+    cli/           the `dblog` command, one module per command group
 
 Comments cite the invariants the code keeps by number ("invariant 2"): docs/invariants.md lists
 them, with the code that holds each and the tests that fail when it breaks.

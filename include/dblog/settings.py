@@ -279,6 +279,12 @@ class Settings:
         low, high = self.bounds(name)
         return f"{_number(low)} to {_number(high)}"
 
+    def check_option(self, flag: str, name: str, value: Any) -> None:
+        """An option bounded as the setting that gives its default (ConfigError naming the flag)."""
+        low, high = self.bounds(name)
+        if not low <= value <= high:
+            raise ConfigError(f"{flag} must be from {self.range_text(name)}, got {value}")
+
     def _check(self, name: str, spec: Spec, value: Any, shown: str) -> None:
         if spec.choices and value not in spec.choices:
             raise _refused(spec, shown, f"set one of {', '.join(spec.choices)}")

@@ -30,39 +30,42 @@ def _pid_of(leader: str) -> int:
     return int(leader.rsplit(":", 1)[1])
 
 
+@pytest.mark.late(2)
 @pytest.mark.timeout(1500 + 2 * SOAK_SECONDS)
 def test_the_capture_hands_over_slice_after_slice_survives_a_kill_and_a_dump_completes(standalone):
-    src = standalone.src
+    """The probe has sampled the capture since the deployment started, and this test runs after the
+    deployment's other tests: the handovers during those count (they ran writes, dumps and merges)."""
+    src, probe = standalone.src, standalone.probe
+    assert isinstance(probe, CaptureProbe)
     writer = src.spawn_workload(seconds=7200, seed=61, rows=3000, rate=50)
-    with src.store() as store, CaptureProbe(store, src.source_id) as probe:
-        # The first slice catches up with what was written while the deployment started: not a handover.
-        wait_for(lambda: len(probe.leaders()) >= 2, 10 * SLICE_SECONDS, interval=0.5, what="the first handover")
-        started = time.time()
-        wait_for(lambda: len(probe.leaders()) >= 4, 20 * SLICE_SECONDS, interval=1,
-                 what="the capture to hand over twice more under the scheduler")
+    # The first slice catches up with what was written while the deployment started: not a handover.
+    wait_for(lambda: len(probe.leaders()) >= 2, 10 * SLICE_SECONDS, interval=0.5, what="the first handover")
+    started = next(s.t for s in probe.samples if s.leader == probe.leaders()[1])
+    wait_for(lambda: len(probe.leaders()) >= 4, 20 * SLICE_SECONDS, interval=1,
+             what="the capture to hand over twice more under the scheduler")
 
-        # kill -9 the capture task's process mid-slice: a retry (or the next run) replaces it
-        victim = probe.leaders()[-1]
-        wait_for(lambda: probe.samples[-1].leader == victim and probe.samples[-1].state == "capturing", 60,
-                 what="the capture slice to be running")
-        os.kill(_pid_of(victim), signal.SIGKILL)
-        killed_at = time.time()
-        wait_for(lambda: probe.leaders()[-1] != victim and probe.samples[-1].state == "capturing",
-                 10 * SLICE_SECONDS, interval=0.5, what="a new capture after the kill")
-        recovered_s = time.time() - killed_at
+    # kill -9 the capture task's process mid-slice: a retry (or the next run) replaces it
+    victim = probe.leaders()[-1]
+    wait_for(lambda: probe.samples[-1].leader == victim and probe.samples[-1].state == "capturing", 60,
+             what="the capture slice to be running")
+    os.kill(_pid_of(victim), signal.SIGKILL)
+    killed_at = time.time()
+    wait_for(lambda: probe.leaders()[-1] != victim and probe.samples[-1].state == "capturing",
+             10 * SLICE_SECONDS, interval=0.5, what="a new capture after the kill")
+    recovered_s = time.time() - killed_at
 
-        # a dump triggered in the middle of the slices completes (its wait for the capture included)
-        run = standalone.api("POST", "/dags/dblog_dump/dagRuns", json={
-            "logical_date": None, "conf": {"source": src.source_id, "tables": ["accounts"], "chunk_size": 500}})
-        assert run.status_code == 200, run.text
-        assert standalone.wait_for_run("dblog_dump", run.json()["dag_run_id"], timeout=600) == "success"
+    # a dump triggered in the middle of the slices completes (its wait for the capture included)
+    run = standalone.api("POST", "/dags/dblog_dump/dagRuns", json={
+        "logical_date": None, "conf": {"source": src.source_id, "tables": ["accounts"], "chunk_size": 500}})
+    assert run.status_code == 200, run.text
+    assert standalone.wait_for_run("dblog_dump", run.json()["dag_run_id"], timeout=600) == "success"
 
-        def enough() -> bool:
-            report = probe.report(since=started)
-            return len(report.handovers) >= HANDOVERS + 1 and time.time() - started >= SOAK_SECONDS
-        wait_for(enough, max(SOAK_SECONDS * 1.5, 40 * SLICE_SECONDS), interval=2,
-                 what=f"{HANDOVERS} handovers beside the kill")
+    def enough() -> bool:
         report = probe.report(since=started)
+        return len(report.handovers) >= HANDOVERS + 1 and time.time() - started >= SOAK_SECONDS
+    wait_for(enough, max(SOAK_SECONDS * 1.5, 40 * SLICE_SECONDS), interval=2,
+             what=f"{HANDOVERS} handovers beside the kill")
+    report = probe.report(since=started)
     writer.kill()
 
     OUT.mkdir(parents=True, exist_ok=True)
@@ -81,6 +84,7 @@ def test_the_capture_hands_over_slice_after_slice_survives_a_kill_and_a_dump_com
     assert sum(standalone.statsd.values(f"dblog.capture.events.{src.source_id}")) > 0
 
 
+@pytest.mark.late(3)  # it pauses the capture: after every test that needs it running
 def test_a_dump_waiting_on_a_stopped_capture_fails_with_the_reason_and_the_fix(standalone):
     src = standalone.src
     assert standalone.api("PATCH", "/dags/dblog_capture", json={"is_paused": True}).ok

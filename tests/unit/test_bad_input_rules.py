@@ -152,7 +152,7 @@ def test_a_staged_log_it_cannot_write_raises_a_named_error_with_the_fix_and_leav
 
 
 def test_a_command_without_source_takes_the_one_configured_and_otherwise_asks_which(monkeypatch):
-    from dblog.cli import _source_id
+    from dblog.cli.cli_options import source_id as _source_id
     from dblog.connections import ConfigError
     monkeypatch.setenv("DBLOG_SOURCES", "only_one")
     assert _source_id(None, "dump") == "only_one"

@@ -214,11 +214,12 @@ def test_each_table_is_maintained_under_its_merge_lease_and_an_unknown_table_is_
 @pytest.fixture
 def cli_env(warehouse, monkeypatch, tmp_path):
     from dblog import cli
+    from dblog.cli import cli_options
     monkeypatch.setenv("DBLOG_WAREHOUSE", warehouse.root.removeprefix("file://"))
     monkeypatch.setenv("DBLOG_STAGING", str(tmp_path / "staging"))
     monkeypatch.setenv("DBLOG_SOURCES", SRC)
     store = FakeStore()
-    monkeypatch.setattr(cli, "_store", lambda: store)
+    monkeypatch.setattr(cli_options, "store", lambda: store)
     return cli, store
 
 

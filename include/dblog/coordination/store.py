@@ -406,3 +406,10 @@ def watermark_index_built_path(source: str) -> str:
 
 def staged_maintenance_lock(source: str) -> str:
     return f"/{source}/staged/lock"
+
+
+def open_store() -> StateStore:
+    """The store of the configured ensemble (the `dblog_zookeeper` connection), started."""
+    from ..connections import zookeeper
+    zk = zookeeper()
+    return StateStore(zk.hosts, zk.chroot, timeout=zk.session_timeout).start()

@@ -50,9 +50,8 @@ _LATEST = ("snapshot_id", "upto", "buckets", "rows", "tombstones", "missing_rows
 @dataclass
 class TableSlice:
     """What a slice did to one table: its merges summed into one `MergeResult` (the shape the merge
-    task's report has), the number of snapshots it committed and its latest failure, if any."""
+    task's report has, `commits` counting its snapshots) and its latest failure, if any."""
     total: MergeResult
-    commits: int = 0
     error: str | None = None
     error_logged: float = -REPEAT_ERROR_S
     busy_since: float | None = None   # monotonic time another merge first held the table's lock
@@ -69,14 +68,19 @@ class TableSlice:
         if r.newest_commit_ts is not None:
             self.total.newest_commit_ts = max(self.total.newest_commit_ts or 0.0, r.newest_commit_ts)
         if r.committed_at is not None:
-            self.commits += 1
+            self.total.commits += 1
             if r.visible_after_s is not None and r.visible_after_s >= (self.total.visible_after_s or 0.0):
                 # The slice's total reports the change that waited longest to become visible.
                 self.total.committed_at, self.total.oldest_commit_ts = r.committed_at, r.oldest_commit_ts
         self.error, self.busy_since = None, None
 
+    def result(self) -> MergeResult:
+        """The slice's total, with the table's latest failure."""
+        self.total.error = self.error
+        return self.total
+
     def report(self) -> dict:
-        return {**self.total.report(self.commits), "error": self.error}
+        return self.result().to_json()
 
 
 @dataclass
@@ -91,8 +95,8 @@ class SliceReport:
         """Tables whose last merge in the slice failed, with the reason."""
         return {k: t.error for k, t in self.tables.items() if t.error}
 
-    def results(self) -> list[dict]:
-        return [t.report() for t in self.tables.values()]
+    def results(self) -> list[MergeResult]:
+        return [t.result() for t in self.tables.values()]
 
 
 class ContinuousMerge:

@@ -55,6 +55,7 @@ from . import bucket_merge as M
 from ..snapshot import repair
 from ..model.events import RepairNeed
 from .first_load import LoadChunk, first_load
+from .merge_result import MergeResult
 from .merge_inputs import ChunkWindow, MergeInput, chunk_windows, merge_input, with_windows
 from .rewrite import Rewritten, rewrite
 from ..spark.data_sources import read_files
@@ -69,72 +70,6 @@ class MergeError(DBLogError, RuntimeError):
 
 class MergeBusy(MergeError, TransientError):
     """Another merge of the table held its lock for longer than this merge would wait."""
-
-
-@dataclass
-class MergeResult:
-    source: str
-    table: str
-    snapshot_id: int | None = None
-    upto: str | None = None
-    log_events: int = 0
-    chunks: int = 0
-    chunk_rows: int = 0
-    survivors: int = 0
-    blind_chunks: int = 0    # ready chunks dropped whole: an unlogged write fell in their window
-    blind_rows: int = 0
-    buckets_written: int = 0
-    buckets: int = 0
-    rows: int = 0
-    tombstones: int = 0
-    seconds: float = 0.0
-    commit_seconds: float = 0.0
-    note: str = ""
-    dumps: dict[str, dict[str, int]] = field(default_factory=dict)  # dump id -> chunks, rows, dropped merged now
-    newest_commit_ts: float | None = None   # unix time of the newest log event merged now (freshness)
-    oldest_commit_ts: float | None = None   # ... and of the oldest (it waited longest to become visible)
-    committed_at: float | None = None       # unix time the snapshot was committed (None: no commit)
-    missing_rows: int = 0                   # warehouse rows with a value nothing proved yet (see rules.latest)
-    repairs_requested: int = 0              # keys this merge asked to re-read (values it could not prove)
-    waiting: dict | None = None             # repairs of this table not landed yet (repair.waiting)
-
-    @property
-    def dropped(self) -> int:
-        """Chunk rows dropped in their watermark window (a newer change came through the log)."""
-        return self.chunk_rows - self.survivors
-
-    @property
-    def visible_after_s(self) -> float | None:
-        """How long the oldest change this merge made visible waited: its commit in the source
-        until this merge's snapshot (None when it committed no log event)."""
-        if self.committed_at is None or self.oldest_commit_ts is None:
-            return None
-        return max(0.0, self.committed_at - self.oldest_commit_ts)
-
-    def summary(self) -> str:
-        """The merge's line in a log: the CLI's and the continuous merge's. It says when the table
-        is not in sync yet: a repair of it has not landed (a statement-logged write, a partial row
-        image), or chunks were dropped whole (an unlogged write in their window: their repair comes)."""
-        waited = self.visible_after_s
-        line = (f"{self.source} {self.table}: snapshot {self.snapshot_id}, {self.log_events} log events, {self.chunks} "
-                f"chunks ({self.chunk_rows} rows, {self.dropped} dropped in windows), {self.buckets_written}/"
-                f"{self.buckets} buckets written, {self.rows} rows, merged in {self.seconds:.1f}s (commit "
-                f"{self.commit_seconds:.2f}s)" + ("" if waited is None else
-                                                   f"; its oldest change waited {waited:.1f}s to be visible"))
-        if self.blind_chunks:
-            line += (f"; {self.blind_chunks} chunk(s) ({self.blind_rows} rows) dropped whole: a write the log holds "
-                     "without rows fell in their windows")
-        if self.waiting:
-            line += f"; not in sync yet: {repair.not_landed(self.waiting)}"
-        if self.missing_rows:
-            line += (f"; {self.missing_rows} row(s) hold values not proven yet (null, listed in _dblog_missing), "
-                     f"{self.repairs_requested} key(s) sent to repair now")
-        return line + (f" [{self.note}]" if self.note else "")
-
-    def report(self, commits: int | None = None) -> dict:
-        """The merge's row in a merge report (`dblog merge --report`, read by the Airflow task)."""
-        return {**vars(self), "dropped": self.dropped, "visible_after_s": self.visible_after_s,
-                "commits": int(self.committed_at is not None) if commits is None else commits}
 
 
 @dataclass
@@ -419,7 +354,7 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
         # A merge whose lease lapsed (a long pause) must not commit: maintenance may have swept its files.
         lease.check()
         result.commit_seconds = commit(pending, files, touched, new.properties())
-        result.committed_at = time.time()
+        result.committed_at, result.commits = time.time(), 1
     except CommitError as exc:
         raise MergeError(f"{source}/{table}: {exc}") from exc
     _record_dumps(store, lease, result)

@@ -22,7 +22,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Collection, Iterator
+from typing import Callable, Collection, Iterator
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -83,17 +83,22 @@ def merge_lease(store, source: str, table: str, timeout: float | None = None) ->
 
 
 def maintain_source(store, warehouse, source: str, tables: list[str] | None = None,
-                    lock_timeout: float | None = None, **opts) -> list[MaintenanceReport]:
-    """`maintain` each table of the source (default: every warehouse table), each under its lease."""
+                    lock_timeout: float | None = None, on_table: Callable[[int, int], None] | None = None,
+                    **opts) -> list[MaintenanceReport]:
+    """`maintain` each table of the source (default: every warehouse table), each under its lease;
+    `on_table(tables done, of)` after each."""
     available = warehouse.tables(source)
     unknown = sorted(set(tables or []) - set(available))
     if unknown:
         raise MaintenanceError(f"{source} has no warehouse table {', '.join(unknown)} (it has "
                                f"{', '.join(available) or 'none yet'})")
-    reports = []
-    for table in available if tables is None else tables:
+    reports: list[MaintenanceReport] = []
+    chosen = available if tables is None else tables
+    for table in chosen:
         with merge_lease(store, source, table, lock_timeout):
             reports.append(maintain(warehouse, source, table, **opts))
+        if on_table is not None:
+            on_table(len(reports), len(chosen))
     return reports
 
 

@@ -28,6 +28,7 @@ from airflow.sdk.exceptions import AirflowException
 from dblog_airflow import metrics
 from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook, zookeeper_uri
 from dblog.connections import ZOOKEEPER_CONN, source_ids
+from dblog.merge.merge_result import MergeReport, MergeResult
 from dblog.settings import settings
 from dblog_airflow.operators.dump import StartDumpOperator
 from dblog_airflow.params import ALL_SOURCES, check_run
@@ -129,24 +130,23 @@ class MergeOperator(SparkSubmitOperator):
             try:
                 super().execute(context)
             except Exception as exc:  # spark-submit exited non-zero: the job's report says why
-                said = _read(report) if os.path.exists(report) else None
-                if not isinstance(said, list):   # a list: a slice whose failing tables it names (see below)
-                    reason = said.get("error") if isinstance(said, dict) else None
-                    if not reason:
-                        raise
-                    self.log.error("merge failed: %s", reason)  # listed with the failed task's errors in the UI
-                    raise AirflowException(f"merge failed: {reason}") from exc  # retried: a lock may be free then
-            results = _read(report)
+                said = MergeReport.read(report) if os.path.exists(report) else None
+                if said is None or said.error == "":   # the job never said why: spark-submit's own error
+                    raise
+                if said.error is not None:   # else a slice whose failing tables it names (below)
+                    self.log.error("merge failed: %s", said.error)  # listed with the failed task's errors in the UI
+                    raise AirflowException(f"merge failed: {said.error}") from exc  # retried: a lock may be free then
+            results = MergeReport.read(report).results
             for r in results:
-                if r.get("error"):
-                    self.log.error("%s %s: merge kept failing: %s", r["source"], r["table"], r["error"])
+                if r.error:
+                    self.log.error("%s %s: merge kept failing: %s", r.source, r.table, r.error)
         finished = time.time()
         alias = context["outlet_events"][AssetAlias(WAREHOUSE_ALIAS)]
         for r in results:  # one event per table that committed: per run, however many snapshots it made
-            if r["snapshot_id"] is not None and r["commits"]:
-                alias.add(warehouse_asset(r["source"], r["table"]),
-                          extra={"identifier": [r["source"], r["table"]], "snapshot_id": r["snapshot_id"],
-                                 "rows": r["rows"], "upto": r["upto"],
+            if r.snapshot_id is not None and r.commits:
+                alias.add(warehouse_asset(r.source, r.table),
+                          extra={"identifier": [r.source, r.table], "snapshot_id": r.snapshot_id,
+                                 "rows": r.rows, "upto": r.upto,
                                  "dag_id": self.dag_id, "run_id": context["run_id"], "task_id": self.task_id})
         # The warehouse has committed and the asset events are set: reporting must not fail the task
         # (a retry would find nothing new to merge, and downstream DAGs would never hear of it).
@@ -158,16 +158,13 @@ class MergeOperator(SparkSubmitOperator):
         except Exception as exc:  # noqa: BLE001 - reported, and the merge stands
             self.log.warning("merge done, but its report failed: %s", exc)
         for r in results:
-            if (r["source"], r["table"]) not in reported:
-                self.log.info("%s %s: snapshot %s, %d log events, %d chunks (%d rows, %d dropped in windows), "
-                              "%d rows, %.1fs%s", r["source"], r["table"], r["snapshot_id"], r["log_events"],
-                              r["chunks"], r["chunk_rows"], r["dropped"], r["rows"], r["seconds"],
-                              f" [{r['note']}]" if r.get("note") else "")
-            if r.get("missing_rows") or r.get("waiting"):
+            if (r.source, r.table) not in reported:
+                self.log.info("%s", r.summary())
+            if r.missing_rows or r.waiting:
                 self.log.warning("%s %s: %d row(s) hold values nothing proved yet (null, listed in _dblog_missing); "
-                                 "%d key(s) sent to repair now; waiting for a repair: %s", r["source"], r["table"],
-                                 r.get("missing_rows", 0), r.get("repairs_requested", 0), r.get("waiting"))
-        return results
+                                 "%d key(s) sent to repair now; waiting for a repair: %s", r.source, r.table,
+                                 r.missing_rows, r.repairs_requested, r.waiting)
+        return [r.to_json() for r in results]   # XCom: the report's rows
 
     def prepare_submit(self, tmp: str, sources: list[str]) -> str:
         """Set what spark-submit gets (application args, conf, environment) and write the job's
@@ -219,12 +216,12 @@ class MergeOperator(SparkSubmitOperator):
             return []
         return [d for d in context["ti"].xcom_pull(task_ids=starts, key="dump") or [] if d]
 
-    def _log_dumps(self, results: list[dict], dumps: list[dict]) -> set[tuple[str, str]]:
+    def _log_dumps(self, results: list[MergeResult], dumps: list[dict]) -> set[tuple[str, str]]:
         """One line per table of each dump: the dump's own totals (all merges so far). Returns the
         (source, table) pairs reported."""
         from dblog.snapshot.dump import read_progress
         from dblog.coordination.store import dump_merged_path
-        versions = {(r["source"], r["table"]): r for r in results}
+        versions = {(r.source, r.table): r for r in results}
         reported = set()
         with DBLogHook(dumps[0]["source"], self.zookeeper_conn_id).store() as store:
             for d in dumps:
@@ -232,30 +229,30 @@ class MergeOperator(SparkSubmitOperator):
                     merged = store.get(dump_merged_path(d["source"], d["dump_id"], table)) or {}
                     progress = read_progress(store, d["source"], d["dump_id"], table)
                     staged = None if progress is None else progress.chunks
-                    r = versions.get((d["source"], table), {})
+                    r = versions.get((d["source"], table))
                     self.log.info("%s %s: dump %s merged %d of %s chunks, %d rows, %d dropped in windows; "
                                   "warehouse snapshot %s, %s rows", d["source"], table, d["dump_id"],
                                   merged.get("chunks", 0), "?" if staged is None else staged,
-                                  merged.get("rows", 0), merged.get("dropped", 0), r.get("snapshot_id"), r.get("rows"))
+                                  merged.get("rows", 0), merged.get("dropped", 0), r and r.snapshot_id, r and r.rows)
                     reported.add((d["source"], table))
         return reported
 
     @staticmethod
-    def _emit_metrics(results: list[dict], now: float) -> None:
+    def _emit_metrics(results: list[MergeResult], now: float) -> None:
         seconds: dict[str, float] = {}
         for r in results:
-            seconds[r["source"]] = seconds.get(r["source"], 0.0) + r["seconds"]
-            subject, tags = (r["source"], r["table"]), {"source": r["source"], "table": r["table"]}
-            metrics.incr("merge.rows_dropped", r["dropped"], subject, **tags)
-            metrics.gauge("merge.rows_awaiting_repair", r.get("missing_rows", 0), subject, **tags)
+            seconds[r.source] = seconds.get(r.source, 0.0) + r.seconds
+            subject, tags = (r.source, r.table), {"source": r.source, "table": r.table}
+            metrics.incr("merge.rows_dropped", r.dropped, subject, **tags)
+            metrics.gauge("merge.rows_awaiting_repair", r.missing_rows, subject, **tags)
             # 1 while a repair of the table has not landed (a statement-logged write, a partial image):
             # the table is not in sync, whatever its freshness says.
-            metrics.gauge("merge.repair_waiting", int(bool(r.get("waiting"))), subject, **tags)
-            metrics.incr("merge.chunks_dropped_unlogged", r.get("blind_chunks", 0), subject, **tags)
-            if r.get("newest_commit_ts") is not None:
-                metrics.gauge("merge.freshness_seconds", max(0.0, now - r["newest_commit_ts"]), subject, **tags)
-            if r.get("visible_after_s") is not None:
-                metrics.gauge("merge.visible_after_seconds", r["visible_after_s"], subject, **tags)
+            metrics.gauge("merge.repair_waiting", int(bool(r.waiting)), subject, **tags)
+            metrics.incr("merge.chunks_dropped_unlogged", r.blind_chunks, subject, **tags)
+            if r.newest_commit_ts is not None:
+                metrics.gauge("merge.freshness_seconds", max(0.0, now - r.newest_commit_ts), subject, **tags)
+            if r.visible_after_s is not None:
+                metrics.gauge("merge.visible_after_seconds", r.visible_after_s, subject, **tags)
         for source, total in seconds.items():
             metrics.timing("merge.duration_seconds", total, (source,), source=source)
 
@@ -273,8 +270,8 @@ class SliceCheckOperator(BaseOperator):
         self.merge_task_id = merge_task_id
 
     def execute(self, context) -> None:
-        results = context["ti"].xcom_pull(task_ids=self.merge_task_id) or []
-        failing = [f"{r['source']} {r['table']}: {r['error']}" for r in results if r.get("error")]
+        results = [MergeResult.from_json(r) for r in context["ti"].xcom_pull(task_ids=self.merge_task_id) or []]
+        failing = [f"{r.source} {r.table}: {r.error}" for r in results if r.error]
         if failing:
             raise AirflowException("the continuous merge kept failing on " + "; ".join(failing))
         self.log.info("every table merged without failing: %d table(s)", len(results))
@@ -285,11 +282,6 @@ def _number(value: Any, otherwise: Any = None) -> Any:
         return float(value)
     except (TypeError, ValueError):
         return otherwise
-
-
-def _read(report: str) -> Any:
-    with open(report) as f:
-        return json.load(f)
 
 
 class ContinuousMergeOperator(MergeOperator):
