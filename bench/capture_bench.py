@@ -5,9 +5,11 @@ import uuid
 from functools import partial
 
 import pandas  # noqa: F401  (pyarrow loads it on first Table; load it before timing, as a running capture has)
-from common import admin, median, namespace, run_sql, source, staged, store, timed
-from dblog.coordination.checkpoint import checkpoint_path
+
 from dblog.capture.capture_loop import Capture, sync_point
+from dblog.coordination.checkpoint import checkpoint_path
+
+from common import admin, median, namespace, run_sql, source, staged, store, timed
 
 NS = "bench_capture"
 

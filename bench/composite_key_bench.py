@@ -57,7 +57,7 @@ def main(sizes: list[int], reps: int = 2, chunk: int = 20_000, parallelism: int 
         med = {side: round(statistics.median(r)) for side, r in rates.items()}
         out[rows] = {"rows_per_s": med, "ratio_new_old": round(med["spelled"] / med["row_values"], 2)}
         print(rows, out[rows], flush=True)
-    result = {"when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "chunk": chunk,
+    result = {"when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "chunk": chunk,
               "parallelism": parallelism, "reps": reps, "sizes": out}
     (Path(__file__).parent / "results" / "composite-key.json").write_text(json.dumps(result, indent=2) + "\n")
     return result

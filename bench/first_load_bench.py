@@ -15,10 +15,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from dump_bench import NS, TABLE  # noqa: E402
+
 import baselines  # noqa: E402
 import bigtable  # noqa: E402
 from common import median  # noqa: E402
-from dump_bench import NS, TABLE  # noqa: E402
 from harness import Harness  # noqa: E402
 
 

@@ -25,10 +25,9 @@ import time
 import uuid
 from pathlib import Path
 
+import bigtable
 from common import ROOT, admin, namespace, run_sql
 from harness import CLI, Harness, pct
-
-import bigtable
 
 NS = "bench_fresh"
 CLK = os.sysconf("SC_CLK_TCK")

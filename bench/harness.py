@@ -72,8 +72,8 @@ class Harness:
     def __init__(self, kind: str, ns: str, name: str, home: str | None = None, chroot: str | None = None):
         """`home`, `chroot`: share a staged log, warehouse and ZooKeeper chroot with other sources
         (one deployment); default: a source's own."""
-        from dblog.stagedlog.staged_log import StagedLog
         from dblog.coordination.store import StateStore
+        from dblog.stagedlog.staged_log import StagedLog
         from dblog.warehouse.tables import Warehouse
         self.kind, self.ns, self.name = kind, ns, name
         self.slot = f"bench_{uuid.uuid4().hex[:8]}"

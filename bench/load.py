@@ -111,7 +111,7 @@ def main() -> int:
     baseline_s = float(os.environ.get("DBLOG_LOAD_BASELINE_SECONDS", "120"))
     load_s = float(os.environ.get("DBLOG_LOAD_SECONDS", "600"))
     kinds = os.environ.get("DBLOG_LOAD_SOURCES", "mysql,postgres").split(",")
-    results = {"when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    results = {"when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                "machine": f"{platform.machine()}, {os.cpu_count()} cores", "rows": ROWS, "sources": {}}
     for kind in kinds:
         print(f"load: {kind}, {rate:.0f} changes/s, {baseline_s:.0f} s without dumps then {load_s:.0f} s with",

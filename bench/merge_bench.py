@@ -25,13 +25,13 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from dblog.coordination.checkpoint import checkpoint_path
+from dblog.coordination.store import StateStore
+from dblog.merge.job import merge_table
 from dblog.model.positions import encode
 from dblog.model.schema import Column, TableSchema, encode_key
-from dblog.sources.base import WATERMARK_TABLE
-from dblog.merge.job import merge_table
 from dblog.model.staged_format import CHUNK_FIELDS, OP, POSITION, ChunkFile, ChunkMeta, Op, SegmentFile, arrow_schema
+from dblog.sources.base import WATERMARK_TABLE
 from dblog.stagedlog.staged_log import StagedLog
-from dblog.coordination.store import StateStore
 from dblog.storage import filesystem
 from dblog.warehouse.tables import Warehouse
 
@@ -151,7 +151,7 @@ def run(spark, rows: int, zk_hosts: str, s3: bool = False) -> dict:
             print("  warm-up", flush=True)
             os.makedirs(f"{tmp}/warm-up")
             full_dump(spark, store, CHUNK * 2, f"{tmp}/warm-up", bucket)
-            out = {"full": [], "batches": [], "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+            out = {"full": [], "batches": [], "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
             for n in (rows, rows * 10):
                 print(f"  full dump of {n} rows", flush=True)
                 result = full_dump(spark, store, n, tmp, bucket)

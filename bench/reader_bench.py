@@ -57,10 +57,11 @@ def main(kind: str, rows: int = 1_000_000, chunk: int = 20_000, parallelism: int
 def windows(kind: str, split: int = 100_000, parallelism: int = 2) -> dict:
     import tempfile
 
-    import baselines
     from dblog.snapshot.spark_windows import SparkWindowReader
-    from dblog.stagedlog.staged_log import StagedLog
     from dblog.snapshot.windows import SplitStaging, WindowPlan, WindowReader, plan_window
+    from dblog.stagedlog.staged_log import StagedLog
+
+    import baselines
     src = source(kind, "bench_reader", NS)
     schema = src.table_schema(f"{NS}.{bigtable.TABLE}")
     spark = baselines.spark_session()

@@ -25,10 +25,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import ROOT, median  # noqa: E402
-
 from dblog.warehouse import files  # noqa: E402
 from dblog.warehouse.types import BUCKET, META, MISSING  # noqa: E402
+
+from common import ROOT, median  # noqa: E402
 
 BUCKET_ROWS, PART = 250_000, 20_000
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.decimal128(12, 2)),

@@ -122,10 +122,10 @@ def main() -> int:
     OUT.mkdir(exist_ok=True)
     for name in parts:
         print(f"== {name}", flush=True)
-        started = dt.datetime.now(dt.timezone.utc)
+        started = dt.datetime.now(dt.UTC)
         result = part(name, kinds, spark_session)
         doc = {"when": started.isoformat(timespec="seconds"), "machine": machine(),
-               "minutes": round((dt.datetime.now(dt.timezone.utc) - started).total_seconds() / 60, 1),
+               "minutes": round((dt.datetime.now(dt.UTC) - started).total_seconds() / 60, 1),
                "result": result}
         (OUT / f"{name}{env('RESULT_SUFFIX', '')}.json").write_text(json.dumps(doc, indent=2) + "\n")
     print(report.write(OUT))

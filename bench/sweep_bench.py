@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import time
 
+from dump_bench import _stop, _writer
+
 import bigtable
 from common import grid_key, median, parse_key
-from dump_bench import _stop, _writer
 from harness import Harness, pct
 
 NS = "bench_sweep"

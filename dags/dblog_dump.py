@@ -33,8 +33,16 @@ from airflow.sdk import DAG
 from dblog.connections import source_ids
 from dblog_airflow.groups import dump_source
 from dblog_airflow.operators.merge import MergeOperator
-from dblog_airflow.params import (chunk_size_param, delay_param, dump_id_param, exclude_param, keys_param,
-                                  parallelism_param, source_param, tables_param)
+from dblog_airflow.params import (
+    chunk_size_param,
+    delay_param,
+    dump_id_param,
+    exclude_param,
+    keys_param,
+    parallelism_param,
+    source_param,
+    tables_param,
+)
 
 SOURCES = source_ids()
 

@@ -17,8 +17,14 @@ from airflow.sdk import DAG
 
 from dblog.connections import source_ids
 from dblog_airflow.operators.dump import DumpControlOperator
-from dblog_airflow.params import (action_param, new_chunk_size_param, new_delay_param, new_parallelism_param,
-                                  running_dump_id_param, source_param)
+from dblog_airflow.params import (
+    action_param,
+    new_chunk_size_param,
+    new_delay_param,
+    new_parallelism_param,
+    running_dump_id_param,
+    source_param,
+)
 
 SOURCES = source_ids()
 

@@ -22,8 +22,14 @@ from dblog.connections import source_ids
 from dblog.settings import settings
 from dblog_airflow.groups import dump_source
 from dblog_airflow.operators.merge import MergeOperator
-from dblog_airflow.params import (chunk_size_param, delay_param, exclude_param, parallelism_param, source_param,
-                                  tables_param)
+from dblog_airflow.params import (
+    chunk_size_param,
+    delay_param,
+    exclude_param,
+    parallelism_param,
+    source_param,
+    tables_param,
+)
 
 SOURCES = source_ids()
 TUNED = settings().full_refresh

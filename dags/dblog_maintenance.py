@@ -34,8 +34,15 @@ from airflow.sdk import DAG, TaskGroup
 from dblog.connections import source_ids
 from dblog.settings import settings
 from dblog_airflow.operators.maintain import MaintainOperator
-from dblog_airflow.params import (compact_min_files_param, dry_run_param, keep_seconds_param,
-                                  log_retention_seconds_param, orphan_grace_seconds_param, source_param, tables_param)
+from dblog_airflow.params import (
+    compact_min_files_param,
+    dry_run_param,
+    keep_seconds_param,
+    log_retention_seconds_param,
+    orphan_grace_seconds_param,
+    source_param,
+    tables_param,
+)
 
 SOURCES = source_ids()
 TUNED = settings()

@@ -21,11 +21,11 @@ sys.path[:0] = [str(ROOT / "plugins"), str(ROOT / "include")]
 
 from dblog import connections  # noqa: E402
 from dblog.capture.capture_loop import caught_up, sync_point  # noqa: E402
-from dblog.operations.reconcile import rebuild  # noqa: E402
-from dblog.stagedlog.staged_log import StagedLog  # noqa: E402
-from dblog.coordination.store import StateStore
 from dblog.coordination.checkpoint import checkpoint_path  # noqa: E402
+from dblog.coordination.store import StateStore
+from dblog.operations.reconcile import rebuild  # noqa: E402
 from dblog.operations.verify import compare_warehouse  # noqa: E402
+from dblog.stagedlog.staged_log import StagedLog  # noqa: E402
 from dblog.warehouse.readers import duckdb_read  # noqa: E402
 from dblog.warehouse.tables import Warehouse  # noqa: E402
 from dblog_airflow.local import settings  # noqa: E402

@@ -214,8 +214,10 @@ def standalone(services, airflow_home, tmp_path_factory):
     import signal
 
     import requests
-    from conftest import make_env, wait_for
+
     from dblog_airflow.local import PASSWORD, USER, settings
+
+    from conftest import make_env, wait_for
     base = tmp_path_factory.mktemp("standalone")
     src = make_env("mariadb", base)
     src.workload(seed=51, rows=3000).create()
@@ -270,7 +272,7 @@ def standalone(services, airflow_home, tmp_path_factory):
         store = stack.enter_context(src.store())
         probe = stack.enter_context(CaptureProbe(store, src.source_id))
         deployment = Standalone(url, token, src, env["DBLOG_WAREHOUSE"], statsd, base / "airflow" / "logs",
-                                dt.datetime.now(dt.timezone.utc).isoformat(), probe)
+                                dt.datetime.now(dt.UTC).isoformat(), probe)
         wait_for(lambda: deployment.api("GET", "/dags/dblog_dump").ok, 180, interval=1,
                  what="the DAG processor to parse dblog_dump")
         yield deployment

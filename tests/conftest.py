@@ -79,7 +79,7 @@ def listening(port: int) -> set[str]:
 LOOPBACK = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}  # 127.0.0.1, ::1, ::ffff:127.0.0.1
 
 
-def settle(src: "SourceEnv") -> None:
+def settle(src: SourceEnv) -> None:
     """Write a sync watermark and await it behind the checkpoint: every earlier commit is staged
     and a merge started now covers it."""
     from dblog.capture.capture_loop import caught_up, sync_point
@@ -89,14 +89,14 @@ def settle(src: "SourceEnv") -> None:
                  what="the capture to stage the sync watermark and checkpoint past it")
 
 
-def checkpoint(src: "SourceEnv") -> str | None:
+def checkpoint(src: SourceEnv) -> str | None:
     """The capture's checkpoint position: everything staged up to it is complete."""
     from dblog.coordination.checkpoint import checkpoint_position
     with src.store() as store:
         return checkpoint_position(store, src.source_id)
 
 
-def assert_warehouse_equals_source(src: "SourceEnv", warehouse, tables=TABLES) -> None:
+def assert_warehouse_equals_source(src: SourceEnv, warehouse, tables=TABLES) -> None:
     """Source and warehouse agree (read through pyiceberg), and an independent engine, DuckDB,
     reads the same rows from the table's metadata."""
     from dblog.operations.verify import compare_warehouse

@@ -7,6 +7,7 @@ import json
 from decimal import Decimal
 
 import pyarrow as pa
+
 from dblog.warehouse.commit import WrittenFile, commit
 from dblog.warehouse.files import TOMBSTONE, bucket_writer
 from dblog.warehouse.merged_state import Bucket, TableState
@@ -16,7 +17,7 @@ from dblog.warehouse.types import BUCKET, META, MISSING
 SOURCE, TABLE = "src", 'shop.we"ird/ t'   # a name no path or SQL string may take verbatim
 COLUMNS = [("id", "bigint"), ("amount", "decimal(38,10)"), ("price", "decimal(12,2)"), ("at", "timestamp"),
            ("local", "timestamp_ntz"), ("data", "binary"), ("note", "string")]
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def _rows(ids: list[int], bucket: int, round_: int, dead: bool = False) -> pa.RecordBatch:

@@ -28,10 +28,10 @@ def _batch(ids: list[int], bucket: int, dead: bool = False) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict({
         "id": pa.array(ids, pa.int64()), "amount": [decimal.Decimal(i) / 4 for i in ids],
         "name": [f"n{i}" for i in ids],
-        "ts": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=i) for i in ids], utc),
+        "ts": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=i) for i in ids], utc),
         "_dblog_position": [f"p{i}" for i in ids], "_dblog_op": ["d" if dead else "c"] * n,
         "_dblog_origin": ["log"] * n, "_dblog_dump_id": pa.nulls(n, pa.string()),
-        "_dblog_merged_at": pa.array([dt.datetime.now(dt.timezone.utc)] * n, utc),
+        "_dblog_merged_at": pa.array([dt.datetime.now(dt.UTC)] * n, utc),
         "_dblog_missing": [json.dumps(["amount"]) if i % 3 == 0 and not dead else None for i in ids],
         "_dblog_bucket": pa.array([bucket] * n, pa.int32()), "_t": [dead] * n})
 

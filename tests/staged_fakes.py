@@ -15,7 +15,7 @@ class MergedWarehouse:
         self.upto, self.chunks, self.missing = upto, chunks or {}, missing
 
     @classmethod
-    def of_everything(cls, staged: StagedLog, source: str, upto: str | None) -> "MergedWarehouse":
+    def of_everything(cls, staged: StagedLog, source: str, upto: str | None) -> MergedWarehouse:
         merged: dict[str, set[tuple[str, int]]] = {}
         for f in staged.inventory(source):
             if f.dump_id is not None:

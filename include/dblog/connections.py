@@ -142,7 +142,7 @@ def deployment_id(zookeeper_uri: str | None = None) -> str:
     return slug
 
 
-def source_from_uri(conn_id: str, uri: str, deployment: str | None = None) -> "Source":
+def source_from_uri(conn_id: str, uri: str, deployment: str | None = None) -> Source:
     """The source of connection `conn_id`; its watermarks carry `deployment` (default: `deployment_id()`)."""
     if not _ID.match(conn_id):
         raise ConfigError(f"source id {conn_id!r} must be lower-case letters, digits and _ (it names paths)")
@@ -158,7 +158,7 @@ def source_from_uri(conn_id: str, uri: str, deployment: str | None = None) -> "S
                                   password=unquote(parts.password or ""), database=database)
     if parts.scheme in ("mysql", "mariadb"):
         from .sources.mysql import MySQLSource
-        src: "Source" = MySQLSource(conn_id, port=parts.port or 3306, **common)
+        src: Source = MySQLSource(conn_id, port=parts.port or 3306, **common)
     elif parts.scheme in ("postgres", "postgresql"):
         from .sources.postgres import PostgresSource
         src = PostgresSource(conn_id, port=parts.port or 5432, schema=query.get("schema", "public"),
@@ -183,5 +183,5 @@ def excluded_columns(conn_id: str, spec: str, namespace: str) -> dict[str, froze
     return {t: frozenset(c) for t, c in out.items()}
 
 
-def source(conn_id: str) -> "Source":
+def source(conn_id: str) -> Source:
     return source_from_uri(conn_id, connection_uri(conn_id))

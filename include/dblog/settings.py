@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from .errors import DBLogError
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import difflib
 import json
-from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow.sdk import Param
 from airflow.sdk.exceptions import AirflowFailException

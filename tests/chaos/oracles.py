@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+
 from dblog.warehouse.catalog import BRANCH
 
 

@@ -23,11 +23,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conftest import ADMIN, SourceEnv, make_env, settle
-from dblog.coordination import store as paths
 from legacy import create_legacy
 from oracles import PositionHistory, staged_once_in_order, transactions, warehouse_differs
 from writer import LABEL_COUNT, create_labels, label_code
+
+from dblog.coordination import store as paths
+
+from conftest import ADMIN, SourceEnv, make_env, settle
 
 HERE = Path(__file__).resolve().parent
 TABLES = ("accounts", "order_lines", "labels")
@@ -297,8 +299,8 @@ class Chaos:
         """The writes have stopped: the merges go on as a deployment's would (a batch merge now and
         then, or the continuous one) until no repair waits and the warehouse equals the source.
         Nobody runs `dblog verify` or a repair by hand."""
-        from dblog.snapshot.repair import waiting
         from dblog.operations.verify import compare_warehouse
+        from dblog.snapshot.repair import waiting
         tables = (*TABLES, "legacy") if self.report.legacy else TABLES
         source, started = self.env.source(), time.monotonic()
         while True:

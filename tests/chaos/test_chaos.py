@@ -35,6 +35,7 @@ def test_the_journal_oracle_catches_a_lost_a_repeated_and_a_reordered_transactio
 @pytest.mark.offline
 def test_the_history_oracle_catches_a_key_going_back_in_time(tmp_path):
     from dblog.warehouse.tables import Warehouse
+
     from iceberg_tables import commit_rows
     warehouse = Warehouse(str(tmp_path))
     history = PositionHistory()

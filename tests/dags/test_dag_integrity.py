@@ -17,6 +17,7 @@ DAG_IDS = {"dblog_capture", "dblog_dump", "dblog_dump_control", "dblog_full_refr
 @pytest.fixture(scope="module")
 def dags(airflow_home):
     from airflow.dag_processing.dagbag import DagBag
+
     from airflow_fixtures import ROOT
 
     def refuse(*args, **kwargs):
@@ -214,6 +215,7 @@ def test_a_failed_merge_logs_the_jobs_reason_as_an_error_and_fails_with_it(monke
 
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
     from airflow.sdk.exceptions import AirflowException
+
     from dblog_airflow.operators import merge
 
     def spark_submit_fails(self, context):

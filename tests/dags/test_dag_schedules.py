@@ -12,6 +12,7 @@ pytestmark = pytest.mark.offline
 @pytest.fixture(scope="module")
 def dags(airflow_home):
     from airflow.dag_processing.dagbag import DagBag
+
     from airflow_fixtures import ROOT
     bag = DagBag(str(ROOT / "dags"))
     assert not bag.import_errors, bag.import_errors

@@ -150,8 +150,9 @@ def test_a_dump_run_shows_its_dump_id_and_its_merge_reports_the_dumps_own_chunks
 
 
 def test_a_dumps_merged_totals_add_up_across_the_merges_that_took_its_chunks(mariadb, deploy):
-    from conftest import settle, wait_for
     from dblog.coordination import store as paths
+
+    from conftest import settle, wait_for
     mariadb.workload(seed=7, rows=50).create()
     mariadb.start_capture()
     sid, table = mariadb.source_id, mariadb.table("accounts")

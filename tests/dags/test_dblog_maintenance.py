@@ -6,6 +6,7 @@ import os
 from types import SimpleNamespace
 
 import pytest
+
 from maintenance_tables import SRC, TABLE, FakeStore, merge, plant, rows
 
 pytestmark = pytest.mark.offline
@@ -13,6 +14,7 @@ pytestmark = pytest.mark.offline
 
 def parsed(monkeypatch, sources: str, schedule: str | None = None):
     from airflow.dag_processing.dagbag import DagBag
+
     from airflow_fixtures import ROOT
     monkeypatch.setenv("DBLOG_SOURCES", sources)
     if schedule is not None:

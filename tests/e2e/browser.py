@@ -2,8 +2,8 @@
 browser download). Screenshots go to SHOTS."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from airflow_fixtures import ROOT
 

@@ -64,7 +64,7 @@ class CaptureProbe:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> "CaptureProbe":
+    def __enter__(self) -> CaptureProbe:
         self._thread.start()
         return self
 

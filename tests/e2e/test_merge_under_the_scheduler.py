@@ -8,9 +8,10 @@ from collections import Counter
 
 import pytest
 
+from dblog.warehouse.tables import Warehouse
+
 from airflow_fixtures import MERGE_SLICE_SECONDS
 from conftest import wait_for
-from dblog.warehouse.tables import Warehouse
 
 DAG_ID = "dblog_merge_continuous"
 

@@ -26,11 +26,12 @@ def dumps_of(src) -> set[str]:
 
 
 def test_a_dump_triggered_over_the_rest_api_lands_a_warehouse_table_equal_to_its_source(standalone):
-    from conftest import wait_for
     from dblog.coordination import store as paths
     from dblog.operations.verify import compare_warehouse
     from dblog.warehouse.tables import Warehouse
     from dblog_airflow import metrics
+
+    from conftest import wait_for
     src = standalone.src
     sent = metrics.name("dump.rows", src.source_id, src.table("order_lines"))
     earlier = sum(standalone.statsd.values(sent))  # other tests' dumps of the table, on the same standalone

@@ -11,9 +11,11 @@ import subprocess
 import sys
 
 import pytest
-from conftest import PORTS, wait_for
+
 from dblog.coordination import store as paths
 from dblog.coordination.checkpoint import checkpoint_path
+
+from conftest import PORTS, wait_for
 
 
 def registered(env) -> tuple[bool, list[str]]:

@@ -4,13 +4,14 @@ import signal
 import socket
 
 import pytest
-from conftest import PORTS, settle, wait_for
-from dblog.coordination import store as paths
-from dblog.coordination.checkpoint import checkpoint_path
+
 from dblog.capture.capture_loop import Capture
-from dblog.coordination.checkpoint import ensure_checkpoint
-from dblog.sources.base import SourceError
+from dblog.coordination import store as paths
+from dblog.coordination.checkpoint import checkpoint_path, ensure_checkpoint
 from dblog.coordination.store import Fenced
+from dblog.sources.base import SourceError
+
+from conftest import PORTS, settle, wait_for
 
 
 def test_staged_positions_are_unique_and_increase_in_commit_order(src):
@@ -35,6 +36,7 @@ def test_a_sync_point_is_staged_as_soon_as_it_is_read_and_a_watermark_of_a_dump_
     at once. Here nothing else would stage it for minutes: the flush timer is 300 s, the row
     bound out of reach, and the stream reports itself idle only after 120 s of quiet."""
     import threading
+
     from dblog.capture.capture_loop import caught_up, sync_point
     store, source, writer, staged = src.store(), src.source(), src.source(), src.staged()
     ensure_checkpoint(store, source)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from iceberg_tables import commit_rows
 from sqlalchemy import create_engine, text
 
-from conftest import ADMIN
 from dblog.warehouse import catalog
 from dblog.warehouse.readers import duckdb_read
 from dblog.warehouse.tables import Warehouse
+
+from conftest import ADMIN
+from iceberg_tables import commit_rows
 
 COLUMNS = [("id", "bigint"), ("note", "string")]
 

@@ -3,11 +3,13 @@ import json
 import os
 import signal
 
-from conftest import TABLES, checkpoint, settle, wait_for
 from dblog.coordination import store as paths
-from dblog.operations.reconcile import rebuild
 from dblog.model.staged_format import ChunkFile
+from dblog.operations.reconcile import rebuild
 from dblog.operations.verify import compare
+
+from conftest import TABLES, checkpoint, settle, wait_for
+
 
 def assert_converged(src, tables=TABLES):
     for t in tables:

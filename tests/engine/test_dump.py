@@ -4,13 +4,14 @@ import threading
 from collections import Counter
 
 import pytest
-from conftest import checkpoint, wait_for
+
 from dblog.coordination import store as paths
-from dblog.snapshot.dump import read_progress
-from dblog.operations.reconcile import rebuild
 from dblog.model.rules import visible_rows
 from dblog.model.staged_format import ChunkMeta
-from conftest import settle
+from dblog.operations.reconcile import rebuild
+from dblog.snapshot.dump import read_progress
+
+from conftest import checkpoint, settle, wait_for
 from test_convergence import assert_converged
 
 

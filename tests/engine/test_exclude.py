@@ -1,7 +1,7 @@
 """Excluded columns (personal data) never reach the staged log, from the stream or from dumps."""
-from conftest import checkpoint, parquet_column_names, settle
-
 from dblog.operations.verify import compare
+
+from conftest import checkpoint, parquet_column_names, settle
 
 
 def test_excluded_columns_appear_in_no_staged_file_and_the_rest_converges(src):

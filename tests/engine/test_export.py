@@ -1,10 +1,10 @@
 """`dblog export`: the reconciled change stream in the paper's order, replayable into the table."""
 import json
 
-from conftest import checkpoint, settle
-
 from dblog.model.rules import DumpRecord, merge_latest, visible_rows
 from dblog.operations.verify import compare, source_rows
+
+from conftest import checkpoint, settle
 
 
 def test_the_exported_stream_is_ordered_complete_and_replays_into_the_source_table(src):
@@ -81,7 +81,7 @@ def test_a_chunk_whose_hw_is_staged_before_its_window_s_events_is_not_exported_u
     rows = source.select_chunk(schema, None, 1000)
     mariadb.sql(f"UPDATE {table} SET name = 'changed in the window' WHERE id = 1")
     source.write_watermark("race", hw)
-    staged.write_chunk(mariadb.source_id, schema, ChunkMeta("race", 0, lw, hw, dt.datetime.now(dt.timezone.utc),
+    staged.write_chunk(mariadb.source_id, schema, ChunkMeta("race", 0, lw, hw, dt.datetime.now(dt.UTC),
                                                             key_to="[20]"), rows, [Op.READ] * len(rows))
     # The capture's first flush holds all of it; it stages the watermark table first, then dies.
     capture = mariadb.spawn("capture", "--source", mariadb.source_id, env={"DBLOG_CRASH_AT": "capture.mid_flush@1"})

@@ -4,18 +4,20 @@ import json
 import os
 import re
 import signal
-import subprocess
 import socket
+import subprocess
 
 import pytest
-from conftest import ROOT, settle, wait_for
 from kazoo.client import KazooClient, KazooState
+
 from dblog.coordination import store as paths
 from dblog.coordination.checkpoint import checkpoint_path
+from dblog.coordination.store import Fenced
+from dblog.model.staged_format import ChunkFile, ChunkMeta, SegmentFile
 from dblog.snapshot.dump import TableDump, create_dump
 from dblog.snapshot.dump_spec import DumpSpec
-from dblog.model.staged_format import ChunkFile, ChunkMeta, SegmentFile
-from dblog.coordination.store import Fenced
+
+from conftest import ROOT, settle, wait_for
 from test_convergence import assert_converged
 
 

@@ -51,8 +51,9 @@ def test_sql_in_a_table_name_is_an_unknown_table_and_nothing_runs(src):
 
 
 def test_a_hostile_table_name_reaches_the_warehouse_intact(mariadb, spark, warehouse):
-    from conftest import assert_warehouse_equals_source
     from dblog.merge.job import merge_source
+
+    from conftest import assert_warehouse_equals_source
     table = _create_hostile_table(mariadb)
     mariadb.start_capture()
     mariadb.dblog("dump", "--source", mariadb.source_id, "--table", HOSTILE, check=True)

@@ -10,6 +10,7 @@ import logging
 import pytest
 
 from dblog.model.staged_format import last_key
+
 from kinds_table import HOSTILE, KINDS
 from kinds_table import rows as kinds_rows
 

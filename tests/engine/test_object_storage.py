@@ -10,12 +10,13 @@ import sys
 import pyarrow.fs as pafs
 import pytest
 
-from conftest import LOOPBACK, ROOT, TABLES, assert_warehouse_equals_source, checkpoint, listening, settle, wait_for
 from dblog import storage
 from dblog.operations.verify import compare
 from dblog.warehouse.catalog import location
 from dblog.warehouse.readers import duckdb_read
 from dblog.warehouse.tables import Warehouse
+
+from conftest import LOOPBACK, ROOT, TABLES, assert_warehouse_equals_source, checkpoint, listening, settle, wait_for
 
 
 @pytest.fixture(scope="session")
@@ -142,7 +143,6 @@ def test_retention_and_compaction_of_a_staged_log_on_s3_keep_what_readers_see(s3
 
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from staged_fakes import MemoryStore, MergedWarehouse
 
     from dblog.coordination.checkpoint import checkpoint_path
     from dblog.model.events import ChangeEvent
@@ -152,10 +152,12 @@ def test_retention_and_compaction_of_a_staged_log_on_s3_keep_what_readers_see(s3
     from dblog.operations.staged_maintenance import maintain_staged
     from dblog.stagedlog.staged_log import StagedLog
 
+    from staged_fakes import MemoryStore, MergedWarehouse
+
     columns = (Column("id", "int", pa.int64()), Column("v", "text", pa.string()))
     narrow, wide = (TableSchema("app.t", cols, ("id",)) for cols in (columns, columns + (Column("x", "int", pa.int32()),)))
     staged, source = StagedLog(f"s3://r-{uuid.uuid4().hex[:8]}/staged"), "src"
-    when = dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc)
+    when = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
     for n in range(1, 9):
         schema = narrow if n < 5 else wide
         staged.write_segment(source, schema, [encode_event(ChangeEvent(

@@ -8,15 +8,17 @@ import threading
 from collections import Counter
 
 import pytest
-from conftest import checkpoint, settle, wait_for
+
+from dblog.model.schema import decode_key, normalize_key
+from dblog.model.staged_format import ChunkMeta
+from dblog.operations.reconcile import rebuild
 from dblog.snapshot.dump import TableDump, create_dump, read_progress, set_control
 from dblog.snapshot.dump_spec import DumpSpec
-from dblog.operations.reconcile import rebuild
-from dblog.model.schema import decode_key, normalize_key
-from dblog.sources.base import SourceError
-from dblog.model.staged_format import ChunkMeta
-from dblog.stagedlog.staged_log import StagedLog
 from dblog.snapshot.windows import SplitStaging, WindowPlan, WindowReader, plan_window
+from dblog.sources.base import SourceError
+from dblog.stagedlog.staged_log import StagedLog
+
+from conftest import checkpoint, settle, wait_for
 from test_convergence import assert_converged
 
 LABELS = {  # a string key whose order is the server's collation, not Python's

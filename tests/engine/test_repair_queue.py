@@ -1,10 +1,10 @@
 """The repair queue in ZooKeeper: requests small enough for its nodes, turned into repair dumps."""
 import time
 
+from dblog.coordination.store import _dump
+from dblog.model.events import RepairNeed
 from dblog.snapshot import repair
 from dblog.snapshot.dump import dump_status
-from dblog.model.events import RepairNeed
-from dblog.coordination.store import _dump
 
 
 def test_a_large_key_list_is_queued_in_parts_that_fit_zookeeper_nodes(mariadb):

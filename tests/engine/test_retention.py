@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 
-from conftest import checkpoint, settle, wait_for
-from staged_fakes import MergedWarehouse
-
 from dblog.coordination import store as paths
 from dblog.coordination.watermark_index import staged_positions
 from dblog.model.staged_format import ChunkMeta
 from dblog.operations.staged_maintenance import maintain_staged, size_text, staged_usage
 from dblog.operations.verify import compare
+
+from conftest import checkpoint, settle, wait_for
+from staged_fakes import MergedWarehouse
 
 EVERY_SMALL_SEGMENT = {"compact_min_segments": 2, "compact_bytes": 1 << 20}
 

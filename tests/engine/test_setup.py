@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 
-from conftest import SourceEnv, settle, wait_for
-from test_convergence import assert_converged
-
-from dblog.coordination.checkpoint import checkpoint_path
 from dblog.connections import deployment_id
+from dblog.coordination.checkpoint import checkpoint_path
 from dblog.coordination.watermark_index import staged_positions
 from dblog.sources.base import WATERMARK_TABLE
+
+from conftest import SourceEnv, settle, wait_for
+from test_convergence import assert_converged
 
 
 def test_two_deployments_on_one_server_stage_only_their_own_watermarks_and_both_converge(src, tmp_path):

@@ -7,12 +7,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from maintenance_tables import SRC, TABLE, merge
 
 from dblog.coordination.store import StateStore
 from dblog.warehouse import table_maintenance as M
 from dblog.warehouse.catalog import PROPERTIES
 from dblog.warehouse.tables import Warehouse
+
+from maintenance_tables import SRC, TABLE, merge
 
 # The suite's short form; `make growth` runs 2,000 (about 9 minutes here).
 COMMITS = int(os.environ.get("DBLOG_GROWTH_COMMITS", "400"))

@@ -2,10 +2,13 @@
 kind a user has: a merge keeps per key whichever came last, so any difference between the two
 paths would flip a row's value with no change at the source (and `verify` would report drift)."""
 import pytest
-from conftest import settle
+
 from dblog.model.staged_format import ChunkMeta
+
+from conftest import settle
 from kinds_table import KINDS, rows
 from test_convergence import assert_converged
+
 
 @pytest.mark.parametrize(("reader", "parallelism"), [("threads", 1), ("threads", 2), ("spark", 2)])
 def test_a_dumped_row_stages_exactly_the_values_the_capture_staged_for_it_for_every_column_kind(

@@ -6,15 +6,16 @@ import signal
 import uuid
 
 import pytest
-from conftest import PORTS, checkpoint, settle, wait_for
 
+from dblog.capture.capture_loop import caught_up, sync_point
 from dblog.coordination import store as paths
 from dblog.coordination import watermark_index
-from dblog.capture.capture_loop import caught_up, sync_point
-from dblog.sources.base import WATERMARK_TABLE
-from dblog.stagedlog.staged_log import StagedLog
 from dblog.coordination.store import Fenced, StateStore
 from dblog.coordination.watermark_index import staged_positions
+from dblog.sources.base import WATERMARK_TABLE
+from dblog.stagedlog.staged_log import StagedLog
+
+from conftest import PORTS, checkpoint, settle, wait_for
 
 
 class NoWatermarkLog(StagedLog):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
-from chaos.oracles import PositionHistory
-from conftest import TABLES, assert_warehouse_equals_source, settle, wait_for
 from dblog.operations.verify import compare_warehouse
 from dblog.warehouse.merged_state import LOG_UPTO
+
+from chaos.oracles import PositionHistory
+from conftest import TABLES, assert_warehouse_equals_source, settle, wait_for
 
 CONTINUOUS = ("merge", "--continuous", "--every", "0.5", "--bucket-rows", "400", "--master", "local[1]")
 

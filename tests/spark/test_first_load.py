@@ -3,11 +3,12 @@ into its buckets (`dblog.merge.first_load`): the same rows and values the genera
 and the general merge whenever the source's key order is not Spark's."""
 from pathlib import Path
 
-from conftest import assert_warehouse_equals_source, settle
 from dblog.merge import job
 from dblog.merge.job import merge_table
 from dblog.warehouse.catalog import location
 from dblog.warehouse.tables import Warehouse
+
+from conftest import assert_warehouse_equals_source, settle
 from kinds_table import KINDS, rows
 
 COMPARED = ["_dblog_position", "_dblog_op", "_dblog_origin", "_dblog_dump_id", "_dblog_missing"]

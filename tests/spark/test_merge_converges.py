@@ -1,6 +1,7 @@
 """Invariant 6 through Spark: the warehouse equals its source after dumps under concurrent writes."""
-from conftest import assert_warehouse_equals_source, settle
 from dblog.merge.job import merge_source
+
+from conftest import assert_warehouse_equals_source, settle
 
 
 def merge(spark, src, warehouse, **options):

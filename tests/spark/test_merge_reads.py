@@ -1,12 +1,12 @@
 """What a merge reads grows with what changed: its chunks' watermark positions come from the
 watermark index (never the staged watermark log), and a finished dump whose chunks are all merged
 is not listed again, even once its ZooKeeper record is gone (a landed repair's is deleted)."""
-from conftest import assert_warehouse_equals_source, settle
-
 from dblog.coordination import store as paths
-from dblog.sources.base import WATERMARK_TABLE
 from dblog.merge.job import merge_source
+from dblog.sources.base import WATERMARK_TABLE
 from dblog.stagedlog.staged_log import StagedLog
+
+from conftest import assert_warehouse_equals_source, settle
 
 
 class WatchedLog(StagedLog):

@@ -5,11 +5,13 @@ import threading
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import settle, wait_for, warehouse_table
+from test_merge_converges import merge
+
+from dblog.operations.verify import compare_warehouse
 from dblog.snapshot.dump import dump_status
 from dblog.snapshot.repair import repair_dumps, waiting
-from dblog.operations.verify import compare_warehouse
-from test_merge_converges import merge
+
+from conftest import settle, wait_for, warehouse_table
 
 
 def make_items(src, rows: int = 20, body_chars: int = 0) -> str:

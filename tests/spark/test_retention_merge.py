@@ -3,12 +3,12 @@ segments before a compaction reads them after it, retention never takes what a t
 merged, and every merge converges to the source."""
 from __future__ import annotations
 
-from conftest import assert_warehouse_equals_source, settle
-
 from dblog.merge.job import merge_source
-from dblog.sources.base import WATERMARK_TABLE
 from dblog.operations.staged_maintenance import maintain_staged
+from dblog.sources.base import WATERMARK_TABLE
 from dblog.stagedlog.staged_log import StagedLog
+
+from conftest import assert_warehouse_equals_source, settle
 
 EVERY_SMALL_SEGMENT = {"compact_min_segments": 2, "compact_bytes": 1 << 20}
 

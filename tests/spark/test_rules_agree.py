@@ -12,21 +12,21 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import PORTS
 from pyspark.sql import functions as F
-from rule_cases import CASES, T, WM, checkpoint, chunk, ev, events, python_visible, unlogged_at, wm
 
 from dblog.coordination import store as paths
-
-from dblog.model.schema import Column, TableSchema, encode_key
+from dblog.coordination.store import StateStore
 from dblog.merge import bucket_merge as M
 from dblog.merge.first_load import first_load
 from dblog.merge.job import MergeResult, merge_inputs
+from dblog.model.schema import Column, TableSchema, encode_key
 from dblog.model.staged_format import ChunkMeta, Op, absent_row, encode_event
 from dblog.stagedlog.staged_log import StagedLog
-from dblog.coordination.store import StateStore
 from dblog.warehouse.merged_state import Bucket, TableState
 from dblog.warehouse.tables import Warehouse
+
+from conftest import PORTS
+from rule_cases import CASES, WM, T, checkpoint, chunk, ev, events, python_visible, unlogged_at, wm
 
 SOURCE, DUMP = "s", "d1"
 
@@ -75,7 +75,7 @@ def merge(spark, store, staged, upto, warehouse=None):
         return stored, state
     names = [c for c, _ in inputs.columns]
     # This helper's table state lists no stored files, so the job's "nothing stored" is said here.
-    rows = M.merge_records(stored, records, inputs.key, names, dt.datetime.now(dt.timezone.utc),
+    rows = M.merge_records(stored, records, inputs.key, names, dt.datetime.now(dt.UTC),
                            fill_unchanged, F.lit(0), 1, unique=inputs.unique and stored is None).drop("_b")
     after = TableState(SOURCE, T, inputs.key, list(inputs.columns), [Bucket(0, None)], log_upto=upto,
                        chunks=dict(state.chunks) if state else {})

@@ -5,13 +5,15 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-import iceberg_tables as IT
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from dblog.spark.data_sources import read_files, read_with_source, spark_table
 
-UTC = dt.timezone.utc
+import iceberg_tables as IT
+
+UTC = dt.UTC
 
 
 def write_files(folder) -> list[str]:

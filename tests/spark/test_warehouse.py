@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import ROOT, parquet_column_names, settle, wait_for, warehouse_table
+from test_merge_converges import assert_warehouse_equals_source, merge
+
 from dblog.coordination import store as paths
 from dblog.coordination.checkpoint import checkpoint_path
 from dblog.merge.job import MergeError, merge_table
@@ -18,7 +19,8 @@ from dblog.operations.verify import compare_warehouse
 from dblog.warehouse.catalog import location
 from dblog.warehouse.readers import duckdb_read
 from dblog.warehouse.tables import Warehouse
-from test_merge_converges import assert_warehouse_equals_source, merge
+
+from conftest import ROOT, parquet_column_names, settle, wait_for, warehouse_table
 
 
 def test_users_read_the_table_with_plain_spark_sql_and_source_types_stay_faithful(mariadb, spark, warehouse):

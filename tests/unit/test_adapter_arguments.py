@@ -95,6 +95,7 @@ def test_the_merge_task_refuses_to_submit_without_a_warehouse_root_and_writes_no
 
 def test_a_source_airflow_does_not_know_fails_the_merge_before_spark_submit(connections, tmp_path):
     from airflow.sdk.exceptions import AirflowNotFoundException
+
     from dblog_airflow.operators.merge import MergeOperator
     with pytest.raises(AirflowNotFoundException, match="src_b"):
         MergeOperator(task_id="merge", zookeeper_conn_id="zk_prod").prepare_submit(str(tmp_path), ["src_b"])
@@ -116,12 +117,14 @@ def test_the_job_arguments_name_every_source_and_keep_a_bucket_size_of_zero_for_
 ])
 def test_a_zookeeper_connection_becomes_the_engines_uri(airflow_home, fields, uri):
     from airflow.sdk import Connection
+
     from dblog_airflow.hooks.dblog import zookeeper_uri_of
     assert zookeeper_uri_of(Connection(conn_id="zk", conn_type="zookeeper", **fields)) == uri
 
 
 def test_a_zookeeper_connection_without_a_host_is_refused_naming_it(airflow_home):
     from airflow.sdk import Connection
+
     from dblog.settings import ConfigError
     from dblog_airflow.hooks.dblog import zookeeper_uri_of
     with pytest.raises(ConfigError, match=r"connection zk has no host"):

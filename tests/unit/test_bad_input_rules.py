@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+
+from dblog.model.schema import Column, TableSchema, decode_key
+from dblog.model.staged_format import ChunkMeta, Op
 from dblog.snapshot.dump import control_changes
 from dblog.snapshot.dump_spec import DumpError, DumpSpec, check_chunk_size, check_delay, validate
-from dblog.model.schema import Column, TableSchema, decode_key
 from dblog.sources.base import NoPrimaryKey, SourceError, SourceUnavailable
-from dblog.model.staged_format import ChunkMeta, Op
 from dblog.stagedlog.staged_log import StagedLog, StagingError
 
 

@@ -8,9 +8,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
+from sweep_bench import recommend  # noqa: E402
+
 from bigtable import rows_differing  # noqa: E402
 from harness import LagProbe  # noqa: E402
-from sweep_bench import recommend  # noqa: E402
 
 
 def arrays(pairs):

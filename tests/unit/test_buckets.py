@@ -11,8 +11,14 @@ from bisect import bisect_right
 
 import pytest
 
-from dblog.merge.bucket_merge import (SAMPLES_PER_PIECE, bucket_search, oversized, sample_fraction, split_points,
-    with_splits)
+from dblog.merge.bucket_merge import (
+    SAMPLES_PER_PIECE,
+    bucket_search,
+    oversized,
+    sample_fraction,
+    split_points,
+    with_splits,
+)
 
 
 def bucket(value, bounds: list) -> int:

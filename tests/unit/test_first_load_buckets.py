@@ -1,5 +1,6 @@
 """How a first load groups its chunks into buckets (`dblog.merge.first_load.group`)."""
 import pytest
+
 from dblog.merge.first_load import group
 
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 import decimal
 
 import pytest
-from iceberg_tables import commit_rows
-from pyiceberg.types import DecimalType, ListType, LongType, TimestamptzType, TimestampType
+from pyiceberg.types import DecimalType, ListType, LongType, TimestampType, TimestamptzType
 
 from dblog.warehouse import types as T
 from dblog.warehouse.catalog import BRANCH, location, slug
-from dblog.warehouse.readers import duckdb_read
 from dblog.warehouse.merged_state import TableState, to_ranges
+from dblog.warehouse.readers import duckdb_read
 from dblog.warehouse.tables import Warehouse
+
+from iceberg_tables import commit_rows
 
 COLUMNS = [("id", "bigint"), ("amount", "decimal(12,2)"), ("note", "string")]
 

@@ -7,12 +7,12 @@ import re
 from dataclasses import asdict
 
 from dblog.coordination import store as paths
-from dblog.snapshot.dump import CANCELLED, DONE, PENDING, RUNNING, TableProgress, chunk_numbers_below
+from dblog.coordination.watermark_index import written
 from dblog.merge.job import MergeInputs, _pending_chunks
 from dblog.model.staged_format import OP, POSITION, ChunkFile
+from dblog.snapshot.dump import CANCELLED, DONE, PENDING, RUNNING, TableProgress, chunk_numbers_below
 from dblog.stagedlog.staged_log import StagedLog
 from dblog.warehouse.merged_state import TableState
-from dblog.coordination.watermark_index import written
 
 NODE_NAME = re.compile(r"^[^/\x00-\x1f\x7f-\x9f]+$")
 

@@ -8,12 +8,23 @@ import re
 import time
 
 import pytest
-from maintenance_tables import (KEEP_ALL, NO_COMPACTION, SRC, TABLE, FakeStore, duckdb_rows, files_under, merge, plant,
-                            rows)
 
 from dblog.warehouse import table_maintenance as M
 from dblog.warehouse.catalog import BRANCH
 from dblog.warehouse.tables import Warehouse
+
+from maintenance_tables import (
+    KEEP_ALL,
+    NO_COMPACTION,
+    SRC,
+    TABLE,
+    FakeStore,
+    duckdb_rows,
+    files_under,
+    merge,
+    plant,
+    rows,
+)
 
 
 @pytest.fixture

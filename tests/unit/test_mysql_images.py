@@ -4,9 +4,9 @@ import pyarrow as pa
 import pytest
 
 from dblog.model.schema import Column, TableSchema
+from dblog.model.staged_format import Op
 from dblog.sources.base import UnreadableEvent
 from dblog.sources.mysql import row_event, statement_writes, strip_sql_comments
-from dblog.model.staged_format import Op
 
 SCHEMA = TableSchema("shop.items", (Column("id", "bigint", pa.int64()), Column("qty", "int", pa.int64()),
                                     Column("body", "text", pa.string())), ("id",))

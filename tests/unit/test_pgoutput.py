@@ -36,7 +36,7 @@ def tuple_data(*values) -> bytes:
 def test_begin_and_commit_carry_lsns_xid_and_commit_time():
     d = Decoder()
     begin = d.decode(b"B" + struct.pack("!QqI", 0x16B374D848, 1_000_000, 42))
-    assert begin == Begin(0x16B374D848, dt.datetime(2000, 1, 1, 0, 0, 1, tzinfo=dt.timezone.utc), 42)
+    assert begin == Begin(0x16B374D848, dt.datetime(2000, 1, 1, 0, 0, 1, tzinfo=dt.UTC), 42)
     commit = d.decode(b"C" + struct.pack("!bQQq", 0, 100, 120, 0))
     assert isinstance(commit, Commit) and (commit.commit_lsn, commit.end_lsn) == (100, 120)
 
@@ -49,7 +49,7 @@ def test_an_insert_is_decoded_into_typed_values():
                    tuple_data("7", "12.50", "2026-01-02 03:04:05.123456+00", "\\x00ff", "t", None))
     assert isinstance(ins, RowChange) and ins.kind == "I"
     assert ins.new == {"id": 7, "amount": Decimal("12.50"),
-                       "at": dt.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=dt.timezone.utc),
+                       "at": dt.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=dt.UTC),
                        "blob": b"\x00\xff", "ok": True, "note": None}
 
 

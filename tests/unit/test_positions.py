@@ -1,6 +1,7 @@
 import random
 
 import pytest
+
 from dblog.model.positions import Position, binlog_file_index, int_to_lsn, lsn_to_int, mysql_position
 
 

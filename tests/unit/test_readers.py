@@ -5,12 +5,14 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-import iceberg_tables as IT
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from dblog.spark.data_sources import conform, footer_schema, spark_schema
 from dblog.warehouse import readers
 from dblog.warehouse.tables import Warehouse
+
+import iceberg_tables as IT
 
 
 def test_duckdb_reads_the_current_snapshot_exactly_as_pyiceberg_does(tmp_path):
@@ -55,7 +57,7 @@ def test_batches_take_exactly_the_declared_types_and_missing_columns_are_null():
     target = pa.schema([("id", pa.int64()), ("note", pa.string()), ("tags", pa.list_(pa.string())),
                         ("at", pa.timestamp("us", tz="UTC")), ("absent", pa.decimal128(12, 2))])
     batch = pa.RecordBatch.from_pydict({
-        "at": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)], pa.timestamp("us", tz="+00:00")),
+        "at": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.UTC)], pa.timestamp("us", tz="+00:00")),
         "note": pa.array(["é"], pa.large_string()), "id": pa.array([1], pa.int32()),
         "tags": pa.array([["a"]], pa.large_list(pa.large_string()))})
     out = conform(batch, target)

@@ -2,10 +2,19 @@
 segments and dumps may go, which segments are compacted. No files, no services."""
 from __future__ import annotations
 
-from dblog.stagedlog.retention import (SKEW_S, DumpLife, Segment, Snapshot, StagedChunk, TableLog, compaction_groups,
-    plan, replaced)
-from dblog.sources.base import WATERMARK_TABLE
 from dblog.model.staged_format import SegmentFile, hidden_segments
+from dblog.sources.base import WATERMARK_TABLE
+from dblog.stagedlog.retention import (
+    SKEW_S,
+    DumpLife,
+    Segment,
+    Snapshot,
+    StagedChunk,
+    TableLog,
+    compaction_groups,
+    plan,
+    replaced,
+)
 
 T, U, WM = "shop.t", "shop.u", WATERMARK_TABLE
 NOW, DAY = 1_000_000.0, 86_400.0

@@ -1,5 +1,6 @@
 """The Python rules on the shared scenarios (the Spark rules meet the same ones in tests/spark)."""
 import pytest
+
 from rule_cases import CASES, python_visible
 
 

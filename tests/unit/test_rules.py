@@ -1,8 +1,18 @@
 """The reconciliation rule, the output order and the merge rule, on the paper's examples."""
 from dblog.model.events import ChangeEvent
 from dblog.model.positions import Position
-from dblog.model.rules import (Chunk, ChunkRange, DumpRecord, Window, disjoint_chunks, merge_latest, ordered_output,
-    touched_in_window, visible_rows, window_survivors)
+from dblog.model.rules import (
+    Chunk,
+    ChunkRange,
+    DumpRecord,
+    Window,
+    disjoint_chunks,
+    merge_latest,
+    ordered_output,
+    touched_in_window,
+    visible_rows,
+    window_survivors,
+)
 from dblog.model.staged_format import ChunkRow
 
 T, WM = "app.items", "dblog.watermarks"

@@ -4,6 +4,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
+
 from dblog.model.schema import Column, TableSchema, coerce, decode_key, encode_key, from_json_value, normalize_key
 from dblog.sources.base import Dialect
 from dblog.sources.mysql import MySQLDialect
@@ -41,7 +42,7 @@ def test_driver_values_are_coerced_to_the_staged_types():
     assert coerce(b"abc", pa.string()) == "abc"
     assert coerce({"b", "a"}, pa.string()) == "a,b"
     assert coerce(memoryview(b"\x01"), pa.binary()) == b"\x01"
-    assert coerce(dt.datetime(2026, 1, 1), pa.timestamp("us", tz="UTC")).tzinfo == dt.timezone.utc
+    assert coerce(dt.datetime(2026, 1, 1), pa.timestamp("us", tz="UTC")).tzinfo == dt.UTC
     assert normalize_key((True, b"x"), S) == (1, "x")
 
 

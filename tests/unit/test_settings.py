@@ -127,8 +127,8 @@ def test_a_bad_setting_fails_the_cli_with_the_reason_not_a_traceback(monkeypatch
 
 
 def test_engine_defaults_follow_the_settings(monkeypatch):
-    from dblog.snapshot.dump_spec import DumpSpec, check_chunk_size, DumpError
     from dblog.coordination.store import StateStore
+    from dblog.snapshot.dump_spec import DumpError, DumpSpec, check_chunk_size
     monkeypatch.setenv("DBLOG_CHUNK_SIZE", "321")
     monkeypatch.setenv("DBLOG_MAX_CHUNK_SIZE", "1000")
     monkeypatch.setenv("DBLOG_WAREHOUSE_KEEP_SECONDS", "60")

@@ -7,11 +7,24 @@ import pytest
 from dblog.model.events import ChangeEvent
 from dblog.model.positions import Position
 from dblog.model.schema import Column, TableSchema
-from dblog.model.staged_format import (ChunkFile, ChunkMeta, ChunkRow, Op, SegmentFile, absent_row, chunk_rows,
-    chunk_table, decode_events, encode_event, is_staged, log_table, temporary_name)
+from dblog.model.staged_format import (
+    ChunkFile,
+    ChunkMeta,
+    ChunkRow,
+    Op,
+    SegmentFile,
+    absent_row,
+    chunk_rows,
+    chunk_table,
+    decode_events,
+    encode_event,
+    is_staged,
+    log_table,
+    temporary_name,
+)
 
 T = TableSchema("app.t", (Column("id", "int", pa.int64()), Column("v", "text", pa.string())), ("id",))
-TS = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
+TS = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
 
 
 def pos(n: int) -> str:

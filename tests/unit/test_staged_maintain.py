@@ -10,23 +10,24 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from staged_fakes import MemoryStore, MergedWarehouse
 
 from dblog.coordination import store as paths
 from dblog.coordination.checkpoint import checkpoint_path
 from dblog.model.events import ChangeEvent
 from dblog.model.positions import Position
 from dblog.model.schema import Column, TableSchema
-from dblog.sources.base import WATERMARK_TABLE
 from dblog.model.staged_format import ChunkMeta, Op, SegmentFile, encode_event, key_columns
 from dblog.operations.staged_maintenance import joinable_runs, maintain_staged, staged_usage, union
+from dblog.sources.base import WATERMARK_TABLE
 from dblog.stagedlog.staged_log import StagedLog
+
+from staged_fakes import MemoryStore, MergedWarehouse
 
 S = "src"
 T = TableSchema("app.t", (Column("id", "int", pa.int64()), Column("v", "text", pa.string())), ("id",))
 WIDER = TableSchema("app.t", T.columns + (Column("extra", "int", pa.int32()),), ("id",))
 WM = TableSchema(WATERMARK_TABLE, (Column("id", "varchar", pa.string()), Column("value", "char", pa.string())), ("id",))
-LONG_AGO = dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc)
+LONG_AGO = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
 
 
 def pos(n: int) -> str:
@@ -141,7 +142,7 @@ def test_retention_removes_what_every_table_merged_keeps_the_newest_and_the_rest
 
 
 def test_nothing_younger_than_the_window_goes_and_a_table_not_merged_keeps_everything(staged):
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     stage(staged, 1, 2, 3, when=now)
     assert run(staged, upto=pos(3), window_seconds=3600, compact_min_segments=100).segments_removed == 0
     warehouse = MergedWarehouse(pos(99), missing=frozenset({T.name}))

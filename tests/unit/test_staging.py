@@ -2,6 +2,7 @@
 import os
 
 import pyarrow as pa
+
 from dblog.model.events import ChangeEvent
 from dblog.model.positions import Position
 from dblog.model.schema import Column, TableSchema

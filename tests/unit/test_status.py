@@ -9,11 +9,24 @@ import pytest
 
 from dblog.coordination import store as paths
 from dblog.coordination.checkpoint import checkpoint_path
-from dblog.snapshot.dump import (CANCELLED, DONE, FAILED, PAUSED, PENDING, RUNNING, UNREADABLE, TableProgress,
-    dump_status, dumping, read_progress, record_chunk_rate)
+from dblog.operations.status import data_age, dump_view, eta_seconds, lag_at, page_snapshot, progress_fraction
+from dblog.snapshot.dump import (
+    CANCELLED,
+    DONE,
+    FAILED,
+    PAUSED,
+    PENDING,
+    RUNNING,
+    UNREADABLE,
+    TableProgress,
+    dump_status,
+    dumping,
+    read_progress,
+    record_chunk_rate,
+)
 from dblog.snapshot.dump_spec import DumpError
 from dblog.sources.postgres import estimate_from_stats
-from dblog.operations.status import data_age, dump_view, eta_seconds, lag_at, page_snapshot, progress_fraction
+
 from staged_fakes import MemoryStore
 
 

@@ -1,6 +1,6 @@
 """The index of writes the log holds without rows, and the rule that drops the windows holding one."""
-from dblog.model.rules import blind_window, may_restore
 from dblog.coordination.unlogged import add
+from dblog.model.rules import blind_window, may_restore
 
 
 def test_a_window_is_blind_only_when_an_unlogged_write_falls_strictly_inside_it():

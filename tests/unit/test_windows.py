@@ -5,9 +5,9 @@ import bisect
 import pyarrow as pa
 
 from dblog.model.schema import Column, TableSchema
-from dblog.sources.base import SourceError
 from dblog.snapshot.spark_windows import WindowReadFailed, _job_failure
 from dblog.snapshot.windows import Split, SplitRead, WindowPlan, plan_window, steps_next
+from dblog.sources.base import SourceError
 
 
 class KeyIndex:

@@ -21,20 +21,19 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..snapshot import repair
-from ..coordination import unlogged
 from ..coordination import store as paths
+from ..coordination import unlogged, watermark_index
 from ..coordination.checkpoint import Checkpoint, ensure_checkpoint, load_checkpoint, save_checkpoint
-from ..coordination import watermark_index
-from ..model.events import ChangeEvent, RepairNeed
-from ..faults import crash_point
 from ..coordination.health import Heartbeat
+from ..coordination.store import Lease, StateStore
+from ..faults import crash_point
+from ..model.events import ChangeEvent, RepairNeed
+from ..model.staged_format import encode_event
 from ..retry import reconnecting
 from ..settings import settings
+from ..snapshot import repair
 from ..sources.base import WATERMARK_TABLE, Source, Transaction, split_watermark_id
-from ..model.staged_format import encode_event
 from ..stagedlog.staged_log import StagedLog
-from ..coordination.store import Lease, StateStore
 
 log = logging.getLogger("dblog.capture")
 
@@ -148,13 +147,13 @@ class Capture:
             writer.close()
         self._acknowledge(writer)
 
-    def _acknowledge(self, writer: "_Writer") -> None:
+    def _acknowledge(self, writer: _Writer) -> None:
         durable = writer.durable
         if durable is not None and durable is not self._acked:
             self.source.acknowledge(durable)  # on the reading thread: the replication connection's
             self._acked = durable
 
-    def _read(self, writer: "_Writer", resume: dict | None, deadline: float | None, until: str | None) -> None:
+    def _read(self, writer: _Writer, resume: dict | None, deadline: float | None, until: str | None) -> None:
         batch, reached, awaited = Batch(), False, False
         last_read = time.monotonic()
         for txn in self.source.stream(resume, self.idle_timeout):

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def merge_options(args) -> MergeOptions:
-    from ..merge.run import MergeOptions   # Spark's modules load only when a merge runs
+    from ..merge.run import MergeOptions  # Spark's modules load only when a merge runs
     return MergeOptions(sources=opts.listed(args.source), tables=opts.listed(args.table),
                         bucket_rows=args.bucket_rows, master=args.master, continuous=args.continuous,
                         every=args.every, duration=args.duration)

@@ -28,18 +28,27 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import (BadVersionError, ConnectionLoss, LockTimeout, NodeExistsError, NoNodeError,
-                              RolledBackError, RuntimeInconsistency, SessionExpiredError)
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    LockTimeout,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+)
 from kazoo.recipe.lock import Lock
 
 from ..connections import DEFAULT_CHROOT
-from ..settings import settings
 from ..errors import DBLogError, TransientError
+from ..settings import settings
 
 T = TypeVar("T")
 
@@ -68,7 +77,7 @@ def _load(raw: bytes) -> Any:
 class Lease:
     """A held kazoo Lock: the fencing token for writes made under it."""
     lock: Lock
-    store: "StateStore"
+    store: StateStore
 
     @property
     def node_path(self) -> str:
@@ -122,7 +131,7 @@ class StateStore:
                                                     "recorded state.") from None
                     time.sleep(0.05)
 
-    def start(self) -> "StateStore":
+    def start(self) -> StateStore:
         root = KazooClient(hosts=self.hosts, timeout=self._timeout)
         try:
             root.start(timeout=self._timeout)
@@ -139,7 +148,7 @@ class StateStore:
         self.zk.stop()
         self.zk.close()
 
-    def __enter__(self) -> "StateStore":
+    def __enter__(self) -> StateStore:
         return self.start()
 
     def __exit__(self, *exc) -> None:

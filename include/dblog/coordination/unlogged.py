@@ -17,10 +17,11 @@ intervals before its position (`forget_before`), as it does the watermark index'
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from . import store as paths
 from ..model.events import RepairNeed
+from . import store as paths
 from .store import Lease, StateStore
 
 MAX_INTERVALS = 256

@@ -21,12 +21,12 @@ chunk whose window starts there can no longer be reconciled anyway), or named on
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
-from . import store as paths
-from ..sources.base import WATERMARK_TABLE
 from ..model.staged_format import OP, POSITION, Op
+from ..sources.base import WATERMARK_TABLE
 from ..stagedlog.staged_log import StagedLog
+from . import store as paths
 from .store import Lease, StateStore
 
 

@@ -14,8 +14,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ..warehouse.types import MISSING
 from ..model.staged_format import DUMP_ID, OP, POSITION, TOMBSTONES, UNCHANGED
+from ..warehouse.types import MISSING
 from .frame_rules import latest
 
 META = ("_dblog_position", "_dblog_op", "_dblog_origin", "_dblog_dump_id", "_dblog_merged_at", MISSING)

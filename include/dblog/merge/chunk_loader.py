@@ -13,17 +13,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..model.staged_format import DUMP_ID, OP, TOMBSTONES
+from ..spark.data_sources import conform
 from ..storage import filesystem
 from ..warehouse.files import DataFiles
 from ..warehouse.types import BUCKET, META
-from ..spark.data_sources import conform
 
 
 def bucket_loader(location: str, schema_ipc: bytes, spark_ipc: bytes, key: list[str], purge: bool,
                   merge_id: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function `mapInArrow` runs over (bucket, JSON [[chunk uri, HW position], ...]): writes
     each bucket, one row per written file out (`WRITTEN`, then the bucket's lowest and highest key)."""
-    merged_at = dt.datetime.now(dt.timezone.utc)
+    merged_at = dt.datetime.now(dt.UTC)
 
     def load(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         target = pa.ipc.read_schema(pa.py_buffer(schema_ipc))

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from ..coordination.checkpoint import checkpoint_position
+from ..coordination.store import StateStore
 from ..settings import settings
 from ..stagedlog.staged_log import StagedLog
-from ..coordination.store import StateStore
 from ..warehouse.tables import Warehouse
 from .job import MergeBusy, MergeError, MergeResult, merge_table, staged_tables
 

@@ -39,27 +39,27 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..coordination import store as paths
-from ..coordination.checkpoint import checkpoint_position
 from ..coordination import unlogged, watermark_index
-from ..snapshot.dump import dumping, finished_chunks
-from ..settings import settings
-from ..model.rules import ChunkRange, blind_window, disjoint_chunks
-from ..sources.base import WATERMARK_TABLE
-from ..model.staged_format import POSITION, ChunkFile, ChunkMeta, data_columns, key_columns
-from ..stagedlog.staged_log import ChunkInfo, StagedLog
+from ..coordination.checkpoint import checkpoint_position
 from ..coordination.store import StateStore
+from ..errors import DBLogError, TransientError
+from ..model.events import RepairNeed
+from ..model.rules import ChunkRange, blind_window, disjoint_chunks
+from ..model.staged_format import POSITION, ChunkFile, ChunkMeta, data_columns, key_columns
+from ..settings import settings
+from ..snapshot import repair
+from ..snapshot.dump import dumping, finished_chunks
+from ..sources.base import WATERMARK_TABLE
+from ..spark.data_sources import read_files
+from ..stagedlog.staged_log import ChunkInfo, StagedLog
 from ..warehouse.commit import CommitError, commit
 from ..warehouse.merged_state import Bucket, TableState
 from ..warehouse.tables import Warehouse
 from . import bucket_merge as M
-from ..snapshot import repair
-from ..model.events import RepairNeed
 from .first_load import LoadChunk, first_load
-from .merge_result import MergeResult
 from .merge_inputs import ChunkWindow, MergeInput, chunk_windows, merge_input, with_windows
+from .merge_result import MergeResult
 from .rewrite import Rewritten, rewrite
-from ..spark.data_sources import read_files
-from ..errors import DBLogError, TransientError
 
 log = logging.getLogger("dblog.merge")
 

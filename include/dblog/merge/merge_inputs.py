@@ -8,9 +8,9 @@ fillers at their LW. `merge.merge_records` then applies them to the stored wareh
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
-from typing import Callable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F

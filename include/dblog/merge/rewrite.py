@@ -18,13 +18,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
 from ..model.staged_format import DUMP_ID
+from ..spark.data_sources import read_files
 from ..warehouse.commit import Pending, WrittenFile
 from ..warehouse.files import TOMBSTONE, WRITTEN, bucket_writer
 from ..warehouse.merged_state import Bucket, TableState
 from ..warehouse.types import BUCKET, META, META_TYPES, MISSING
 from . import bucket_merge as M
 from .frame_rules import WINDOW
-from ..spark.data_sources import read_files
 
 
 @dataclass
@@ -61,7 +61,7 @@ def rewrite(spark: SparkSession, base: TableState, pending: Pending, recs: DataF
         labels.append(base.buckets[was].id if was is not None else fresh)
         fresh += was is None
     pieces = sum(1 for _, was in entries if was is None or was in touched)
-    merged = M.merge_records(existing, recs, key, names, dt.datetime.now(dt.timezone.utc), fill_unchanged,
+    merged = M.merge_records(existing, recs, key, names, dt.datetime.now(dt.UTC), fill_unchanged,
                              M.bucket_of(key, types, [lo for lo, _ in entries]), max(1, pieces), unique)
     if purge:
         merged = merged.where(~(M.is_tombstone() & (F.col("_dblog_position") <= upto)))

@@ -34,7 +34,7 @@ class Position:
         return "-".join(f"{p:0{w}d}" for p, w in zip((self.major, self.minor, self.seq), _WIDTHS))
 
     @classmethod
-    def decode(cls, text: str) -> "Position":
+    def decode(cls, text: str) -> Position:
         parts = text.split("-")
         if len(parts) != 3 or [len(p) for p in parts] != list(_WIDTHS) or not all(p.isdigit() for p in parts):
             raise InvalidValue(f"not an encoded position: {text!r}")

@@ -12,8 +12,9 @@ The Spark jobs apply the same rules to DataFrames; tests hold both to the same c
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from .events import ChangeEvent
 from .staged_format import ChunkRow, Op

@@ -112,7 +112,7 @@ def _to_text(value: Any) -> str:
 def _to_timestamp(value: Any, arrow_type: pa.TimestampType) -> Any:
     # Source sessions and the binlog decoder give TIMESTAMP values as naive UTC datetimes.
     if isinstance(value, dt.datetime) and arrow_type.tz and value.tzinfo is None:
-        return value.replace(tzinfo=dt.timezone.utc)
+        return value.replace(tzinfo=dt.UTC)
     return value
 
 

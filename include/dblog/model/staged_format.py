@@ -14,15 +14,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from enum import StrEnum
-from typing import Iterable
 
 import pyarrow as pa
 
+from ..errors import InvalidValue
 from .events import ChangeEvent
 from .schema import TableSchema, coerce, normalize_key
-from ..errors import InvalidValue
 
 
 class Op(StrEnum):
@@ -105,13 +105,13 @@ class SegmentFile:
         return f"{self.first}_{self.last}{SUFFIX}"
 
     @classmethod
-    def parse(cls, path: str) -> "SegmentFile":
+    def parse(cls, path: str) -> SegmentFile:
         first, sep, last = path.rsplit("/", 1)[-1].removesuffix(SUFFIX).partition("_")
         if not (sep and first and last):
             raise InvalidValue(f"{path} is not a staged log segment (named first_last{SUFFIX})")
         return cls(first, last)
 
-    def within(self, other: "SegmentFile") -> bool:
+    def within(self, other: SegmentFile) -> bool:
         return other.first <= self.first and self.last <= other.last
 
 
@@ -142,7 +142,7 @@ class ChunkFile:
         return f"{self.number:08d}{SUFFIX}"
 
     @classmethod
-    def parse(cls, path: str) -> "ChunkFile":
+    def parse(cls, path: str) -> ChunkFile:
         dump_id, name = path.rsplit("/", 2)[-2:]
         try:
             return cls(dump_id, int(name.removesuffix(SUFFIX)))
@@ -224,7 +224,7 @@ class ChunkMeta:
         return json.dumps(values).encode()
 
     @classmethod
-    def of_footer(cls, schema: pa.Schema) -> "ChunkMeta | None":
+    def of_footer(cls, schema: pa.Schema) -> ChunkMeta | None:
         """The metadata a chunk file's footer carries; None for a file staged before footers did."""
         text = (schema.metadata or {}).get(_CHUNK_META)
         if text is None:
@@ -235,7 +235,7 @@ class ChunkMeta:
         return cls(**values, read_ts=None if read_ts is None else dt.datetime.fromisoformat(read_ts))
 
     @classmethod
-    def of(cls, chunk: pa.Table) -> "ChunkMeta | None":
+    def of(cls, chunk: pa.Table) -> ChunkMeta | None:
         """The metadata of a chunk file's table; None for a chunk without rows."""
         if chunk.num_rows == 0:
             return None

@@ -10,15 +10,15 @@ import json
 from typing import IO, Any
 
 from ..coordination import unlogged
-from ..model.events import ChangeEvent
-from ..model.rules import Chunk, DumpRecord, blind_window, ordered_output, ready_window
-from ..model.schema import to_json_value
-from ..sources.base import WATERMARK_TABLE
-from ..model.staged_format import ChunkMeta, Op, SegmentFile, chunk_rows, decode_events, key_columns
-from ..stagedlog.staged_log import StagedLog
 from ..coordination.store import StateStore
 from ..coordination.watermark_index import positions
 from ..errors import DBLogError
+from ..model.events import ChangeEvent
+from ..model.rules import Chunk, DumpRecord, blind_window, ordered_output, ready_window
+from ..model.schema import to_json_value
+from ..model.staged_format import ChunkMeta, Op, SegmentFile, chunk_rows, decode_events, key_columns
+from ..sources.base import WATERMARK_TABLE
+from ..stagedlog.staged_log import StagedLog
 
 
 class ExportError(DBLogError, ValueError):

@@ -8,13 +8,13 @@ whole staged history; it is the reference the Spark jobs and the convergence tes
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
+from ..coordination.watermark_index import staged_positions
 from ..model.rules import DumpRecord, Window, blind_window, merge_latest, ready_window, window_survivors
 from ..model.staged_format import ChunkMeta, chunk_rows, decode_events
 from ..stagedlog.staged_log import StagedLog
-from ..coordination.watermark_index import staged_positions
 
 
 @dataclass

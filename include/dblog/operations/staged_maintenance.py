@@ -25,24 +25,34 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..coordination import store as paths
-from ..coordination.checkpoint import checkpoint_position
-from ..snapshot.dump import CANCELLED, DONE, FAILED, dump_status
 from ..coordination import unlogged, watermark_index
+from ..coordination.checkpoint import checkpoint_position
 from ..coordination.watermark_index import staged_positions
-from ..stagedlog.retention import (DumpLife, Listing, RetentionPlan, Segment, Snapshot, StagedChunk, TableLog,
-    compaction_groups, plan, replaced)
-from ..settings import settings
-from ..sources.base import WATERMARK_TABLE
-from ..model.staged_format import COMMIT_TS, POSITION, ChunkFile
-from ..stagedlog.staged_log import StagedFile, StagedLog, dedupe_sorted
 from ..errors import DBLogError
+from ..model.staged_format import COMMIT_TS, POSITION, ChunkFile
+from ..settings import settings
+from ..snapshot.dump import CANCELLED, DONE, FAILED, dump_status
+from ..sources.base import WATERMARK_TABLE
+from ..stagedlog.retention import (
+    DumpLife,
+    Listing,
+    RetentionPlan,
+    Segment,
+    Snapshot,
+    StagedChunk,
+    TableLog,
+    compaction_groups,
+    plan,
+    replaced,
+)
+from ..stagedlog.staged_log import StagedFile, StagedLog, dedupe_sorted
 
 ENDED = (DONE, CANCELLED, FAILED, "unknown")  # dump_status states of a dump no worker is running ("unknown": no control node)
 

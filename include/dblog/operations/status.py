@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Callable
 
 from ..coordination import store as paths
-from ..snapshot.repair import waiting
-from ..snapshot.dump import CANCELLED, DONE, RUNNING, dump_status
 from ..coordination.health import LAG_SAMPLE_S, capture_health
-from ..sources.base import Source
-from .staged_maintenance import StagedUsage, staged_usage
-from ..stagedlog.staged_log import StagedLog
 from ..coordination.store import StateStore
+from ..snapshot.dump import CANCELLED, DONE, RUNNING, dump_status
+from ..snapshot.repair import waiting
+from ..sources.base import Source
+from ..stagedlog.staged_log import StagedLog
+from .staged_maintenance import StagedUsage, staged_usage
 
 
 def capture_status(store: StateStore, source: Source) -> dict:

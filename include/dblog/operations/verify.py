@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
-from .reconcile import rebuild
 from ..model.rules import visible_rows
 from ..model.schema import TableSchema, dumps_json, encode_key
+from ..model.staged_format import rows_table
 from ..settings import settings
 from ..sources.base import Source
-from ..model.staged_format import rows_table
 from ..stagedlog.staged_log import StagedLog
+from .reconcile import rebuild
 
 
 def source_pages(source: Source, schema: TableSchema, page: int | None = None) -> Iterator[list[dict]]:

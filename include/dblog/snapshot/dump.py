@@ -16,21 +16,21 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from functools import partial
-from typing import Callable
 
 from ..coordination import store as paths
 from ..coordination.checkpoint import ensure_checkpoint
-from .dump_spec import DumpError, DumpSpec, check_chunk_size, check_delay, check_parallelism, validate
+from ..coordination.store import Lease, StateStore
 from ..faults import crash_point
-from ..retry import reconnecting
 from ..model.schema import TableSchema, decode_key, encode_key, normalize_key
+from ..model.staged_format import ChunkMeta, Op, absent_row
+from ..retry import reconnecting
 from ..settings import settings
 from ..sources.base import Source
-from ..model.staged_format import ChunkMeta, Op, absent_row
 from ..stagedlog.staged_log import StagedLog, StagingError
-from ..coordination.store import Lease, StateStore
+from .dump_spec import DumpError, DumpSpec, check_chunk_size, check_delay, check_parallelism, validate
 from .windows import SplitRead, SplitStaging, WindowPlan, WindowReader, WindowReads, plan_window, steps_next
 
 log = logging.getLogger("dblog.dump")
@@ -65,7 +65,7 @@ class TableProgress:
     fallback_chunks: int = 0                  # read by the Python driver after the native reader gave up
 
     @classmethod
-    def load(cls, record: dict, path: str) -> "TableProgress":
+    def load(cls, record: dict, path: str) -> TableProgress:
         """A stored progress record. One this version cannot read (written by another, with a
         field it does not know, such as an older cursor) is refused: resuming from a misread
         cursor would skip or repeat rows without a word."""
@@ -148,7 +148,7 @@ def create_dump(store: StateStore, source: Source, spec: DumpSpec) -> str:
         raise DumpError(f"dump {spec.dump_id} already exists on {source.name}; pick another id or resume it "
                         f"with `dblog dump run {spec.dump_id}`")
     ensure_checkpoint(store, source)
-    dump_id = spec.dump_id or dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:6]
+    dump_id = spec.dump_id or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:6]
     scope = {"id": dump_id, "source": source.name, "tables": [s.name for s in schemas],
              "keys": None if keys is None else [json.loads(encode_key(k)) for k in keys],
              "skipped": [asdict(s) for s in plan.skipped],
@@ -327,7 +327,7 @@ class TableDump:
             return
         big = (progress.estimated_rows or 0) >= tuned.spark_min_rows
         if tuned.reader == "spark" or (tuned.reader == "auto" and big):
-            from ..spark.session import session   # pyspark only where it is used
+            from ..spark.session import session  # pyspark only where it is used
             from .spark_windows import SparkWindowReader
             self.reader.close()
             self.reader = SparkWindowReader(self.source, session("dblog-dump"))

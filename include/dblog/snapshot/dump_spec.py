@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..errors import DBLogError
 from ..model.schema import TableSchema, decode_key, normalize_key
 from ..settings import DUMP_ID, settings
 from ..sources.base import WATERMARK_TABLE, Source, SourceError, SourceUnavailable
-from ..errors import DBLogError
 
 
 class DumpError(DBLogError, ValueError):

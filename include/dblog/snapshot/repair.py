@@ -20,21 +20,22 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from ..coordination import store as paths
-from ..coordination.checkpoint import checkpoint_position
 from ..coordination import unlogged, watermark_index
-from .dump import CANCELLED, DONE, create_dump, dump_status, run_dump
-from .dump_spec import DumpError, DumpSpec
+from ..coordination.checkpoint import checkpoint_position
+from ..coordination.store import StateStore
 from ..model.events import RepairNeed
 from ..model.rules import may_restore
 from ..model.schema import encode_key, normalize_key
-from ..sources.base import Source, SourceError, SourceUnavailable, UnknownTable
 from ..model.staged_format import ChunkFile
+from ..sources.base import Source, SourceError, SourceUnavailable, UnknownTable
 from ..stagedlog.staged_log import StagedLog
-from ..coordination.store import StateStore
+from .dump import CANCELLED, DONE, create_dump, dump_status, run_dump
+from .dump_spec import DumpError, DumpSpec
 
 if TYPE_CHECKING:
     from ..warehouse.tables import Warehouse
@@ -222,7 +223,7 @@ class Repairer:
     """Runs one source's repairs on a thread while its capture leads, on its own connection."""
 
     def __init__(self, store: StateStore, source: Source, staged: StagedLog, chunk_size: int | None = None,
-                 warehouse: "Warehouse | None" = None):
+                 warehouse: Warehouse | None = None):
         self.store, self.source, self.staged, self.chunk_size = store, source, staged, chunk_size
         # A statement-logged DELETE or a TRUNCATE leaves rows in the warehouse that a full dump
         # cannot remove (it reads only rows that exist): their keys are found there and re-read.

@@ -38,8 +38,8 @@ import pyarrow as pa
 
 from ..faults import crash_point
 from ..model.schema import TableSchema, decode_key, encode_key, normalize_key
-from ..sources.base import Source
 from ..model.staged_format import ChunkMeta, Op, last_key
+from ..sources.base import Source
 from ..stagedlog.staged_log import StagedLog
 
 
@@ -116,7 +116,7 @@ class WindowPlan:
     list_to: int | None = None
 
     @classmethod
-    def fresh(cls, chunk: int, splits=(), **kw) -> "WindowPlan":
+    def fresh(cls, chunk: int, splits=(), **kw) -> WindowPlan:
         return cls(chunk, str(uuid.uuid4()), str(uuid.uuid4()), tuple(splits), **kw)
 
     @property
@@ -126,7 +126,7 @@ class WindowPlan:
 
     def meta(self, dump_id: str, index: int, key_to: str | None) -> ChunkMeta:
         """Split `index`'s chunk metadata (a key-list slice's for a key-list plan)."""
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         if not self.splits:
             return ChunkMeta(dump_id, self.chunk, self.lw, self.hw, now, list_from=self.list_from, list_to=self.list_to)
         after = self.splits[index].after
@@ -145,7 +145,7 @@ class WindowPlan:
         after = self.splits[opened].after   # the open split read nothing: the window ends below it
         return None if after is None else encode_key(after)
 
-    def carry(self, staged: dict[int, SplitRead]) -> "WindowPlan | None":
+    def carry(self, staged: dict[int, SplitRead]) -> WindowPlan | None:
         """The window that reads what this one left unstaged (`staged`: the splits it did stage),
         with fresh watermarks and numbers past this one's; None when nothing is left."""
         left = tuple(s for k, s in enumerate(self.splits) if k not in staged)
@@ -163,7 +163,7 @@ class WindowPlan:
                 "splits": [[_key_json(s.after), _key_json(s.upto), s.limit] for s in self.splits]}
 
     @classmethod
-    def of(cls, record: dict, schema: TableSchema) -> "WindowPlan":
+    def of(cls, record: dict, schema: TableSchema) -> WindowPlan:
         def key(text):
             return None if text is None else normalize_key(decode_key(json.loads(text), schema), schema)
         splits = tuple(Split(key(a), key(u), limit) for a, u, limit in record["splits"])

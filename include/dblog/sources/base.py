@@ -11,17 +11,18 @@ import abc
 import copy
 import logging
 import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 
+from ..errors import DBLogError, TransientError
 from ..model.events import ChangeEvent, RepairNeed
 from ..model.schema import Column, TableSchema
 from ..model.staged_format import rows_table
 from .native import NativeReads, NativeUnfit
-from ..errors import DBLogError, TransientError
 
 WATERMARK_SCHEMA = "dblog"
 WATERMARK_TABLE = f"{WATERMARK_SCHEMA}.watermarks"
@@ -178,7 +179,7 @@ class Source(abc.ABC):
         self._told: set[tuple[str, bool]] = set()  # (table, a chunk's fallback): native fallbacks logged once
         self.fallbacks = 0  # chunks the native reader gave up on, read by the Python driver instead
 
-    def clone(self) -> "Source":
+    def clone(self) -> Source:
         """The same source on a connection of its own, so another thread's reads never wait on
         this one's (the capture's repairs)."""
         other = copy.copy(self)

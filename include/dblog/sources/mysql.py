@@ -4,13 +4,15 @@ from __future__ import annotations
 import datetime as dt
 import random
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
-import pyarrow as pa
 import MySQLdb
+import pyarrow as pa
 import pymysql  # the binlog reader's errors (mysql-replication connects with it)
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.bitmap import BitGet
+from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.event import (
     ExecuteLoadQueryEvent,
     HeartbeatLogEvent,
@@ -18,7 +20,6 @@ from pymysqlreplication.event import (
     RotateEvent,
     XidEvent,
 )
-from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.row_event import (
     DeleteRowsEvent,
     PartialUpdateRowsEvent,
@@ -31,9 +32,18 @@ from ..model.positions import binlog_file_index, mysql_position
 from ..model.positions import encode as encode_position
 from ..model.schema import Column, TableSchema, decimal_type, normalize_key
 from ..model.staged_format import Op
+from .base import (
+    WATERMARK_SCHEMA,
+    WATERMARK_TABLE,
+    Dialect,
+    HistoryLost,
+    Source,
+    SourceError,
+    SourceUnavailable,
+    Transaction,
+    UnreadableEvent,
+)
 from .native import MySQLNative, NativeReads
-from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
-                   SourceUnavailable, Transaction, UnreadableEvent)
 
 _INTS = {"tinyint", "smallint", "mediumint", "int", "integer", "year"}
 _BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
@@ -337,7 +347,7 @@ class MySQLSource(Source):
                     if needs and not pending and strip_sql_comments(ev.query).strip().upper().startswith("TRUNCATE"):
                         # DDL commits by itself (no XID follows): hand the repair over now.
                         yield Transaction([], {"log_file": reader.log_file, "log_pos": ev.packet.log_pos},
-                                          dt.datetime.fromtimestamp(ev.timestamp, dt.timezone.utc), needs)
+                                          dt.datetime.fromtimestamp(ev.timestamp, dt.UTC), needs)
                         needs = []
                     continue
                 if isinstance(ev, (XidEvent, QueryEvent)):
@@ -381,7 +391,7 @@ class MySQLSource(Source):
     @staticmethod
     def _commit(log_file: str, ev, pending: list[ChangeEvent], needs: list[RepairNeed]) -> Transaction:
         """The transaction `ev` (an XID, or a COMMIT query) ends: its events get its commit time and id."""
-        ts = dt.datetime.fromtimestamp(ev.timestamp, dt.timezone.utc)
+        ts = dt.datetime.fromtimestamp(ev.timestamp, dt.UTC)
         txid = str(getattr(ev, "xid", "")) or None
         for e in pending:
             e.commit_ts, e.txid = ts, txid

@@ -20,9 +20,9 @@ from urllib.parse import quote, urlencode
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import DBLogError
 from ..model.schema import TableSchema
 from ..model.staged_format import arrow_schema
-from ..errors import DBLogError
 
 # What Python's datetime holds (year 1 to 9999), the range the Python drivers give.
 _MICROS = (-62_135_596_800_000_000, 253_402_300_799_999_999)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 
 
 @dataclass

@@ -4,7 +4,8 @@ from __future__ import annotations
 import re
 import select
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import psycopg2
 import psycopg2.extras
@@ -15,10 +16,18 @@ from ..model.positions import encode as encode_position
 from ..model.positions import int_to_lsn, lsn_to_int, postgres_position
 from ..model.schema import Column, decimal_type, normalize_key
 from ..model.staged_format import Op
-from .native import NativeReads, PostgresNative
-from .base import (WATERMARK_SCHEMA, WATERMARK_TABLE, Dialect, HistoryLost, Source, SourceError,
-                   SourceUnavailable, Transaction)
 from ..settings import settings
+from .base import (
+    WATERMARK_SCHEMA,
+    WATERMARK_TABLE,
+    Dialect,
+    HistoryLost,
+    Source,
+    SourceError,
+    SourceUnavailable,
+    Transaction,
+)
+from .native import NativeReads, PostgresNative
 from .pgoutput import Begin, Commit, Decoder, RowChange, Truncate
 
 
@@ -135,7 +144,7 @@ class PostgresSource(Source):
     def _usable(self, conn) -> bool:
         return not conn.closed  # (bytea arrives as memoryview; staging makes it bytes)
 
-    def clone(self) -> "PostgresSource":
+    def clone(self) -> PostgresSource:
         other = super().clone()
         assert isinstance(other, PostgresSource)
         other._repl = other._repl_cursor = None  # the stream's connection stays the original's

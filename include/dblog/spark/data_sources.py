@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import weakref
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -38,11 +38,11 @@ reader lists (`staged.hidden_segments` leaves out the ones within another's rang
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from ..sources.base import WATERMARK_TABLE
 from ..model.staged_format import SegmentFile, hidden_segments
+from ..sources.base import WATERMARK_TABLE
 from .staged_log import StagedFile
 
 SKEW_S = 3600.0  # how far a source's commit clock may be behind the clock that stamped a dump's creation

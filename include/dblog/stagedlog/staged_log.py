@@ -28,10 +28,21 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .. import storage
-from ..model.schema import TableSchema
-from ..model.staged_format import (LOG_FIELDS, POSITION, ChunkFile, ChunkMeta, Op, SegmentFile, chunk_table,
-    hidden_segments, is_staged, log_table, temporary_name)
 from ..errors import DBLogError
+from ..model.schema import TableSchema
+from ..model.staged_format import (
+    LOG_FIELDS,
+    POSITION,
+    ChunkFile,
+    ChunkMeta,
+    Op,
+    SegmentFile,
+    chunk_table,
+    hidden_segments,
+    is_staged,
+    log_table,
+    temporary_name,
+)
 
 
 def table_dir_name(table: str) -> str:

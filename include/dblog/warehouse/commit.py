@@ -17,9 +17,9 @@ from pyiceberg.manifest import ManifestContent
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _ManifestMergeManager, _OverwriteFiles
 
+from ..errors import DBLogError
 from ..faults import crash_point
 from .catalog import BRANCH, FORMAT
-from ..errors import DBLogError
 
 MERGE_MANIFESTS_AT = 8   # manifests of a snapshot before they are merged into one
 

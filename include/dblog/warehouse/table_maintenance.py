@@ -19,10 +19,10 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Callable, Collection, Iterator
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -32,13 +32,13 @@ from pyiceberg.expressions import EqualTo
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from ..coordination import store as paths
+from ..errors import DBLogError
 from ..settings import settings
 from ..storage import PARQUET_WRITE, atomic_puts, filesystem
 from .catalog import BRANCH
 from .commit import Pending, WrittenFile, data_files, overwrite
 from .files import data_path
 from .types import BUCKET
-from ..errors import DBLogError
 
 MAIN = "main"
 
@@ -139,7 +139,7 @@ def state_snapshot(t):
 def expire(t, keep_seconds: float, dry_run: bool) -> set[int]:
     """Expire the snapshots older than the window; returns their ids. Every ref's head and the
     snapshot holding the merge state stay (`table_state` reads it)."""
-    cutoff = datetime.now(timezone.utc) - timedelta(seconds=keep_seconds)
+    cutoff = datetime.now(UTC) - timedelta(seconds=keep_seconds)
     kept = {ref.snapshot_id for ref in t.metadata.refs.values()}
     # Main's chain from its head back to the snapshot holding the merge state: `table_state`
     # walks it (another writer's snapshots may sit on top), so no link of it may go.

@@ -10,9 +10,22 @@ from __future__ import annotations
 import re
 
 from pyiceberg.schema import Schema
-from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, DoubleType, FloatType, IcebergType,
-                             IntegerType, ListType, LongType, NestedField, StringType, TimestampType,
-                             TimestamptzType)
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+)
 
 from ..errors import WarehouseError
 

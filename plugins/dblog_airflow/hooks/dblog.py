@@ -9,8 +9,9 @@ job) gets them from the task (`operators/merge.py`).
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from airflow.sdk import BaseHook
 
@@ -19,8 +20,8 @@ from dblog.connections import DEFAULT_CHROOT, ZOOKEEPER_CONN
 if TYPE_CHECKING:
     from airflow.sdk import Connection
 
-    from dblog.sources.base import Source
     from dblog.coordination.store import StateStore
+    from dblog.sources.base import Source
 
 ZOOKEEPER_CONN_ID = ZOOKEEPER_CONN
 
@@ -40,7 +41,7 @@ class DBLogHook(BaseHook):
         """The source connection as the engine's URI (`dblog.connections.source_from_uri`)."""
         return self.get_connection(self.source_conn_id).get_uri()
 
-    def get_source(self) -> "Source":
+    def get_source(self) -> Source:
         # The deployment (which scopes its watermarks) follows the ZooKeeper connection in use.
         from dblog.connections import deployment_id, source_from_uri
         return source_from_uri(self.source_conn_id, self.source_uri(), deployment_id(self.zookeeper_uri()))
@@ -49,7 +50,7 @@ class DBLogHook(BaseHook):
         return zookeeper_uri(self.zookeeper_conn_id)
 
     @contextmanager
-    def store(self) -> Iterator["StateStore"]:
+    def store(self) -> Iterator[StateStore]:
         from dblog.connections import zookeeper
         from dblog.coordination.store import StateStore
         zk = zookeeper(self.zookeeper_uri())
@@ -83,7 +84,7 @@ def zookeeper_uri(conn_id: str = ZOOKEEPER_CONN_ID) -> str:
     return zookeeper_uri_of(BaseHook.get_connection(conn_id))
 
 
-def zookeeper_uri_of(conn: "Connection") -> str:
+def zookeeper_uri_of(conn: Connection) -> str:
     """`zookeeper://hosts/chroot[?session_timeout=S]` from a connection whose host may list
     several `host:port`, with the chroot in its schema (default `dblog`)."""
     if not conn.host:

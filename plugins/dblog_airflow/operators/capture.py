@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from airflow.sdk import BaseOperator
 
@@ -61,10 +62,9 @@ class CaptureOperator(BaseOperator):
         self._capture: Any = None  # the running Capture (the engine loads in execute)
 
     def execute(self, context) -> dict:
-        from dblog.coordination.store import LeaseTimeout
-
         from dblog.capture.capture_loop import Capture
         from dblog.coordination.health import capture_health
+        from dblog.coordination.store import LeaseTimeout
         check_run(self, context, slice_seconds=float(self.slice_seconds))
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
         source, seconds = hook.get_source(), float(self.slice_seconds)

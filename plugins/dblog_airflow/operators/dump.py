@@ -8,7 +8,8 @@ their ZooKeeper progress when retried.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
@@ -63,8 +64,8 @@ class StartDumpOperator(BaseOperator):
         self.zookeeper_conn_id = zookeeper_conn_id
 
     def execute(self, context) -> list[dict]:
-        from dblog.snapshot.dump import create_dump
         from dblog.coordination.store import dump_path
+        from dblog.snapshot.dump import create_dump
         check_run(self, context, tables=self.tables, chunk_size=self.chunk_size, delay_seconds=self.delay_seconds,
                   exclude=self.exclude, parallelism=self.parallelism)
         if not covers(self.selected_source, self.source_conn_id):
@@ -116,8 +117,8 @@ class DumpTableOperator(BaseOperator):
         from dataclasses import asdict
 
         from dblog.connections import zookeeper
-        from dblog.snapshot.dump import CANCELLED, TableDump
         from dblog.operations.status import progress_fraction
+        from dblog.snapshot.dump import CANCELLED, TableDump
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
         source = hook.get_source()
         subject, tags = (source.name, self.table), {"source": source.name, "table": self.table, "dump_id": self.dump_id}

@@ -3,8 +3,9 @@ buckets of many files, delete files no snapshot references; each table under its
 then its staged log (retention, finished dumps, compaction of small segments)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any, Sequence
+from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException

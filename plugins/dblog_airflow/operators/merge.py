@@ -17,19 +17,20 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from dblog_airflow import metrics
-from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook, zookeeper_uri
 from dblog.connections import ZOOKEEPER_CONN, source_ids
 from dblog.merge.merge_result import MergeReport, MergeResult
 from dblog.settings import settings
+from dblog_airflow import metrics
+from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook, zookeeper_uri
 from dblog_airflow.operators.dump import StartDumpOperator
 from dblog_airflow.params import ALL_SOURCES, check_run
 
@@ -219,8 +220,8 @@ class MergeOperator(SparkSubmitOperator):
     def _log_dumps(self, results: list[MergeResult], dumps: list[dict]) -> set[tuple[str, str]]:
         """One line per table of each dump: the dump's own totals (all merges so far). Returns the
         (source, table) pairs reported."""
-        from dblog.snapshot.dump import read_progress
         from dblog.coordination.store import dump_merged_path
+        from dblog.snapshot.dump import read_progress
         versions = {(r.source, r.table): r for r in results}
         reported = set()
         with DBLogHook(dumps[0]["source"], self.zookeeper_conn_id).store() as store:

@@ -1,7 +1,8 @@
 """Compare warehouse tables with their sources (`dblog verify`) and plan targeted repairs."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from airflow.providers.standard.operators.branch import BaseBranchOperator
 from airflow.sdk import BaseOperator
@@ -68,8 +69,8 @@ class VerifyOperator(BaseOperator):
         self.page, self.chunk_size, self.zookeeper_conn_id = page, chunk_size, zookeeper_conn_id
 
     def execute(self, context) -> list[dict]:
-        from dblog.settings import settings
         from dblog.operations.verify import compare_warehouse
+        from dblog.settings import settings
         tuned = settings().verify
         page = tuned.page_rows if self.page is None else int(self.page)
         chunk_size = tuned.chunk_size if self.chunk_size is None else self.chunk_size

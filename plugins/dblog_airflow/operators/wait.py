@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException

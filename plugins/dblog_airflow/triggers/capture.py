@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -35,8 +36,8 @@ class CaptureReachedTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from dblog.connections import zookeeper
-        from dblog.stagedlog.staged_log import StagedLog
         from dblog.coordination.store import StateStore
+        from dblog.stagedlog.staged_log import StagedLog
         zk = zookeeper(self.zookeeper_uri)
         store = StateStore(zk.hosts, zk.chroot, timeout=zk.session_timeout)
         await asyncio.to_thread(store.start)

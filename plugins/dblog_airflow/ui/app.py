@@ -24,11 +24,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse, Response
-
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, Response
 
 PREFIX = "/dblog"
 READ = Depends(requires_access_dag("GET", param_dag_id="dblog_dump"))
@@ -159,8 +158,8 @@ def status() -> dict:
 @app.post("/api/dumps/{source}/{dump_id}/{action}", dependencies=[ACT])
 async def control(source: str, dump_id: str, action: str, request: Request, user: GetUserDep) -> dict:
     from dblog.connections import source_ids
-    from dblog.snapshot.dump import ACTIONS
     from dblog.settings import DUMP_ID
+    from dblog.snapshot.dump import ACTIONS
     if action not in ACTIONS:
         raise HTTPException(404, f"no action {action!r}; use one of {', '.join(ACTIONS)}")
     if not DUMP_ID.match(dump_id):
@@ -182,9 +181,9 @@ async def control(source: str, dump_id: str, action: str, request: Request, user
 
 
 def _act(source: str, dump_id: str, action: str, body: dict[str, Any], who: str) -> dict:
+    from dblog.operations.status import dump_view
     from dblog.snapshot.dump import control_changes, dump_status, set_control
     from dblog.snapshot.dump_spec import DumpError
-    from dblog.operations.status import dump_view
     try:
         changes = control_changes(action, body.get("chunk_size"), body.get("delay_s"), body.get("parallelism"))
         store = clients.store()
