@@ -32,8 +32,8 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "/unit/" not in str(item.fspath) and not item.get_closest_marker("offline"):
             item.add_marker(pytest.mark.integration)
-        # `make test` runs the suite on two workers: every test that needs the one `airflow
-        # standalone` goes to the same worker, which starts it once and stops it after its last.
+        # In a parallel run (pytest -n 2 --dist loadgroup -m "not alone"), every test that needs the
+        # one `airflow standalone` goes to the same worker, which starts it once.
         if "standalone" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("standalone"))
 
