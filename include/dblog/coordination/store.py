@@ -397,7 +397,12 @@ def watermark_path(source: str, watermark: str) -> str:
     names), and the index holds two entries per chunk ever dumped until retention removes them.
     The id is %-escaped (dots too), so any value is one valid node name."""
     shard = hashlib.sha1(watermark.encode()).hexdigest()[:2]
-    return f"{watermark_index_path(source)}/{shard}/{quote(watermark, safe='-_:').replace('.', '%2E')}"
+    return f"{watermark_index_path(source)}/{shard}/{node_name(watermark)}"
+
+
+def node_name(text: str) -> str:
+    """Any text as one valid node name: %-escaped, dots too (ZooKeeper refuses "." and "..")."""
+    return quote(text, safe='-_:').replace('.', '%2E')
 
 
 def unlogged_root(source: str) -> str:
@@ -406,7 +411,7 @@ def unlogged_root(source: str) -> str:
 
 def unlogged_path(source: str, table: str) -> str:
     """Where the positions of `table`'s writes logged without rows are kept (`dblog.coordination.unlogged`)."""
-    return f"{unlogged_root(source)}/{quote(table, safe='-_:').replace('.', '%2E')}"
+    return f"{unlogged_root(source)}/{node_name(table)}"
 
 
 def watermark_index_built_path(source: str) -> str:
