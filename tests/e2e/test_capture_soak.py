@@ -44,20 +44,29 @@ def test_the_capture_hands_over_slice_after_slice_survives_a_kill_and_a_dump_com
     wait_for(lambda: len(probe.leaders()) >= 4, 20 * SLICE_SECONDS, interval=1,
              what="the capture to hand over twice more under the scheduler")
 
-    # kill -9 the capture task's process mid-slice: a retry (or the next run) replaces it
-    victim = probe.leaders()[-1]
-    wait_for(lambda: probe.samples[-1].leader == victim and probe.samples[-1].state == "capturing", 60,
-             what="the capture slice to be running")
-    os.kill(_pid_of(victim), signal.SIGKILL)
+    run = standalone.api("POST", "/dags/dblog_dump/dagRuns", json={
+        "logical_date": None, "conf": {"source": src.source_id, "tables": ["accounts"], "chunk_size": 500}})
+    assert run.status_code == 200, run.text
+
+    # kill -9 the capture task's process mid-slice: a retry (or the next run) replaces it. The leader
+    # seen capturing is killed; one whose slice ended meanwhile is gone, and the next one is taken.
+    def killed() -> str | None:
+        sample = probe.samples[-1]
+        if sample.state != "capturing" or not sample.leader:
+            return None
+        try:
+            os.kill(_pid_of(sample.leader), signal.SIGKILL)
+        except ProcessLookupError:
+            return None
+        return sample.leader
+    victim = wait_for(killed, 60, interval=0.25, what="a capture slice to be running, to kill it")
     killed_at = time.time()
     wait_for(lambda: probe.leaders()[-1] != victim and probe.samples[-1].state == "capturing",
              10 * SLICE_SECONDS, interval=0.5, what="a new capture after the kill")
     recovered_s = time.time() - killed_at
 
-    # a dump triggered in the middle of the slices completes (its wait for the capture included)
-    run = standalone.api("POST", "/dags/dblog_dump/dagRuns", json={
-        "logical_date": None, "conf": {"source": src.source_id, "tables": ["accounts"], "chunk_size": 500}})
-    assert run.status_code == 200, run.text
+    # ... while a dump triggered just before the kill runs: it completes, its wait for the capture
+    # spanning the killed slice and its replacement
     assert standalone.wait_for_run("dblog_dump", run.json()["dag_run_id"], timeout=600) == "success"
 
     def enough() -> bool:

@@ -48,6 +48,13 @@ def test_the_continuous_merge_runs_slice_after_slice_and_a_change_is_visible_wit
         print(f"\nvisible {time.time() - written:.1f} s after its commit")
     finally:
         writer.kill()
+
+    def freshness_reported() -> bool:
+        # The slice that made the row visible reports, once it has ended, how long its changes waited.
+        return any("oldest change waited" in standalone.task_log(DAG_ID, r["dag_run_id"], "merge")
+                   for r in _runs(standalone, "success", since))
+    wait_for(freshness_reported, 4 * MERGE_SLICE_SECONDS, interval=2,
+             what="a finished slice that merged log events to report how long they waited")
     assert not _runs(standalone, "failed", since)
     done, with_events = _runs(standalone, "success", since), 0
     for run in done:
@@ -61,4 +68,3 @@ def test_the_continuous_merge_runs_slice_after_slice_and_a_change_is_visible_wit
         assert all(e["extra"]["snapshot_id"] and e["extra"]["upto"] for e in events)
         with_events += bool(events)
     assert with_events, "no slice under the writes sent an asset event"
-    assert any("oldest change waited" in standalone.task_log(DAG_ID, r["dag_run_id"], "merge") for r in done)

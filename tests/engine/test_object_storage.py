@@ -33,7 +33,8 @@ def s3(s3_server, monkeypatch):
     return s3_server
 
 
-def test_a_dump_during_writes_staged_on_s3_converges_and_leaves_nothing_on_local_disk(src, s3, tmp_path):
+def test_a_dump_during_writes_staged_on_s3_converges_and_leaves_nothing_on_local_disk(postgres, s3, tmp_path):
+    src = postgres   # the storage is the subject: one source (the whole pipeline on S3 runs on the other)
     src.staging = f"s3://t-{src.tag}/staged"
     src.workload(seed=5).create()
     src.start_capture()
@@ -74,10 +75,11 @@ def _on_s3(src, monkeypatch, tmp_path, bucket: str, master: str) -> Warehouse:
     return Warehouse(f"s3://{bucket}/wh")
 
 
-def test_the_whole_pipeline_on_s3_converges_under_writes_and_every_engine_reads_the_tables(src, s3, tmp_path,
+def test_the_whole_pipeline_on_s3_converges_under_writes_and_every_engine_reads_the_tables(mariadb, s3, tmp_path,
                                                                                         monkeypatch):
     """capture -> staged log on S3 -> dumps -> Spark merge (spark-submit's way: the CLI) -> Iceberg
     tables on S3 -> pyiceberg and DuckDB: nothing on local disk but the catalog file."""
+    src = mariadb
     bucket = f"p-{src.tag}"
     warehouse = _on_s3(src, monkeypatch, tmp_path, bucket, "local[2]")
     src.workload(seed=7).create()
@@ -100,7 +102,8 @@ def test_the_whole_pipeline_on_s3_converges_under_writes_and_every_engine_reads_
     assert not (tmp_path / "warehouse").exists() and not (tmp_path / "staging").exists()
 
 
-def test_kill_9_of_a_merge_on_s3_leaves_the_table_readable_and_a_re_run_converges(src, s3, tmp_path, monkeypatch):
+def test_kill_9_of_a_merge_on_s3_leaves_the_table_readable_and_a_re_run_converges(postgres, s3, tmp_path, monkeypatch):
+    src = postgres
     warehouse = _on_s3(src, monkeypatch, tmp_path, f"k-{src.tag}", "local[1]")
     w = src.workload(seed=9, rows=2000)
     w.create()

@@ -15,8 +15,8 @@ from dblog.warehouse.tables import Warehouse
 
 from maintenance_tables import SRC, TABLE, merge
 
-# The suite's short form; `make growth` runs 2,000 (about 9 minutes here).
-COMMITS = int(os.environ.get("DBLOG_GROWTH_COMMITS", "400"))
+# The suite's short form (four maintenance runs); `make growth` runs 2,000 (about 9 minutes here).
+COMMITS = int(os.environ.get("DBLOG_GROWTH_COMMITS", "200"))
 EVERY = max(50, COMMITS // 8)   # commits between two maintenance runs (a day of 2-second commits is ~43,000)
 
 

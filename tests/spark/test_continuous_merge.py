@@ -19,7 +19,10 @@ def _converged(src, warehouse) -> bool:
 
 
 def test_a_continuous_merge_killed_mid_commit_and_beside_a_killed_capture_converges_and_no_key_goes_back(
-        src, warehouse, tmp_path):
+        mariadb, warehouse, tmp_path):
+    """On one source: the merge reads the staged log, whichever source staged it (the PostgreSQL
+    continuous merge with kills: the chaos test's postgres-continuous run)."""
+    src = mariadb
     src.workload(seed=71).create()
     env = {"DBLOG_WAREHOUSE": warehouse.root}
     capture = src.start_capture()
@@ -64,7 +67,7 @@ def test_a_continuous_and_a_scheduled_merge_started_together_both_finish_with_se
     writer = mariadb.spawn_workload(seconds=3600, seed=74, rate=100)
     env = {"DBLOG_WAREHOUSE": warehouse.root}
     report = tmp_path / "continuous.json"
-    continuous = mariadb.spawn(*CONTINUOUS, "--duration", "45", "--report", str(report),
+    continuous = mariadb.spawn(*CONTINUOUS, "--duration", "25", "--report", str(report),
                                output=tmp_path / "continuous.log", env=env)
     scheduled = mariadb.spawn("merge", "--master", "local[1]", output=tmp_path / "scheduled.log", env=env)
     assert scheduled.wait(600) == 0, (tmp_path / "scheduled.log").read_text()[-3000:]

@@ -21,6 +21,7 @@ from dblog.warehouse.readers import duckdb_read
 from dblog.warehouse.tables import Warehouse
 
 from conftest import ROOT, parquet_column_names, settle, wait_for, warehouse_table
+from terminal import ESCAPE, in_a_terminal
 
 
 def test_users_read_the_table_with_plain_spark_sql_and_source_types_stay_faithful(mariadb, spark, warehouse):
@@ -178,6 +179,9 @@ def test_verify_prints_the_drifted_key_ranges_and_exits_non_zero(mariadb, spark,
     assert out.returncode == 1
     assert "DRIFT" in out.stdout and "1 of 5 key ranges differ" in out.stdout
     assert "keys [1] .. [" in out.stdout
+    code, screen = in_a_terminal(["verify", "--source", mariadb.source_id, "--table", "accounts", "--page", "100"], env)
+    assert code == 1 and ESCAPE in screen, screen[-3000:]   # the same verdict, with a live bar of its rows
+    assert f"verify {mariadb.source_id} {mariadb.table('accounts')}" in screen and "500/500" in screen, screen[-3000:]
 
 
 def test_merges_of_one_table_are_serialized_while_other_tables_merge(mariadb, spark, warehouse):

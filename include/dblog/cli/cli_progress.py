@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Callable
 from typing import IO
 
@@ -78,6 +79,30 @@ class Bars:
         if self._progress is not None:
             self._progress.update(self._task(name, total), total=total, completed=done)
 
+    def counter(self, name: str) -> TableRows:
+        """A rows bar for one table fed by an engine callback `(rows, estimated)`, its rate
+        measured from the first call."""
+        return TableRows(self, name)
+
     def stepper(self, name: str) -> Callable[[int, int], None]:
         """`step` for one bar, as an engine callback `(done, total)`."""
         return lambda done, total: self.step(name, done, total)
+
+
+class TableRows:
+    """`Bars.counter`: call it with `(rows, estimated)` as rows are done, then `finish()`."""
+
+    def __init__(self, bars: Bars, name: str):
+        self.bars, self.name, self.started = bars, name, time.monotonic()
+        self.done, self.estimated = 0, 0
+
+    def __call__(self, rows: int, estimated: int) -> None:
+        self.done, self.estimated = rows, estimated
+        self.bars.rows(self.name, rows, estimated, self.rate())
+
+    def rate(self) -> float | None:
+        elapsed = time.monotonic() - self.started
+        return self.done / elapsed if elapsed > 0 and self.done else None
+
+    def finish(self) -> None:
+        self.bars.rows(self.name, self.done, self.estimated, self.rate(), done=True)

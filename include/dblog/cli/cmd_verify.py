@@ -31,10 +31,11 @@ def _verify_source(args, source, warehouse, compare_warehouse, bars: Bars) -> bo
         print(f"dblog: error: {source.name} has no warehouse tables yet; run `dblog merge` first", file=sys.stderr)
         return None
     drift = False
-    for n, table in enumerate(tables, 1):
-        diff = compare_warehouse(source, warehouse, table, args.page)
+    for table in tables:
+        rows = bars.counter(f"verify {source.name} {table}")
+        diff = compare_warehouse(source, warehouse, table, args.page, on_rows=rows)
+        rows.finish()
         drift |= not diff.equal
-        bars.step(f"verify {source.name}", n, len(tables))
         if args.json:
             print(json.dumps({"source": source.name, "table": table, "equal": diff.equal,
                               "source_rows": diff.source_rows, "warehouse_rows": diff.staged_rows,

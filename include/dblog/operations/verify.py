@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..model.rules import visible_rows
@@ -133,9 +133,20 @@ def compare(source: Source, staged: StagedLog, table: str, upto: str | None, pag
     return compare_rows(schema, source_pages(source, schema, page), copy)
 
 
-def compare_warehouse(source: Source, warehouse, table: str, page: int | None = None) -> Diff:
-    """Source against its warehouse table (`dblog.warehouse.layout.Warehouse`)."""
+def compare_warehouse(source: Source, warehouse, table: str, page: int | None = None,
+                      on_rows: Callable[[int, int], None] | None = None) -> Diff:
+    """Source against its warehouse table (`dblog.warehouse.tables.Warehouse`); `on_rows(source
+    rows compared, warehouse rows)` after each key range: the warehouse's count is the estimate."""
     schema = source.table_schema(table, refresh=True)
     data = warehouse.read(source.name, schema.name, schema.column_names)
     copy = {schema.key_of(r): r for r in data.to_pylist()} if data is not None else {}
-    return compare_rows(schema, source_pages(source, schema, page), copy)
+    pages = source_pages(source, schema, page)
+    return compare_rows(schema, pages if on_rows is None else _counted(pages, len(copy), on_rows), copy)
+
+
+def _counted(pages: Iterator[list[dict]], estimated: int, on_rows: Callable[[int, int], None]) -> Iterator[list[dict]]:
+    done = 0
+    for rows in pages:
+        yield rows
+        done += len(rows)
+        on_rows(done, estimated)
