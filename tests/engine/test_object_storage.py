@@ -38,7 +38,7 @@ def test_a_dump_during_writes_staged_on_s3_converges_and_leaves_nothing_on_local
     src.staging = f"s3://t-{src.tag}/staged"
     src.workload(seed=5).create()
     src.start_capture()
-    writer = src.spawn_workload(seconds=3600, seed=6)
+    writer = src.spawn_workload(seconds=3600, seed=6, rate=200)   # the storage is the subject, not the write load
     src.dblog("dump", "--source", src.source_id, "--all", "--chunk-size", "97", check=True)
     writer.terminate(); writer.wait()
     settle(src)
@@ -84,7 +84,7 @@ def test_the_whole_pipeline_on_s3_converges_under_writes_and_every_engine_reads_
     warehouse = _on_s3(src, monkeypatch, tmp_path, bucket, "local[2]")
     src.workload(seed=7).create()
     src.start_capture()
-    writer = src.spawn_workload(seconds=3600, seed=8)
+    writer = src.spawn_workload(seconds=3600, seed=8, rate=200)
     dump = src.spawn("dump", "--source", src.source_id, "--all", "--chunk-size", "97", "--delay", "0.02")
     merged = _cli(src, "merge", "--source", src.source_id)   # while the dump and the writer run
     assert merged.returncode == 0, merged.stderr[-3000:]
