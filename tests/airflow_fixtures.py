@@ -168,7 +168,7 @@ class Standalone:
 
 
 SLICE_SECONDS = 20  # the standalone under test hands its capture over every 20 s
-MERGE_SLICE_SECONDS = 90  # ... and its continuous merge every 90 s (a slice starts a Spark job: fewer load the 2 cores less)
+MERGE_SLICE_SECONDS = 45  # ... and its continuous merge every 45 s (the merge test waits for a slice to show a change)
 
 
 _standalone_stops: list = []  # how to stop the running `standalone`, while one runs
