@@ -229,7 +229,8 @@ def standalone(services, airflow_home, tmp_path_factory):
            "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
            "DBLOG_WAREHOUSE": str(base / "warehouse"), "DBLOG_FULL_REFRESH_SCHEDULE": "",
            "DBLOG_VERIFY_SCHEDULE": "", "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT / 'include'}",
-           "DBLOG_CAPTURE_SLICE_SECONDS": str(SLICE_SECONDS), "DBLOG_CAPTURE_WAIT_TIMEOUT": "90",
+           "DBLOG_CAPTURE_SLICE_SECONDS": str(SLICE_SECONDS), "DBLOG_CAPTURE_WAIT_TIMEOUT": "900",
+           "DBLOG_CAPTURE_STOPPED_GRACE_SECONDS": str(3 * SLICE_SECONDS),
            "DBLOG_MERGE_SLICE_SECONDS": str(MERGE_SLICE_SECONDS),
            "AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
            "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port)}

@@ -104,6 +104,10 @@ class Capture:
     wait_timeout_seconds: float = setting(
         1800.0, "DBLOG_CAPTURE_WAIT_TIMEOUT", "how long a DAG's `wait_for_capture` waits for the capture to "
         "pass its sync watermark before failing with the reason", minimum=1, maximum=604_800)
+    stopped_grace_seconds: float = setting(
+        300.0, "DBLOG_CAPTURE_STOPPED_GRACE_SECONDS", "a `wait_for_capture` fails at once, with the reason, when "
+        "no capture has run for this long while it waits (a paused dblog_capture DAG); a handover between "
+        "slices or a retry after a crash is shorter", minimum=5, maximum=604_800)
     sync_timeout_seconds: float = setting(
         60.0, "DBLOG_SYNC_TIMEOUT", "how long `dblog sync` waits for the capture (its `--timeout`)", minimum=0,
         maximum=86_400)

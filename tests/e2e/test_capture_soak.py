@@ -106,6 +106,7 @@ def test_a_dump_waiting_on_a_stopped_capture_fails_with_the_reason_and_the_fix(s
             "logical_date": None, "conf": {"source": src.source_id, "tables": ["accounts"], "keys": ["1"]}})
         assert run.status_code == 200, run.text
         run_id = run.json()["dag_run_id"]
+        # Sooner than the wait's timeout (900 s here): no capture has run for its grace (3 slices).
         assert standalone.wait_for_run("dblog_dump", run_id, timeout=600) == "failed"
     finally:
         standalone.api("PATCH", "/dags/dblog_capture", json={"is_paused": False})

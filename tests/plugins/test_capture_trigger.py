@@ -4,6 +4,7 @@ waits, and ends with the reason (and the fix) when the capture does not run."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 
 def _events(src, mark: str, **kwargs) -> list[dict]:
@@ -36,3 +37,15 @@ def test_the_wait_for_a_stopped_capture_logs_its_state_and_fails_with_the_reason
     assert "s, position mysql-bin." in event["error"] and "unpause the dblog_capture DAG" in event["error"]
     waiting = [line for line in capfd.readouterr().out.splitlines() if "for the capture to pass" in line]
     assert len(waiting) >= 2 and all("capture stopped" in m for m in waiting), waiting
+
+
+def test_the_wait_for_a_capture_that_has_not_run_for_its_grace_fails_before_its_timeout(mariadb):
+    from dblog.capture.capture_loop import sync_point
+    mariadb.workload(seed=5, rows=50).create()
+    mariadb.dblog("capture", "--init", "--source", mariadb.source_id, check=True)
+    mark = sync_point(mariadb.source())
+    [event] = _events(mariadb, mark, timeout=600, stopped_grace=1)
+    assert event["position"] is None
+    assert f"the capture of {mariadb.source_id} is not running (stopped" in event["error"], event["error"]
+    waited = int(re.search(r"after (\d+) s of waiting", event["error"])[1])
+    assert waited < 600, "the wait ran to its timeout instead of failing once the capture had not run for its grace"

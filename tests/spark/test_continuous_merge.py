@@ -18,10 +18,12 @@ def _converged(src, warehouse) -> bool:
                compare_warehouse(src.source(), warehouse, src.table(t)).equal for t in TABLES)
 
 
-def test_a_continuous_merge_killed_mid_commit_and_beside_a_killed_capture_converges_and_no_key_goes_back(
+def test_a_continuous_merge_killed_mid_commit_beside_a_killed_capture_and_a_scheduled_merge_converges_serially(
         mariadb, warehouse, tmp_path):
     """On one source: the merge reads the staged log, whichever source staged it (the PostgreSQL
-    continuous merge with kills: the chaos test's postgres-continuous run)."""
+    continuous merge with kills: the chaos test's postgres-continuous run). A scheduled merge
+    started beside the restarted continuous one takes turns with it: both finish, every commit
+    builds on the one before it and no key goes back."""
     src = mariadb
     src.workload(seed=71).create()
     env = {"DBLOG_WAREHOUSE": warehouse.root}
@@ -42,7 +44,12 @@ def test_a_continuous_merge_killed_mid_commit_and_beside_a_killed_capture_conver
     assert merging.returncode == -9, (tmp_path / "merge-1.log").read_text()[-2000:]
     capture.kill(); capture.wait()   # and the capture, while the dump and the writer go on
     capture = src.spawn("capture", "--source", src.source_id)
-    merging = src.spawn(*CONTINUOUS, output=tmp_path / "merge-2.log", env=env)
+    report = tmp_path / "continuous.json"
+    merging = src.spawn(*CONTINUOUS, "--report", str(report), output=tmp_path / "merge-2.log", env=env)
+    scheduled = src.spawn("merge", "--master", "local[1]", output=tmp_path / "scheduled.log", env=env)
+    wait_for(lambda: observed_until(lambda: scheduled.poll() is not None), 600, interval=0.5,
+             what="the scheduled merge to finish beside the continuous one")
+    assert scheduled.returncode == 0, (tmp_path / "scheduled.log").read_text()[-3000:]
     wait_for(lambda: observed_until(lambda: dump.poll() is not None), 600, interval=0.5, what="the dump to finish")
     assert dump.returncode == 0, dump.stderr.read()
     writer.terminate(); writer.wait()
@@ -57,29 +64,10 @@ def test_a_continuous_merge_killed_mid_commit_and_beside_a_killed_capture_conver
     assert merging.wait(120) == 0, (tmp_path / "merge-2.log").read_text()[-3000:]
     said = (tmp_path / "merge-2.log").read_text()
     assert "its oldest change waited" in said and "slice done:" in said, said[-3000:]
-
-
-def test_a_continuous_and_a_scheduled_merge_started_together_both_finish_with_serial_snapshots(
-        mariadb, warehouse, tmp_path):
-    mariadb.workload(seed=73).create()
-    mariadb.start_capture()
-    mariadb.dblog("dump", "--source", mariadb.source_id, "--all", "--chunk-size", "300", check=True)
-    writer = mariadb.spawn_workload(seconds=3600, seed=74, rate=100)
-    env = {"DBLOG_WAREHOUSE": warehouse.root}
-    report = tmp_path / "continuous.json"
-    continuous = mariadb.spawn(*CONTINUOUS, "--duration", "25", "--report", str(report),
-                               output=tmp_path / "continuous.log", env=env)
-    scheduled = mariadb.spawn("merge", "--master", "local[1]", output=tmp_path / "scheduled.log", env=env)
-    assert scheduled.wait(600) == 0, (tmp_path / "scheduled.log").read_text()[-3000:]
-    assert continuous.wait(600) == 0, (tmp_path / "continuous.log").read_text()[-3000:]
-    writer.terminate(); writer.wait()
     results = json.loads(report.read_text())
     assert sum(r["commits"] for r in results) > 0 and {r["error"] for r in results} == {None}, results
-    settle(mariadb)
-    mariadb.dblog("merge", "--master", "local[1]", env=env, check=True)
-    assert_warehouse_equals_source(mariadb, warehouse)
     for t in TABLES:
-        table = warehouse.load(mariadb.source_id, mariadb.table(t))
+        table = warehouse.load(src.source_id, src.table(t))
         log = table.metadata.snapshot_log   # main's history, in commit order
         assert len(log) > 1
         for before, after in zip(log, log[1:]):   # each commit builds on the one before it

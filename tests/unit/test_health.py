@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from dblog.coordination.checkpoint import Checkpoint, readable_position
-from dblog.coordination.health import CAPTURING, STALE_AFTER_S, STALLED, STOPPED, health_of, lag_seconds
+from dblog.coordination.health import CAPTURING, STALE_AFTER_S, STALLED, STOPPED, health_of, lag_seconds, stopped_for
 
 
 def test_lag_is_the_age_of_the_newest_staged_commit_while_the_source_writes():
@@ -35,6 +35,15 @@ def test_a_leader_that_stopped_beating_is_stalled_and_no_leader_is_stopped():
     assert health_of("s", Checkpoint(), beat, ["a"], [], 100.0 + STALE_AFTER_S + 1).state == STALLED
     assert health_of("s", Checkpoint(), beat, ["b"], [], 101.0).state == STALLED  # the beat is another's
     assert health_of("s", Checkpoint(), beat, [], [], 101.0).state == STOPPED
+
+
+def test_a_waiter_counts_a_stopped_capture_from_its_last_beat_or_else_from_the_wait_s_start():
+    beat = {"leader": "a", "at": 100.0}
+    assert stopped_for(health_of("s", Checkpoint(), beat, ["a"], [], 101.0), 50.0, 101.0) == 0.0  # capturing
+    stalled = health_of("s", Checkpoint(), beat, ["a"], [], 500.0)
+    assert stopped_for(stalled, 50.0, 500.0) == 0.0   # a leader still holds the lease (its session may expire)
+    assert stopped_for(health_of("s", Checkpoint(), beat, [], [], 400.0), 350.0, 400.0) == 300.0  # paused long ago
+    assert stopped_for(health_of("s", Checkpoint(), {}, [], [], 400.0), 350.0, 400.0) == 50.0     # never ran
 
 
 def test_the_lag_history_keeps_the_last_hour():

@@ -73,6 +73,15 @@ def sync_timeout_reason(health: CaptureHealth, waited: float, start: str, behind
             f"runs ({state}); it is behind: {behind}")
 
 
+def stopped_for(health: CaptureHealth, waiting_since: float, now: float) -> float:
+    """How long no capture has run, as a waiter sees it: 0 while a leader holds the lease, else the
+    time since the last heartbeat (a capture that never beat: since the wait began, so that a dump
+    triggered just before the first capture slice is not failed)."""
+    if health.state != STOPPED:
+        return 0.0
+    return max(0.0, now - (health.heartbeat_at or waiting_since))
+
+
 def capture_health(store: StateStore, source: str, now: float | None = None) -> CaptureHealth:
     """Read the capture's checkpoint, heartbeat, lease holders and lag history from ZooKeeper."""
     now = time.time() if now is None else now

@@ -19,7 +19,8 @@ class WaitForCaptureOperator(BaseOperator):
     After that, every chunk staged before this task started has its high watermark in the staged
     log below the checkpoint, so the merge that follows includes it. The wait logs the capture's
     state every `log_every` seconds and fails after `timeout_seconds` saying why (capture stopped,
-    or running but behind) and what to do. Returns the position the capture passed.
+    or running but behind) and what to do, or sooner once no capture has run for
+    `DBLOG_CAPTURE_STOPPED_GRACE_SECONDS`. Returns the position the capture passed.
 
     :param source_conn_id: Connection id of the source database (templated).
     :param poll_interval: Seconds between two reads of the capture's checkpoint.
