@@ -149,34 +149,6 @@ def test_a_dump_run_shows_its_dump_id_and_its_merge_reports_the_dumps_own_chunks
     assert (extra["dag_id"], extra["run_id"], extra["task_id"]) == ("dblog_dump", run.run_id, "merge"), extra
 
 
-def test_a_dumps_merged_totals_add_up_across_the_merges_that_took_its_chunks(mariadb, deploy):
-    from dblog.coordination import store as paths
-
-    from conftest import settle, wait_for
-    mariadb.workload(seed=7, rows=50).create()
-    mariadb.start_capture()
-    sid, table = mariadb.source_id, mariadb.table("accounts")
-    dump_id = mariadb.dblog("dump", "--source", sid, "--table", "accounts", "--chunk-size", "20", "--delay", "3600",
-                            "--create-only", check=True).stdout.strip()
-    dumping = mariadb.spawn("dump", "run", dump_id, "--source", sid)  # waits an hour after its first chunk
-    airflow = deploy(mariadb)
-    with mariadb.store() as store:
-        progress, merged = paths.table_progress_path(sid, dump_id, table), paths.dump_merged_path(sid, dump_id, table)
-        wait_for(lambda: (store.get(progress) or {}).get("chunks", 0) >= 1, 60, what="the first chunk")
-        settle(mariadb)
-        states, _ = airflow.run("dblog_merge")
-        assert states == {"merge": "success"}
-        assert store.get(merged) == {"chunks": 1, "rows": 20, "dropped": 0}
-
-        mariadb.dblog("dump", "throttle", dump_id, "--source", sid, "--delay", "0", check=True)
-        wait_for(lambda: store.get(progress)["status"] == "done", 60, what="the dump to finish")
-        dumping.wait()
-        settle(mariadb)
-        states, _ = airflow.run("dblog_merge")
-        assert states == {"merge": "success"}
-        assert store.get(merged) == {"chunks": 3, "rows": 50, "dropped": 0}  # 20 + 20 + 10 rows
-
-
 def test_a_null_or_out_of_range_key_fails_the_start_task_with_the_column_and_writes_nothing(mariadb, deploy, capfd):
     mariadb.workload(seed=3, rows=50).create()
     airflow = deploy(mariadb)

@@ -21,9 +21,9 @@ def test_full_refresh_of_every_source_under_writes_then_merges_converge_and_publ
     postgres.chroot = mariadb.zk_chroot  # one deployment: one ZooKeeper chroot, one staging root
     writers = []
     for s in (mariadb, postgres):
-        s.workload(seed=21, rows=1500).create()
+        s.workload(seed=21, rows=600).create()
         s.start_capture()
-        writers.append(s.spawn_workload(seconds=3600, seed=22, rows=1500, rate=100))
+        writers.append(s.spawn_workload(seconds=3600, seed=22, rows=600, rate=100))
     monkeypatch.setenv("DBLOG_FULL_REFRESH_CHUNK_SIZE", "200")
     airflow = deploy(mariadb, postgres)
 

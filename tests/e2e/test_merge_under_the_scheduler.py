@@ -50,9 +50,10 @@ def test_the_continuous_merge_runs_slice_after_slice_and_a_change_is_visible_wit
         writer.kill()
 
     def freshness_reported() -> bool:
-        # The slice that made the row visible reports, once it has ended, how long its changes waited.
+        # The slice that made the row visible says, in its task's log as it commits, how long its
+        # changes waited (the log is read while the slice still runs, as the UI shows it).
         return any("oldest change waited" in standalone.task_log(DAG_ID, r["dag_run_id"], "merge")
-                   for r in _runs(standalone, "success", since))
+                   for state in ("running", "success") for r in _runs(standalone, state, since))
     wait_for(freshness_reported, 4 * MERGE_SLICE_SECONDS, interval=2,
              what="a finished slice that merged log events to report how long they waited")
     assert not _runs(standalone, "failed", since)

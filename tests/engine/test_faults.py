@@ -198,9 +198,10 @@ def test_of_two_captures_started_together_exactly_one_stages_and_checkpoints(mar
     ("dump.split_staged", "threads", 3, 5, 3, False),   # the worker dies with part of a window's splits staged
     # The third window of the dense ids 1..1500 steps by arithmetic: every split of it is closed.
     ("dump.split_staged", "threads", 3, 8, 6, True),
-    ("dump.after_staging", "spark", 3, 2, 3, False),    # the Spark driver dies once its executors staged a window
-    # An executor's first staged split kills the driver: with local[2], the window's third split
-    # cannot have started, so part of the window is staged.
+    ("dump.after_staging", "threads", 3, 2, 3, False),  # the window staged whole, its high watermark not written
+    # Spark's reader only where it changes the outcome: an executor's first staged split kills the
+    # driver (its executors' JVM goes with it); with local[2], the window's third split cannot have
+    # started, so part of the window is staged.
     ("dump.split_staged", "spark", 3, 1, 0, False),
 ])
 def test_a_dump_killed_mid_window_resumes_reading_only_the_splits_it_had_not_staged_and_converges(

@@ -11,7 +11,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from dblog import storage
-from dblog.operations.verify import compare
+from dblog.operations.verify import compare, compare_warehouse
 from dblog.warehouse.catalog import location
 from dblog.warehouse.readers import duckdb_read
 from dblog.warehouse.tables import Warehouse
@@ -86,13 +86,20 @@ def test_the_whole_pipeline_on_s3_converges_under_writes_and_every_engine_reads_
     src.start_capture()
     writer = src.spawn_workload(seconds=3600, seed=8, rate=200)
     dump = src.spawn("dump", "--source", src.source_id, "--all", "--chunk-size", "97", "--delay", "0.02")
-    merged = _cli(src, "merge", "--source", src.source_id)   # while the dump and the writer run
-    assert merged.returncode == 0, merged.stderr[-3000:]
+    # One Spark driver merges while the dump and the writer run, and after them.
+    merging = src.spawn("merge", "--source", src.source_id, "--continuous", "--every", "1",
+                        output=tmp_path / "merge.log")
     assert dump.wait(300) == 0, dump.stderr.read()
     writer.terminate(); writer.wait()
     settle(src)
-    merged = _cli(src, "merge", "--source", src.source_id)
-    assert merged.returncode == 0, merged.stderr[-3000:]
+
+    def converged() -> bool:
+        assert merging.poll() is None, (tmp_path / "merge.log").read_text()[-3000:]
+        return all(warehouse.load(src.source_id, src.table(t)) is not None and
+                   compare_warehouse(src.source(), warehouse, src.table(t)).equal for t in TABLES)
+    wait_for(converged, 300, interval=2, what="the continuous merge to bring the tables to the source")
+    merging.terminate()
+    assert merging.wait(120) == 0, (tmp_path / "merge.log").read_text()[-3000:]
     assert_warehouse_equals_source(src, warehouse)   # pyiceberg and DuckDB (httpfs + an S3 secret)
     for t in TABLES:
         table = warehouse.load(src.source_id, src.table(t))

@@ -351,10 +351,12 @@ def test_every_split_is_staged_inside_its_window_before_the_high_watermark(maria
 
 
 def test_an_executor_killed_mid_window_fails_that_job_and_only_the_splits_it_did_not_stage_are_read_again(
-        src, tmp_path):
+        postgres, tmp_path):
     """The Spark reader: the Python worker reading a split dies (SIGKILL, once), so its window's
     job fails; the window is closed with the splits the other tasks staged, and the rest are read
-    again in a window of their own."""
+    again in a window of their own. One source: the failed job and the window's closing are the
+    driver's, whichever source the executors read (both are read there in test_type_fidelity)."""
+    src = postgres
     src.workload(seed=46, rows=2000).create()
     src.start_capture()
     writer = src.spawn_workload(seconds=3600, seed=47, rows=2000)

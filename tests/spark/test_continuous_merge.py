@@ -10,7 +10,7 @@ from dblog.warehouse.merged_state import LOG_UPTO
 from chaos.oracles import PositionHistory
 from conftest import TABLES, assert_warehouse_equals_source, settle, wait_for
 
-CONTINUOUS = ("merge", "--continuous", "--every", "0.5", "--bucket-rows", "400", "--master", "local[1]")
+CONTINUOUS = ("merge", "--continuous", "--every", "0.5", "--master", "local[1]")  # one bucket a table: kills, not layout
 
 
 def _converged(src, warehouse) -> bool:
@@ -25,13 +25,13 @@ def test_a_continuous_merge_killed_mid_commit_beside_a_killed_capture_and_a_sche
     started beside the restarted continuous one takes turns with it: both finish, every commit
     builds on the one before it and no key goes back."""
     src = mariadb
-    src.workload(seed=71).create()
+    src.workload(seed=71, rows=1000).create()
     env = {"DBLOG_WAREHOUSE": warehouse.root}
     capture = src.start_capture()
     # The first instance kills itself between writing a snapshot's manifests and the catalog swap.
     merging = src.spawn(*CONTINUOUS, output=tmp_path / "merge-1.log",
                         env={**env, "DBLOG_CRASH_AT": "merge.before_commit@3"})
-    writer = src.spawn_workload(seconds=3600, seed=72, rate=200)
+    writer = src.spawn_workload(seconds=3600, seed=72, rows=1000, rate=50)
     dump = src.spawn("dump", "--source", src.source_id, "--all", "--chunk-size", "97", "--delay", "0.02")
     history, problems = PositionHistory(), []
 

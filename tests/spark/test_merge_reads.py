@@ -6,7 +6,7 @@ from dblog.merge.job import merge_source
 from dblog.sources.base import WATERMARK_TABLE
 from dblog.stagedlog.staged_log import StagedLog
 
-from conftest import assert_warehouse_equals_source, settle
+from conftest import assert_warehouse_equals_source, settle, wait_for
 
 
 class WatchedLog(StagedLog):
@@ -60,3 +60,27 @@ def test_a_merge_reads_no_watermark_log_and_lists_only_dumps_with_chunks_left(ma
     # Each table's state keeps the counts the merges read from the dumps' records.
     assert merge(spark, mariadb, warehouse) == set()
     assert_warehouse_equals_source(mariadb, warehouse)
+
+
+def test_a_dumps_merged_totals_add_up_across_the_merges_that_took_its_chunks(mariadb, spark, warehouse):
+    """Each merge adds the chunks it took to the dump's record (what the merge task of dblog_dump
+    and `dblog status` report): a merge of the first chunk, then one of the rest."""
+    mariadb.workload(seed=7, rows=50).create()
+    mariadb.start_capture()
+    sid, table = mariadb.source_id, mariadb.table("accounts")
+    dump_id = mariadb.dblog("dump", "--source", sid, "--table", "accounts", "--chunk-size", "20", "--delay", "3600",
+                            "--create-only", check=True).stdout.strip()
+    dumping = mariadb.spawn("dump", "run", dump_id, "--source", sid)  # waits an hour after its first chunk
+    with mariadb.store() as store:
+        progress, merged = paths.table_progress_path(sid, dump_id, table), paths.dump_merged_path(sid, dump_id, table)
+        wait_for(lambda: (store.get(progress) or {}).get("chunks", 0) >= 1, 60, what="the first chunk")
+        settle(mariadb)
+        merge_source(spark, store, mariadb.staged(), warehouse, sid)
+        assert store.get(merged) == {"chunks": 1, "rows": 20, "dropped": 0}
+
+        mariadb.dblog("dump", "throttle", dump_id, "--source", sid, "--delay", "0", check=True)
+        wait_for(lambda: store.get(progress)["status"] == "done", 60, what="the dump to finish")
+        assert dumping.wait(60) == 0
+        settle(mariadb)
+        merge_source(spark, store, mariadb.staged(), warehouse, sid)
+        assert store.get(merged) == {"chunks": 3, "rows": 50, "dropped": 0}  # 20 + 20 + 10 rows
