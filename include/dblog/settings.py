@@ -94,10 +94,14 @@ class Capture:
         "pauses the stream a few seconds", minimum=5, maximum=86_400)
     flush_rows: int = setting(
         20_000, "DBLOG_CAPTURE_FLUSH_ROWS", "events a capture batches before staging them (cut at a "
-        "transaction end)", minimum=1, maximum=10_000_000)
+        "transaction end, or at a piece of a larger one)", minimum=1, maximum=10_000_000)
     flush_seconds: float = setting(
         1.0, "DBLOG_CAPTURE_FLUSH_SECONDS", "longest a capture holds a batch before staging it (the capture "
         "lag's floor)", minimum=0.01, maximum=3600)
+    piece_rows: int = setting(
+        20_000, "DBLOG_CAPTURE_PIECE_ROWS", "a transaction with more events is staged in pieces of this many as "
+        "they are read, so its size does not bound the capture's memory; the checkpoint passes them, and readers "
+        "see them, only once its commit is staged", minimum=1, maximum=10_000_000)
     hung_after_seconds: float = setting(
         600.0, "DBLOG_CAPTURE_HUNG_AFTER_SECONDS", "a capture task still running this long past twice its slice "
         "is hung: it fails, and its retry captures afresh", minimum=60, maximum=86_400)

@@ -2,11 +2,17 @@
 
 One capture per source is active: it holds the source's ZooKeeper lease, and a second one
 blocks in `lease()` as a standby until the first dies. Events are buffered per table for at
-most `flush_rows` events or `flush_seconds`, always cut at a transaction end, then staged; only
+most `flush_rows` events or `flush_seconds`, cut at a transaction end, then staged; only
 after every segment is durable does the checkpoint advance (invariant 2), in a ZooKeeper
 transaction that checks the lease (so a deposed capture cannot move it). In between, the
 positions of the batch's watermarks go into the watermark index (`dblog.coordination.watermark_index`), so every
 watermark at or before the checkpoint is indexed.
+
+A transaction larger than `capture.piece_rows` arrives in pieces (`Transaction.piece`) and is
+staged piece by piece as it is read, so memory stays bounded whatever its size; the checkpoint
+stays before it until the part with its commit is staged. Readers take events only up to the
+checkpoint, so none sees a piece early; a capture that dies in between re-reads the transaction
+from the checkpoint and stages its events again, and a position is merged once.
 """
 from __future__ import annotations
 
@@ -42,8 +48,10 @@ log = logging.getLogger("dblog.capture")
 class Batch:
     rows: dict[str, list[dict]] = field(default_factory=lambda: defaultdict(list))
     count: int = 0
-    txns: int = 0
-    resume: dict | None = None
+    txns: int = 0                   # complete transactions
+    parts: int = 0                  # ... and pieces of one not complete yet (`Transaction.piece`)
+    open: bool = False              # it ends with a piece: its transaction's commit is still to come
+    resume: dict | None = None      # after its last complete transaction (None: pieces only)
     last_position: str | None = None
     commit_ts: datetime | None = None
     first_commit_ts: datetime | None = None
@@ -51,10 +59,15 @@ class Batch:
     repairs: list[RepairNeed] = field(default_factory=list)
 
     def add(self, txn: Transaction) -> None:
-        if self.txns == 0:
+        if self.parts == 0:
             self.opened = time.monotonic()
+        self.parts += 1
         for e in txn.events:
             self.rows[e.table].append(encode_event(e))
+        self.count += len(txn.events)
+        self.open = not txn.complete
+        if not txn.complete:
+            return  # staged with the batch; the checkpoint waits for the commit
         self.repairs.extend(txn.repairs)
         # A write logged without rows has a position too: once staged (its repair request and
         # `unlogged` entry), the checkpoint passes it, so waits on "the capture passed it" end.
@@ -63,7 +76,6 @@ class Batch:
             self.last_position = max([*passed, *([self.last_position] if self.last_position else [])])
             self.commit_ts = txn.commit_ts
             self.first_commit_ts = self.first_commit_ts or txn.commit_ts
-        self.count += len(txn.events)
         self.txns += 1
         self.resume = txn.resume
 
@@ -154,35 +166,38 @@ class Capture:
             self._acked = durable
 
     def _read(self, writer: _Writer, resume: dict | None, deadline: float | None, until: str | None) -> None:
-        batch, reached, awaited = Batch(), False, False
+        batch, reached, awaited, inside = Batch(), False, False, False   # inside: a transaction's pieces came
         last_read = time.monotonic()
         for txn in self.source.stream(resume, self.idle_timeout):
             writer.check()  # a staging failure stops the capture at once, not at the next batch
             if txn is not None:
                 self.stats.max_stall_s = max(self.stats.max_stall_s, time.monotonic() - last_read)
                 batch.add(txn)
+                inside = not txn.complete
                 reached = reached or (until is not None and any(
                     e.table == WATERMARK_TABLE and (e.after or {}).get("value") == until for e in txn.events))
                 awaited = awaited or any(is_sync_point(e) for e in txn.events)
             now = time.monotonic()
             # Someone waits for a sync point (`dblog sync`, a merge after a dump): stage it now,
             # not when the log goes quiet or the batch is full.
-            due = batch.txns and (txn is None or reached or awaited or batch.count >= self.flush_rows
+            due = batch.parts and (txn is None or reached or awaited or batch.count >= self.flush_rows
                                   or now - batch.opened >= self.flush_seconds)
             if due:
                 writer.submit(batch)
                 batch, awaited = Batch(), False
                 self._acknowledge(writer)
-            elif txn is None and not batch.txns and writer.idle:
+            elif txn is None and not batch.parts and writer.idle:
                 self._acknowledge(writer)
                 self.source.acknowledge_idle()
             # Idle with everything staged: the capture is at the log's head (see dblog.coordination.health).
-            self.heartbeat.beat(txn is None and not batch.txns and writer.idle, self._checkpoint)
-            done = self.stop_event.is_set() or (deadline is not None and now >= deadline) or reached
+            self.heartbeat.beat(txn is None and not batch.parts and writer.idle, self._checkpoint)
+            # A slice ends between transactions: one ended inside a transaction would leave it to the next
+            # slice to read again from its start, and one longer than a slice would never be staged.
+            done = self.stop_event.is_set() or (deadline is not None and now >= deadline and not inside) or reached
             if done:
                 break
             last_read = time.monotonic()
-        if batch.txns:
+        if batch.parts:
             writer.submit(batch)
 
     def _flush(self, batch: Batch) -> None:
@@ -195,6 +210,8 @@ class Capture:
             self.staged.write_segment(self.source.name, self.source.table_schema(table), rows)
             self.stats.segments += 1
             crash_point("capture.mid_flush")
+        if batch.open:
+            crash_point("capture.piece_staged")
         # After every segment (an indexed watermark is a staged one), before the checkpoint.
         watermark_index.record(self.store, lease, self.source.name, batch.rows.get(WATERMARK_TABLE, ()))
         if batch.repairs:
@@ -209,14 +226,18 @@ class Capture:
             if self.repairer is not None:
                 self.repairer.wake()
         crash_point("capture.before_checkpoint")
+        self.stats.events += batch.count
+        self.stats.transactions += batch.txns
+        self.stats.flushes += 1
+        if batch.resume is None:   # pieces of one transaction, staged; its commit moves the checkpoint
+            log.info("%s: staged %d events of a transaction whose commit is still to come", self.source.name,
+                     batch.count)
+            return
         checkpoint = self._checkpoint.advanced(batch.resume, batch.last_position,
                                                batch.commit_ts.timestamp() if batch.commit_ts else None, self.identifier)
         save_checkpoint(self.store, lease, self.source.name, checkpoint)
         self._checkpoint = checkpoint
         position = checkpoint.position
-        self.stats.events += batch.count
-        self.stats.transactions += batch.txns
-        self.stats.flushes += 1
         self.stats.position = position
         if batch.first_commit_ts is not None:
             self.stats.max_lag_s = max(self.stats.max_lag_s, time.time() - batch.first_commit_ts.timestamp())
@@ -246,7 +267,7 @@ class _Writer:
                 continue  # drain: the reader raises at its next submit
             try:
                 self._flush(batch)
-                self.durable = batch.resume
+                self.durable = batch.resume or self.durable
                 self.staged += 1
             except BaseException as exc:  # noqa: B036 - handed to the reading thread
                 self.error = exc

@@ -36,7 +36,9 @@ class Op(StrEnum):
 
 TOMBSTONES = (Op.DELETE, Op.ABSENT)  # the ops after which the key has no row
 
-# Metadata columns. A chunk's own metadata columns are `_` + a ChunkMeta field's name.
+# Metadata columns. A chunk's own metadata columns are `_` + a ChunkMeta field's name. A MariaDB/MySQL
+# transaction staged in pieces (`sources.base.Transaction`) has `_txid` only on its commit's part, and
+# `_commit_ts` on the others is the time their statement ran: the binlog names both only at the end.
 POSITION, OP, TXID, COMMIT_TS, UNCHANGED = "_position", "_op", "_txid", "_commit_ts", "_unchanged"
 OLD_KEY, BEFORE = "_old_key", "_before"
 DUMP_ID, CHUNK, LW, HW = "_dump_id", "_chunk", "_lw", "_hw"

@@ -66,11 +66,24 @@ class UnreadableEvent(SourceError):
 
 @dataclass
 class Transaction:
-    """A committed source transaction: its events, and where to resume after it."""
+    """A committed source transaction: its events, and where to resume after it.
+
+    A transaction of more than `capture.piece_rows` events comes as pieces (`complete` False,
+    no resume point) as the log is read, then the rest with its commit: the capture stages a
+    piece at once but moves its checkpoint only past a complete transaction, so its memory does
+    not grow with the transaction and no reader takes a piece before the commit is staged. The
+    part with the commit holds at least the transaction's last event: its position is the one
+    the checkpoint moves to."""
     events: list[ChangeEvent]
-    resume: dict[str, Any]          # source-specific checkpoint for resuming after this txn
+    resume: dict[str, Any] | None   # source-specific checkpoint for resuming after this txn (None: a piece)
     commit_ts: datetime | None = None
     repairs: list[RepairNeed] = field(default_factory=list)  # rows the events do not describe in full
+    complete: bool = True
+
+    @classmethod
+    def piece(cls, events: list[ChangeEvent]) -> Transaction:
+        """Events of a transaction whose commit has not been read yet."""
+        return cls(events, None, complete=False)
 
 
 class Dialect:

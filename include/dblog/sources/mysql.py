@@ -32,6 +32,7 @@ from ..model.positions import binlog_file_index, mysql_position
 from ..model.positions import encode as encode_position
 from ..model.schema import Column, TableSchema, decimal_type, normalize_key
 from ..model.staged_format import Op
+from ..settings import settings
 from .base import (
     WATERMARK_SCHEMA,
     WATERMARK_TABLE,
@@ -330,10 +331,11 @@ class MySQLSource(Source):
         pending: list[ChangeEvent] = []
         needs: list[RepairNeed] = []
         captured = self.tables()
+        piece_rows, opened = settings().capture.piece_rows, False   # opened: a piece of it was yielded
         try:
             for ev in reader:
                 if isinstance(ev, HeartbeatLogEvent):
-                    if not pending:
+                    if not pending and not opened:
                         yield None
                     continue
                 if isinstance(ev, RotateEvent):
@@ -353,11 +355,14 @@ class MySQLSource(Source):
                 if isinstance(ev, (XidEvent, QueryEvent)):
                     # non-transactional tables end their group with a COMMIT query instead of an XID
                     yield self._commit(reader.log_file, ev, pending, needs)
-                    pending, needs = [], []
+                    pending, needs, opened = [], [], False
                     continue
                 events, partial = self._row_events(reader.log_file, ev)
                 pending.extend(self.own_watermarks(events))
                 needs.extend(partial)
+                if len(pending) > piece_rows:  # the last event stays for the commit's part (see Transaction)
+                    yield self._piece(ev, pending[:-1])
+                    pending, opened = pending[-1:], True
         except pymysql.err.OperationalError as exc:
             if exc.args and exc.args[0] == 1236:
                 raise HistoryLost(f"{self.name}: the server cannot serve the binlog from the checkpoint "
@@ -396,6 +401,15 @@ class MySQLSource(Source):
         for e in pending:
             e.commit_ts, e.txid = ts, txid
         return Transaction(pending, {"log_file": log_file, "log_pos": ev.packet.log_pos}, ts, needs)
+
+    @staticmethod
+    def _piece(ev, pending: list[ChangeEvent]) -> Transaction:
+        """Events read before their commit: the binlog names the transaction (its XID) and its
+        commit time only at its end, so these carry the time their statement ran and no id."""
+        ts = dt.datetime.fromtimestamp(ev.timestamp, dt.UTC)
+        for e in pending:
+            e.commit_ts = ts
+        return Transaction.piece(pending)
 
     def _row_events(self, log_file: str, ev) -> tuple[list[ChangeEvent], list[RepairNeed]]:
         table = f"{ev.schema}.{ev.table}"

@@ -398,7 +398,7 @@ class PostgresSource(Source):
         start = lsn_to_int(resume["lsn"]) if resume else 0
         conn, cur = self._start_replication(start)  # SlotInUse while another consumer holds the slot
         self._repl, self._repl_cursor = conn, cur
-        decoder, index = Decoder(), 0
+        decoder, index, piece_rows = Decoder(), 0, settings().capture.piece_rows
         pending: list[ChangeEvent] = []
         needs: list[RepairNeed] = []
         begin: Begin | None = None
@@ -429,6 +429,11 @@ class PostgresSource(Source):
                 elif isinstance(item, (RowChange, Truncate)):
                     self._add_change(item, begin, index, pending, needs)
                     index += 1
+                    # BEGIN carries the commit's LSN, time and xid: a piece's events are complete but
+                    # for the commit itself (a transaction ending at or before `start` is staged).
+                    if len(pending) > piece_rows and begin is not None and begin.final_lsn >= start:
+                        yield Transaction.piece(pending[:-1])
+                        pending = pending[-1:]
                 elif isinstance(item, Commit):
                     if item.end_lsn > start:
                         yield Transaction(pending, {"lsn": int_to_lsn(item.end_lsn)}, item.commit_ts, needs)
