@@ -103,8 +103,9 @@ class Capture:
         "they are read, so its size does not bound the capture's memory; the checkpoint passes them, and readers "
         "see them, only once its commit is staged", minimum=1, maximum=10_000_000)
     hung_after_seconds: float = setting(
-        600.0, "DBLOG_CAPTURE_HUNG_AFTER_SECONDS", "a capture task still running this long past twice its slice "
-        "is hung: it fails, and its retry captures afresh", minimum=60, maximum=86_400)
+        600.0, "DBLOG_CAPTURE_HUNG_AFTER_SECONDS", "a capture task past twice its slice that stages nothing "
+        "for this long is hung: it fails, and its retry captures afresh (one still staging a transaction "
+        "larger than a slice is not)", minimum=60, maximum=86_400)
     wait_timeout_seconds: float = setting(
         1800.0, "DBLOG_CAPTURE_WAIT_TIMEOUT", "how long a DAG's `wait_for_capture` waits for the capture to "
         "pass its sync watermark before failing with the reason", minimum=1, maximum=604_800)

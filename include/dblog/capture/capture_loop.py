@@ -225,7 +225,6 @@ class Capture:
                             need.position, need.reason, repair.plan(need))
             if self.repairer is not None:
                 self.repairer.wake()
-        crash_point("capture.before_checkpoint")
         self.stats.events += batch.count
         self.stats.transactions += batch.txns
         self.stats.flushes += 1
@@ -233,6 +232,7 @@ class Capture:
             log.info("%s: staged %d events of a transaction whose commit is still to come", self.source.name,
                      batch.count)
             return
+        crash_point("capture.before_checkpoint")
         checkpoint = self._checkpoint.advanced(batch.resume, batch.last_position,
                                                batch.commit_ts.timestamp() if batch.commit_ts else None, self.identifier)
         save_checkpoint(self.store, lease, self.source.name, checkpoint)

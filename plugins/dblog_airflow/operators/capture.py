@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,14 +24,24 @@ LOG_EVERY_S = 60.0  # a progress line per minute keeps a long slice's log readab
 
 
 @contextmanager
-def _hang_guard(seconds: float) -> Iterator[None]:
-    """Fail the slice if it overruns: with one run at a time, a capture stuck in a read would
-    otherwise hold the DAG for ever (shown as `stalled`). The retry starts a fresh capture."""
+def _hang_guard(seconds: float, quiet: float, progress: Callable[[], int]) -> Iterator[None]:
+    """Fail the slice if it overruns `seconds` and then stages nothing (`progress`: events staged
+    so far) for `quiet` seconds: with one run at a time, a capture stuck in a read would otherwise
+    hold the DAG for ever (shown as `stalled`), and the retry starts a fresh capture. A slice
+    still staging past its length is not hung: it is inside a transaction larger than a slice
+    (it ends only between transactions), whose pieces it keeps staging."""
+    last: list[int | None] = [None]
+
     def hung(*_):
-        raise TimeoutError(f"the capture slice is still running after {seconds:.0f} s, far past its length: it "
-                           "looks hung; failing it so that a retry captures afresh")
+        now = progress()
+        if last[0] is None or now > last[0]:
+            last[0] = now
+            signal.alarm(max(1, int(quiet)))
+            return
+        raise TimeoutError(f"the capture slice ran past its length and staged nothing for {quiet:.0f} s: it looks "
+                           "hung; failing it so that a retry captures afresh")
     previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(int(seconds))
+    signal.alarm(max(1, int(seconds)))
     try:
         yield
     finally:
@@ -76,8 +86,8 @@ class CaptureOperator(BaseOperator):
             self._capture = capture = Capture(source, store, hook.staged(), on_beat=self._reporter(source.name),
                                               warehouse=hook.warehouse())
             try:
-                # The lease wait, then the slice; past both by this much, a capture is hung.
-                with _hang_guard(2 * seconds + settings().capture.hung_after_seconds):
+                # The lease wait, then the slice; past both, a capture that stages nothing for this long is hung.
+                with _hang_guard(2 * seconds, settings().capture.hung_after_seconds, lambda: capture.stats.events):
                     stats = capture.run(duration=seconds, lease_timeout=seconds)
             except LeaseTimeout:
                 self.log.info("%s: standby; another deployment's capture held the lease all slice", source.name)
