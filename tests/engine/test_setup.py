@@ -91,3 +91,27 @@ def test_status_says_the_lag_is_unknown_before_any_checkpoint(src):
     assert result.returncode == 0, result.stderr
     assert "lag unknown (no checkpoint yet)" in result.stdout, result.stdout
     assert "Nones" not in result.stdout
+
+
+def test_processes_setting_up_a_new_postgresql_source_at_once_share_one_slot_and_none_fails(postgres):
+    """A first capture beside a first `dblog sync` (or dump): each finds no slot, then creates it."""
+    import threading
+    gate, errors = threading.Barrier(4), []
+
+    def set_up() -> None:
+        source = postgres.source()
+        gate.wait()
+        try:
+            source.preflight(first_use=True)
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+        finally:
+            source.close()
+    threads = [threading.Thread(target=set_up) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert postgres.sql("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s",
+                        params=[f"dblog_{postgres.tag}"]) == [(1,)]

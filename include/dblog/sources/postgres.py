@@ -363,7 +363,12 @@ class PostgresSource(Source):
             return []
         if not create:
             raise self._slot_gone()
-        self._run("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [self.slot])
+        try:
+            self._run("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [self.slot])
+        except psycopg2.errors.DuplicateObject:
+            # Another process of this deployment set up the source at the same moment (a first
+            # capture beside a first `dblog sync` or dump): its slot is the one to use.
+            return self._ensure_slot(create=False)
         return [f"created replication slot {self.slot}"]
 
     def _slot_gone(self) -> HistoryLost:
