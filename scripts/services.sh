@@ -62,6 +62,10 @@ postgres_up() {
   if [ ! -f "$PG/data/PG_VERSION" ]; then
     runuser -u postgres -- "$PG_BIN/initdb" -D "$PG/data" -U postgres --auth=trust \
       >"$PG/initdb.log" 2>&1 || die "initdb failed; see $PG/initdb.log"
+    # Start the WAL at LSN 3/0, where a server is after ~12 GiB of writes in its life: every test
+    # then runs where production servers are, past the LSN that fills a position's first part.
+    runuser -u postgres -- "$PG_BIN/pg_resetwal" -l 000000010000000300000000 -D "$PG/data" \
+      >>"$PG/initdb.log" 2>&1 || die "pg_resetwal failed; see $PG/initdb.log"
   fi
   runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$PG/data" -l "$PG/server.log" -w -t 30 start \
     -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -k $PG/sock -c wal_level=logical \

@@ -23,6 +23,10 @@ def test_staged_positions_are_unique_and_increase_in_commit_order(src):
     log = src.staged().read_log(src.source_id, src.table("accounts"))
     positions = log["_position"].to_pylist()
     assert len(positions) > 50 and positions == sorted(set(positions))
+    if src.kind == "postgres":
+        # The suite's server starts its WAL at LSN 3/0, past where the LSN fills a position's first
+        # part (2/540BE3FF), as a long-lived production server is: positions use the overflow lane.
+        assert all(p.startswith("9999999999-") for p in positions)
     # Commit order: a transaction's events are contiguous, transactions never interleave.
     txids = [t for t in log["_txid"].to_pylist()]
     seen, previous = set(), None

@@ -3,7 +3,10 @@
 A position is three non-negative integers, compared left to right:
 
 * MariaDB/MySQL: (binlog file index, end position of the row event, row index in the event)
-* PostgreSQL:    (commit LSN, index of the change inside its transaction, 0)
+* PostgreSQL:    (commit LSN, index of the change inside its transaction, 0), and from LSN
+                 9,999,999,999 on (2/540BE3FF, about 9.3 GiB of WAL in a server's life), where the
+                 LSN no longer fits the first part: (9999999999, commit LSN, index). The order is
+                 the same on both sides of the switch, so positions staged before it stay valid.
 
 It is stored and compared everywhere (Parquet, ZooKeeper, Spark, NDJSON) as a fixed-width
 decimal string, so plain string comparison equals tuple comparison and no consumer needs to
@@ -64,8 +67,22 @@ def binlog_file_index(log_file: str) -> int:
     return int(suffix)
 
 
+_LSN_CEILING = MAX_PARTS[0]
+
+
 def postgres_position(commit_lsn: int, index_in_txn: int) -> Position:
-    return Position(commit_lsn, index_in_txn, 0)
+    return Position.decode(postgres_encode(commit_lsn, index_in_txn))
+
+
+def postgres_encode(commit_lsn: int, index_in_txn: int) -> str:
+    """The position of the `index_in_txn`th change of the transaction committed at `commit_lsn`.
+
+    Past the first part's ceiling the first part saturates and the LSN moves one part right: no
+    change of layout, no migration, and (LSN, index) order is kept across the switch (an index
+    never reaches 10^10, so an old position at the ceiling sorts before every new one)."""
+    if commit_lsn < _LSN_CEILING:
+        return f"{commit_lsn:010d}-{index_in_txn:020d}-{0:010d}"
+    return f"{_LSN_CEILING:010d}-{commit_lsn:020d}-{index_in_txn:010d}"
 
 
 def lsn_to_int(lsn: str) -> int:

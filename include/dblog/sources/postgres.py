@@ -12,8 +12,7 @@ import psycopg2.extras
 import pyarrow as pa
 
 from ..model.events import ChangeEvent, RepairNeed
-from ..model.positions import encode as encode_position
-from ..model.positions import int_to_lsn, lsn_to_int, postgres_position
+from ..model.positions import int_to_lsn, lsn_to_int, postgres_encode, postgres_position
 from ..model.schema import Column, decimal_type, normalize_key
 from ..model.staged_format import Op
 from ..settings import settings
@@ -505,7 +504,7 @@ class PostgresSource(Source):
         else:
             # No row events: the table's rows are gone from the source but not from the
             # warehouse, so the table is repaired whole (see dblog.snapshot.repair).
-            position = encode_position(begin.final_lsn, index, 0)
+            position = postgres_encode(begin.final_lsn, index)
             needs.extend(RepairNeed(r.qualified, "TRUNCATE (no row events in the log)", position)
                          for r in item.relations if r.namespace == self.schema)
 
@@ -523,6 +522,6 @@ class PostgresSource(Source):
             prior = normalize_key(schema.key_of(identity), schema)
             old_key = prior if prior != key else None
         op = _OPS[change.kind]
-        return ChangeEvent(self.name, table, op, encode_position(begin.final_lsn, index, 0), key, after,
+        return ChangeEvent(self.name, table, op, postgres_encode(begin.final_lsn, index), key, after,
                            before=change.old, old_key=old_key, txid=str(begin.xid), commit_ts=begin.commit_ts,
                            unchanged=change.unchanged or [])
