@@ -17,6 +17,13 @@ class Deployment:
         monkeypatch.setattr(C, "checkpoint_position", lambda store, source: self.checkpoints[source])
         monkeypatch.setattr(C, "staged_tables", lambda staged, source: self.tables[source])
         monkeypatch.setattr(C, "merge_table", self.merge_table)
+        self.index: C.changed_tables.ChangeIndex | None = None   # None: a capture without the change index
+        self.marks: dict[str, int] = {}
+        self.cleared: list[tuple[str, int]] = []
+        monkeypatch.setattr(C.changed_tables, "load_index", lambda store, source: self.index)
+        monkeypatch.setattr(C.changed_tables, "marks", lambda store, source: dict(self.marks))
+        monkeypatch.setattr(C.changed_tables, "clear_mark",
+                            lambda store, source, table, version: self.cleared.append((table, version)))
 
     def merge_table(self, spark, store, staged, warehouse, source, table, **options):
         self.merged.append((source, table))
@@ -34,7 +41,7 @@ def committed(source: str, table: str, events: int, snapshot: int) -> MergeResul
                        committed_at=100.0, oldest_commit_ts=97.5)
 
 
-def test_a_source_whose_checkpoint_stayed_put_is_skipped_until_the_full_pass_is_due(monkeypatch):
+def test_without_a_change_index_a_source_whose_checkpoint_stayed_put_is_skipped_until_the_full_pass_is_due(monkeypatch):
     d = Deployment(monkeypatch, {"a": ["t1", "t2"], "b": ["u"]})
     loop, report = d.loop([]), C.SliceReport()
     loop.cycle(report)
@@ -117,3 +124,43 @@ def test_a_table_whose_repair_has_not_landed_is_said_when_that_changes_not_every
     assert len(said) == 2, said
     assert all("not in sync yet: a repair of every row has not landed" in line for line in said)
     assert "TRUNCATE" in said[1]
+
+
+def test_with_a_change_index_a_cycle_merges_only_the_tables_with_newer_events_or_a_chunk_mark(monkeypatch):
+    d = Deployment(monkeypatch, {"a": [f"t{i}" for i in range(50)]})
+    d.index = C.changed_tables.ChangeIndex(since="p0", tables={"t3": "p1"})
+    d.next.update({("a", f"t{i}"): MergeResult("a", f"t{i}", upto="p1", note="up to date") for i in range(50)})
+    loop, report = d.loop([]), C.SliceReport()
+    loop.cycle(report)
+    assert len(d.merged) == 50 and report.listings == 1   # the first cycle: no table's position known yet
+    d.merged.clear()
+    for n in range(2, 5):
+        d.checkpoints["a"] = f"p{n}"
+        d.index.tables["t7"] = f"p{n}"
+        d.next[("a", "t7")] = MergeResult("a", "t7", upto=f"p{n}")
+        loop.cycle(report)
+    assert d.merged == [("a", "t7")] * 3   # the 49 others: no lock, no state loaded, not listed again
+    assert report.listings == 1 and report.skipped == 3 * 49 and report.merges == 53
+    assert {t: s.merges for (_, t), s in report.tables.items() if s.merges > 1} == {"t7": 4}
+
+
+def test_a_table_a_dump_marked_is_merged_until_no_chunk_waits_then_its_mark_is_cleared(monkeypatch):
+    d = Deployment(monkeypatch, {"a": ["t1", "t2"]})
+    d.index = C.changed_tables.ChangeIndex(since=None, tables={})
+    d.next.update({("a", t): MergeResult("a", t, upto="p1") for t in ("t1", "t2")})
+    loop, report = d.loop([]), C.SliceReport()
+    loop.cycle(report)
+    d.merged.clear()
+    d.marks = {"t2": 4, "new": 0}   # a dump staged chunks of t2, and of a table not staged before
+    d.next[("a", "t2")] = MergeResult("a", "t2", upto="p1", chunks_waiting=2)   # their windows not passed yet
+    loop.cycle(report)
+    assert sorted(d.merged) == [("a", "new"), ("a", "t2")] and d.cleared == [("new", 0)]
+    d.next[("a", "t2")] = MergeResult("a", "t2", upto="p2", chunks=2)
+    loop.cycle(report)
+    assert ("t2", 4) in d.cleared   # by the version read: a chunk staged meanwhile keeps the mark
+
+
+def test_a_table_merged_only_up_to_before_the_index_began_is_merged_whatever_the_index_says():
+    index = C.changed_tables.ChangeIndex(since="p5", tables={"t": "p3"})
+    assert index.newer("t", "p4", "p9") and not index.newer("t", "p5", "p9") and index.newer("t", None, "p9")
+    assert not C.changed_tables.ChangeIndex(None, {"t": "p7"}).newer("t", "p6", "p6")   # not past the checkpoint

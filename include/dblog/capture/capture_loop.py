@@ -27,14 +27,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from ..coordination import changed_tables, unlogged, watermark_index
 from ..coordination import store as paths
-from ..coordination import unlogged, watermark_index
 from ..coordination.checkpoint import Checkpoint, ensure_checkpoint, load_checkpoint, save_checkpoint
 from ..coordination.health import Heartbeat
 from ..coordination.store import Lease, StateStore
 from ..faults import crash_point
 from ..model.events import ChangeEvent, RepairNeed
-from ..model.staged_format import encode_event
+from ..model.staged_format import POSITION, encode_event
 from ..retry import reconnecting
 from ..settings import settings
 from ..snapshot import repair
@@ -108,6 +108,8 @@ class Capture:
         self.leading = threading.Event()
         self._checkpoint = Checkpoint()
         self._acked: dict | None = None
+        self._index = changed_tables.ChangeIndex()   # which tables have new events, for the merge
+        self._newest: dict[str, str] = {}             # ... staged since the checkpoint last moved
         self.heartbeat = Heartbeat(store, source.name, self.identifier, on_beat)  # liveness, lag history
         # The leader also runs the repairs the log asks for (see dblog.snapshot.repair).
         self.repairer = repair.Repairer(store, source, staged, warehouse=warehouse) if repairs else None
@@ -121,6 +123,8 @@ class Capture:
         try:
             self._checkpoint = ensure_checkpoint(self.store, self.source)
             self.heartbeat.start(self.lease, self._checkpoint)
+            self._index = changed_tables.start_index(self.store, self.lease, self.source.name,
+                                                     self._checkpoint.position)
             indexed = watermark_index.backfill(self.store, self.lease, self.staged, self.source.name)
             if indexed is not None:
                 log.info("%s: indexed the positions of %d staged watermarks", self.source.name, indexed)
@@ -210,6 +214,8 @@ class Capture:
             self.staged.write_segment(self.source.name, self.source.table_schema(table), rows)
             self.stats.segments += 1
             crash_point("capture.mid_flush")
+            if rows and table != WATERMARK_TABLE:   # rows are in log order: the last is the table's newest
+                self._newest[table] = max(rows[-1][POSITION], self._newest.get(table, ""))
         if batch.open:
             crash_point("capture.piece_staged")
         # After every segment (an indexed watermark is a staged one), before the checkpoint.
@@ -232,6 +238,10 @@ class Capture:
             log.info("%s: staged %d events of a transaction whose commit is still to come", self.source.name,
                      batch.count)
             return
+        # The change index before the checkpoint, as the watermark index: a merge that sees the
+        # checkpoint sees every table it passed new events of.
+        changed_tables.record(self.store, lease, self.source.name, self._index, self._newest)
+        self._newest = {}
         crash_point("capture.before_checkpoint")
         checkpoint = self._checkpoint.advanced(batch.resume, batch.last_position,
                                                batch.commit_ts.timestamp() if batch.commit_ts else None, self.identifier)

@@ -6,6 +6,8 @@ Layout under the chroot (default `/dblog`), per source:
     /{source}/capture/checkpoint            JSON: where to resume, last staged position (see dblog.coordination.checkpoint)
     /{source}/capture/heartbeat             JSON: the leader's liveness and when it last was at the log's head
     /{source}/capture/lag_history           JSON: [[unix time, lag s], ...] over the last hour
+    /{source}/capture/tables                JSON: table -> newest staged position (see dblog.coordination.changed_tables)
+    /{source}/chunks/{table}                JSON: a dump staged chunks of the table not merged yet (its version counts)
     /{source}/dumps/{id}                    JSON: the dump's scope
     /{source}/dumps/{id}/control            JSON: state (running|paused|cancelled), chunk_size, delay_s
     /{source}/dumps/{id}/tables/{table}     JSON: progress (last completed key, chunks, rows, done)
@@ -222,6 +224,22 @@ class StateStore:
                     out[p] = None
             return out
         return self.call(read)
+
+    def versions(self, paths: list[str]) -> dict[str, int | None]:
+        """Each node's data version (None where there is no node), pipelined: what `delete_at`
+        compares, so a node written in between is kept."""
+        def read() -> dict[str, int | None]:
+            pending = [(p, self.zk.exists_async(p)) for p in paths]
+            return {p: (None if (stat := result.get()) is None else stat.version) for p, result in pending}
+        return self.call(read)
+
+    def delete_at(self, path: str, version: int) -> bool:
+        """Delete `path` if its data is still at `version`; False if it was written since or is gone."""
+        try:
+            self.call(self.zk.delete, path, version=version)
+            return True
+        except (NoNodeError, BadVersionError):
+            return False
 
     def delete_many(self, paths: list[str]) -> int:
         """Delete the nodes (childless) at `paths`, pipelined; returns how many were there."""

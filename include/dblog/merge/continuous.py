@@ -4,14 +4,16 @@ A cold `dblog merge` spends most of its time starting Spark and planning; the ch
 few rows. Here the session stays up and each cycle runs `job.merge_table` for the tables of each
 source, so a change is visible one cycle after the capture checkpoints it.
 
-A cycle costs what changed: the capture's checkpoint position is one ZooKeeper read per source,
-and while it has not moved since every table of the source merged up to it, no log event is new
-and no chunk can have become ready (that needs the checkpoint to pass its HW), so the source is
-skipped without listing anything. One exception: a dump stages a chunk after writing its HW, so
-on a source that has gone quiet the capture may pass the HW before the file appears, and the
-checkpoint then stays put. Every `FULL_PASS_S` a source is therefore merged whatever its
-checkpoint. A table with nothing new commits nothing (`merge_table` says "up to date"); a table
-with new input commits one Iceberg snapshot.
+A cycle costs what changed: per source, it reads the capture's checkpoint, then the change
+index and the chunk marks (`dblog.coordination.changed_tables`): three ZooKeeper reads, whatever
+the number of tables. A table is merged only when the index holds an event of it newer than this
+process merged it up to, or a dump marked it with a chunk; every other table is passed over with
+no lock, no catalog load and no listing (`SliceReport.skipped`). The source's tables are listed
+once, at the first cycle (every table is merged then: this process knows no table's position
+yet). A source whose capture is of a version without the index is swept as before: every table
+whenever the checkpoint moved, and every `FULL_PASS_S` whatever it did. A table with nothing new
+commits nothing (`merge_table` says "up to date"); a table with new input commits one Iceberg
+snapshot.
 
 Merges of one table stay serialized by its ZooKeeper merge lock, so a scheduled `dblog merge`, a
 dump run's merge or a second deployment's continuous merge can run beside this one: a table whose
@@ -30,9 +32,11 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
+from ..coordination import changed_tables
 from ..coordination.checkpoint import checkpoint_position
 from ..coordination.store import StateStore
 from ..settings import settings
+from ..sources.base import WATERMARK_TABLE
 from ..stagedlog.staged_log import StagedLog
 from ..warehouse.tables import Warehouse
 from .job import MergeBusy, MergeError, MergeResult, merge_table, staged_tables
@@ -44,7 +48,7 @@ IDLE_LINE_S = 60.0      # an idle merge says so this often, so a quiet log is no
 FULL_PASS_S = 30.0      # a source is merged at least this often, even if its checkpoint stayed put
 _SUMMED = ("log_events", "chunks", "chunk_rows", "survivors", "buckets_written", "seconds", "commit_seconds",
            "repairs_requested", "blind_chunks", "blind_rows")
-_LATEST = ("snapshot_id", "upto", "buckets", "rows", "tombstones", "missing_rows", "waiting", "note")
+_LATEST = ("snapshot_id", "upto", "buckets", "rows", "tombstones", "missing_rows", "waiting", "note", "chunks_waiting")
 
 
 @dataclass
@@ -55,6 +59,7 @@ class TableSlice:
     error: str | None = None
     error_logged: float = -REPEAT_ERROR_S
     busy_since: float | None = None   # monotonic time another merge first held the table's lock
+    merges: int = 0                   # merges started (the rest of the cycles passed it over)
 
     def add(self, r: MergeResult) -> None:
         for name in _SUMMED:
@@ -89,6 +94,9 @@ class SliceReport:
     busy_cycles: int = 0    # cycles that merged something
     cycle_seconds: list[float] = field(default_factory=list)   # of busy cycles (an idle one is a ZooKeeper read)
     tables: dict[tuple[str, str], TableSlice] = field(default_factory=dict)
+    merges: int = 0         # table merges started (each takes the table's lock and loads its state)
+    skipped: int = 0        # ... and tables passed over without either: nothing new in the index
+    listings: int = 0       # staged-log listings of a source's tables
 
     @property
     def failures(self) -> dict[tuple[str, str], str]:
@@ -114,6 +122,8 @@ class ContinuousMerge:
         self.lock_timeout = settings().merge.lock_timeout_seconds
         self.stop = stop or threading.Event()
         self._merged_to: dict[str, tuple[str, float]] = {}   # source -> (position every table merged up to, when)
+        self._upto: dict[tuple[str, str], str | None] = {}    # (source, table) -> position merged up to here
+        self._tables: dict[str, set[str]] = {}                # source -> its tables (with an index)
         self._idle_said = time.monotonic()
 
     def run(self, duration: float | None = None) -> SliceReport:
@@ -152,10 +162,48 @@ class ContinuousMerge:
 
     def _source(self, report: SliceReport, source: str, chosen: list[str] | None) -> int:
         upto = checkpoint_position(self.store, source)
+        if upto is None:
+            return 0
+        index = changed_tables.load_index(self.store, source)   # after the checkpoint: see its module
+        if index is None:
+            return self._sweep(report, source, chosen, upto)
+        marks = changed_tables.marks(self.store, source)
+        committed = 0
+        for table in chosen or self._known(report, source, index, marks):
+            if self.stop.is_set():
+                break
+            if table not in marks and not index.newer(table, self._upto.get((source, table)), upto):
+                report.skipped += 1
+                continue
+            done = self._merge(report, source, table)
+            if done is None:
+                continue   # failed or busy: tried again next cycle
+            self._upto[(source, table)] = done.upto
+            if table in marks and not done.chunks_waiting:
+                changed_tables.clear_mark(self.store, source, table, marks[table])
+            committed += done.committed_at is not None
+        report.tables.pop((source, "*"), None)   # the source could be read again
+        return committed
+
+    def _known(self, report: SliceReport, source: str, index: changed_tables.ChangeIndex,
+               marks: dict[str, int]) -> list[str]:
+        """Every table of the source: listed from the staged log once, then learnt from the index
+        and the marks (a new table is staged by the capture or a dump before it can be merged)."""
+        known = self._tables.get(source)
+        if known is None:
+            known = self._tables[source] = set(staged_tables(self.staged, source))
+            report.listings += 1
+        known.update(t for t in (*index.tables, *marks) if t != WATERMARK_TABLE)
+        return sorted(known)
+
+    def _sweep(self, report: SliceReport, source: str, chosen: list[str] | None, upto: str) -> int:
+        """Without a change index (a capture of an older version stages this source): every table,
+        whenever the checkpoint moved, and at least every FULL_PASS_S."""
         last = self._merged_to.get(source)
-        if upto is None or (last is not None and upto == last[0] and time.monotonic() - last[1] < FULL_PASS_S):
+        if last is not None and upto == last[0] and time.monotonic() - last[1] < FULL_PASS_S:
             return 0
         began, committed, all_done = time.monotonic(), 0, True
+        report.listings += chosen is None
         for table in chosen or staged_tables(self.staged, source):
             if self.stop.is_set():
                 return committed
@@ -177,6 +225,8 @@ class ContinuousMerge:
 
     def _merge(self, report: SliceReport, source: str, table: str) -> MergeResult | None:
         entry = self._entry(report, source, table)
+        report.merges += 1
+        entry.merges += 1
         try:
             # Waiting longer for another merge's lock would hold every other table back.
             r = merge_table(self.spark, self.store, self.staged, self.warehouse, source, table,

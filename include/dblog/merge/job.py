@@ -237,6 +237,7 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
         ready = _ready_chunks(store, staged, source, pending, upto, out, result)
         if ready is not None and low is not None:
             low = min(low, ready.low)  # the windows may reach back before the last merge
+        result.chunks_waiting = sum(1 for c in pending if c.number not in out.ready.get(c.dump_id, ()))
     # Without chunk windows to cover, only segments with events after the last merge matter.
     segments = staged.segments(source, table, low, upto) if ready is not None else \
         staged.segments(source, table, high=upto, after=done_upto)

@@ -38,6 +38,7 @@ class MergeResult:
     missing_rows: int = 0                   # warehouse rows with a value nothing proved yet (see rules.latest)
     repairs_requested: int = 0              # keys this merge asked to re-read (values it could not prove)
     waiting: dict | None = None             # repairs of this table not landed yet (repair.waiting)
+    chunks_waiting: int = 0                 # staged chunks left for a later merge (their window not passed yet)
     commits: int = 0                        # snapshots committed (a continuous slice sums its merges')
     error: str | None = None                # a continuous slice's last failure of the table, if any
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 
+from ..coordination import changed_tables
 from ..coordination import store as paths
 from ..coordination.checkpoint import ensure_checkpoint
 from ..coordination.store import Lease, StateStore
@@ -454,6 +455,8 @@ class TableDump:
             record_chunk_rate(progress, rows, time.monotonic() - since)
         self._rows += rows
         progress.rows_per_s = self._rows / max(time.monotonic() - self._started, 1e-9)
+        if files:   # after the files are staged: a merge that reads the mark then lists them
+            changed_tables.mark_chunk(self.store, self.source.name, self.table)
         if carried is None:
             self.store.fenced_put(lease, self.progress_path, asdict(progress))
         if self.on_chunk and files:
