@@ -52,8 +52,13 @@ def bare_mysql(src, start: dict) -> int:
     return n
 
 
-def bare_postgres(src, end_lsn: int) -> int:
+def bare_postgres(src, end_lsn: int, decode: bool = False) -> int:
+    """The library's read loop; with `decode`, our pgoutput decoder over each message too (where
+    the capture's ceiling is once every row is parsed)."""
     import psycopg2.extras
+
+    from dblog.sources.pgoutput import Decoder
+    decoder = Decoder()
     conn = src.connect(connection_factory=psycopg2.extras.LogicalReplicationConnection)
     cur = conn.cursor()
     cur.start_replication(slot_name=src.slot, decode=False,
@@ -64,6 +69,8 @@ def bare_postgres(src, end_lsn: int) -> int:
         if msg is None:
             continue
         kind = msg.payload[:1]
+        if decode:
+            decoder.decode(msg.payload)
         if kind in (b"I", b"U", b"D"):
             n += 1
         elif kind == b"C" and msg.data_start >= end_lsn:
@@ -73,14 +80,17 @@ def bare_postgres(src, end_lsn: int) -> int:
 
 
 def run(kind: str, rows: int = 100_000, reps: int = 3) -> dict:
-    bare_rates, ours_rates, counts = [], [], []
+    bare_rates, ours_rates, decode_rates, counts = [], [], [], []
     for _ in range(reps):
         _table(kind)
-        slots = [f"bench_bare_{uuid.uuid4().hex[:6]}", f"bench_ours_{uuid.uuid4().hex[:6]}"]
+        slots = [f"bench_bare_{uuid.uuid4().hex[:6]}", f"bench_ours_{uuid.uuid4().hex[:6]}",
+                 f"bench_decode_{uuid.uuid4().hex[:6]}"]
         bare_src, our_src = source(kind, "bench_bare", NS, slots[0]), source(kind, "bench_ours", NS, slots[1])
+        decode_src = source(kind, "bench_decode", NS, slots[2]) if kind == "postgres" else None
         st = store()
-        for s in (bare_src, our_src):
-            s.preflight()
+        for s in (bare_src, our_src, decode_src):
+            if s is not None:
+                s.preflight()
         start = our_src.start_point()
         if start is not None:
             st.put(checkpoint_path(our_src.name), {"resume": start, "position": None})
@@ -90,6 +100,9 @@ def run(kind: str, rows: int = 100_000, reps: int = 3) -> dict:
         end = lsn_to_int(our_src.head()["lsn"]) if kind == "postgres" else None
         bare = partial(bare_mysql, bare_src, start) if kind == "mysql" else partial(bare_postgres, bare_src, end)
         bare_s, n_bare = timed(bare)
+        if decode_src is not None:   # PostgreSQL's bare loop parses no row; this one does, as ours must
+            decode_s, n_decoded = timed(partial(bare_postgres, decode_src, end, decode=True))
+            decode_rates.append(n_decoded / decode_s)
         capture = Capture(our_src, st, staged())
         ours_s, stats = timed(partial(capture.run, until_watermark=mark))
         bare_rates.append(n_bare / bare_s)
@@ -97,10 +110,13 @@ def run(kind: str, rows: int = 100_000, reps: int = 3) -> dict:
         counts.append((n_bare, stats.events))
         st.stop()
         if kind == "postgres":
-            for s in (bare_src, our_src):
+            for s in (bare_src, our_src, decode_src):
                 s.close()
             run_sql(kind, *[f"SELECT pg_drop_replication_slot('{s}')" for s in slots])
     out = {"rows_changed": counts[0][0], "bare_rows_per_s": round(median(bare_rates)),
            "capture_rows_per_s": round(median(ours_rates)),
            "ratio": round(median([o / b for o, b in zip(ours_rates, bare_rates)]), 3), "reps": reps}
+    if decode_rates:
+        out["decode_rows_per_s"] = round(median(decode_rates))
+        out["ratio_to_decode"] = round(median([o / d for o, d in zip(ours_rates, decode_rates)]), 3)
     return out

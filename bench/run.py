@@ -8,6 +8,7 @@ Parts (DBLOG_BENCH_PARTS, comma-separated, default all, in this order):
   writes     3. the same under a concurrent write load (latency, lag, pauses, rows the copies get wrong)
   merge      4. merge scaling (N and 10N rows; a 1,000-key batch into 10N rows) against a rewrite
   sweep      5. chunk size x parallelism sweep
+  shape      6. a database's shape: 10 / 100 / 1,000 tables, writes over 50 of them, continuous merge
 Each part writes bench/results/<part>.json; then bench/results/bench.md (the tables, also
 printed) and bench/results/writes.png (scenario 3 over time) are made from whatever is there.
 A new run replaces its part's current result: move the one it replaces to bench/results/history/
@@ -29,6 +30,8 @@ Sizes and settings (environment; defaults fit 2 cores / 24 GiB):
   DBLOG_BENCH_FRESHNESS_SECONDS=600 (continuous; 1800 for the memory figure)
   DBLOG_BENCH_FRESHNESS_SCHEDULED_SECONDS=900 (0: skip)  DBLOG_BENCH_FRESHNESS_RATE=1000 row changes/s a source
   DBLOG_BENCH_FRESHNESS_BIG_ROWS=1000000 (dumped at the start)
+  DBLOG_BENCH_SHAPE_SOURCE=mysql  DBLOG_BENCH_SHAPE_TABLES=10,100,1000  DBLOG_BENCH_SHAPE_ROWS=1000
+  DBLOG_BENCH_SHAPE_RATE=500  DBLOG_BENCH_SHAPE_SECONDS=120  DBLOG_BENCH_SHAPE_WRITTEN=50 (tables written)
 """
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import PORTS  # noqa: E402
 
 OUT = Path(__file__).parent / "results"
-PARTS = ("capture", "freshness", "dump", "writes", "merge", "sweep")
+PARTS = ("capture", "freshness", "dump", "writes", "merge", "sweep", "shape")
 
 
 def env(name: str, default: str) -> str:
@@ -88,6 +91,11 @@ def part(name: str, kinds: list[str], spark_session) -> dict:
         if env("MERGE_S3", "1") == "1":
             out["s3"] = merge_bench.run(spark_session(), rows, zk, s3=True)
         return out
+    if name == "shape":
+        import shape_bench
+        return shape_bench.run(env("SHAPE_SOURCE", "mysql"), [int(n) for n in env("SHAPE_TABLES", "10,100,1000").split(",")],
+                               int(env("SHAPE_ROWS", "1000")), float(env("SHAPE_RATE", "500")),
+                               float(env("SHAPE_SECONDS", "120")), int(env("SHAPE_WRITTEN", "50")))
     import sweep_bench
     sizes = [int(s) for s in env("SWEEP_SIZES", "2000,5000,20000,50000").split(",")]
     parallelisms = tuple(int(p) for p in env("SWEEP_PARALLELISM", "1,2,4,8").split(","))

@@ -139,6 +139,10 @@ class Merge:
         2.0, "DBLOG_MERGE_CONTINUOUS_EVERY_SECONDS", "pause between two cycles of the continuous merge "
         "(`dblog merge --continuous`, `dblog_merge_continuous`), chosen by the freshness benchmark",
         minimum=0.1, maximum=3600)
+    parallel_tables: int = setting(
+        4, "DBLOG_MERGE_PARALLEL_TABLES", "tables the continuous merge merges at once in its Spark session (fair "
+        "scheduling), so a big table's merge does not hold the others' freshness; 1: one after another",
+        minimum=1, maximum=64)
     continuous_slice_seconds: int = setting(
         3600, "DBLOG_MERGE_SLICE_SECONDS", "length of one `dblog_merge_continuous` run (one warm Spark session); "
         "each handover costs a Spark start, and asset events are sent at the end of a slice",

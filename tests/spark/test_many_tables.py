@@ -25,6 +25,7 @@ def test_with_300_tables_a_cycle_merges_only_the_written_table_and_the_dumped_on
                                 say=lambda _: None)
         first = SliceReport()
         merge.cycle(first)
+        merge.harvest(None)   # the merges side by side (DBLOG_MERGE_PARALLEL_TABLES) all ended
         assert (first.merges, first.listings) == (4, 1)   # what is staged; no position of them known yet
 
         src.sql(f"UPDATE {ns}.t002 SET v = 5 WHERE id = 1")

@@ -32,8 +32,9 @@ class Deployment:
             raise outcome
         return outcome or MergeResult(source, table, note="up to date")
 
-    def loop(self, said: list[str]) -> C.ContinuousMerge:
-        return C.ContinuousMerge(None, None, None, None, {s: None for s in self.tables}, every=1, say=said.append)
+    def loop(self, said: list[str], parallel: int = 1) -> C.ContinuousMerge:
+        return C.ContinuousMerge(None, None, None, None, {s: None for s in self.tables}, every=1, say=said.append,
+                                 parallel=parallel)
 
 
 def committed(source: str, table: str, events: int, snapshot: int) -> MergeResult:
@@ -164,3 +165,30 @@ def test_a_table_merged_only_up_to_before_the_index_began_is_merged_whatever_the
     index = C.changed_tables.ChangeIndex(since="p5", tables={"t": "p3"})
     assert index.newer("t", "p4", "p9") and not index.newer("t", "p5", "p9") and index.newer("t", None, "p9")
     assert not C.changed_tables.ChangeIndex(None, {"t": "p7"}).newer("t", "p6", "p6")   # not past the checkpoint
+
+
+def test_side_by_side_a_long_merge_runs_on_while_the_next_cycles_merge_the_other_tables(monkeypatch):
+    import threading
+    d = Deployment(monkeypatch, {"a": ["big", "small"]})
+    d.index = C.changed_tables.ChangeIndex(since=None, tables={"big": "p1", "small": "p1"})
+    landing, merging = threading.Event(), threading.Event()
+    fast = d.merge_table
+
+    def merge_table(spark, store, staged, warehouse, source, table, **options):
+        if table == "big":
+            merging.set()
+            landing.wait(30)   # a dump landing: longer than many cycles
+            return committed(source, table, 0, 7)
+        return fast(spark, store, staged, warehouse, source, table, **options) or None
+    monkeypatch.setattr(C, "merge_table", merge_table)
+    loop, report = d.loop([], parallel=2), C.SliceReport()
+    loop.every = 0.05
+    for n in range(2, 6):
+        d.checkpoints["a"] = d.index.tables["small"] = d.index.tables["big"] = f"p{n}"
+        d.next[("a", "small")] = MergeResult("a", "small", snapshot_id=n, upto=f"p{n}", committed_at=1.0)
+        loop.cycle(report)
+    assert merging.is_set() and d.merged.count(("a", "small")) == 4   # every cycle, while big merged on
+    assert report.tables[("a", "big")].merges == 1   # never started twice
+    landing.set()
+    loop.harvest(None)
+    assert report.tables[("a", "big")].total.snapshot_id == 7

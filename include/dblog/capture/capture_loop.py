@@ -58,16 +58,20 @@ class Batch:
     opened: float = 0.0
     repairs: list[RepairNeed] = field(default_factory=list)
 
-    def add(self, txn: Transaction) -> None:
+    def add(self, txn: Transaction) -> list[ChangeEvent]:
+        """Add a transaction (or a piece of one); returns its watermark events (usually none)."""
         if self.parts == 0:
             self.opened = time.monotonic()
         self.parts += 1
+        rows, marks_before = self.rows, len(self.rows.get(WATERMARK_TABLE, ()))
         for e in txn.events:
-            self.rows[e.table].append(encode_event(e))
+            rows[e.table].append(encode_event(e))
+        marks = [e for e in txn.events if e.table == WATERMARK_TABLE] \
+            if len(rows.get(WATERMARK_TABLE, ())) > marks_before else []
         self.count += len(txn.events)
         self.open = not txn.complete
         if not txn.complete:
-            return  # staged with the batch; the checkpoint waits for the commit
+            return marks  # staged with the batch; the checkpoint waits for the commit
         self.repairs.extend(txn.repairs)
         # A write logged without rows has a position too: once staged (its repair request and
         # `unlogged` entry), the checkpoint passes it, so waits on "the capture passed it" end.
@@ -78,6 +82,7 @@ class Batch:
             self.first_commit_ts = self.first_commit_ts or txn.commit_ts
         self.txns += 1
         self.resume = txn.resume
+        return marks
 
 
 @dataclass
@@ -176,11 +181,12 @@ class Capture:
             writer.check()  # a staging failure stops the capture at once, not at the next batch
             if txn is not None:
                 self.stats.max_stall_s = max(self.stats.max_stall_s, time.monotonic() - last_read)
-                batch.add(txn)
+                marks = batch.add(txn)
                 inside = not txn.complete
-                reached = reached or (until is not None and any(
-                    e.table == WATERMARK_TABLE and (e.after or {}).get("value") == until for e in txn.events))
-                awaited = awaited or any(is_sync_point(e) for e in txn.events)
+                if marks:
+                    reached = reached or (until is not None and any((e.after or {}).get("value") == until
+                                                                     for e in marks))
+                    awaited = awaited or any(is_sync_point(e) for e in marks)
             now = time.monotonic()
             # Someone waits for a sync point (`dblog sync`, a merge after a dump): stage it now,
             # not when the log goes quiet or the batch is full.

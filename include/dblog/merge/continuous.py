@@ -28,6 +28,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
@@ -114,9 +116,11 @@ class ContinuousMerge:
 
     def __init__(self, spark: SparkSession, store: StateStore, staged: StagedLog, warehouse: Warehouse,
                  tables: dict[str, list[str] | None], *, every: float, bucket_rows: int | None = None,
-                 say: Callable[[str], None] = print, stop: threading.Event | None = None):
+                 say: Callable[[str], None] = print, stop: threading.Event | None = None,
+                 parallel: int | None = None):
         if every <= 0:
             raise MergeError(f"the merge interval must be > 0 seconds, got {every}")
+        parallel = settings().merge.parallel_tables if parallel is None else parallel
         self.spark, self.store, self.staged, self.warehouse = spark, store, staged, warehouse
         self.tables, self.every, self.bucket_rows, self.say = tables, every, bucket_rows, say
         self.lock_timeout = settings().merge.lock_timeout_seconds
@@ -125,10 +129,23 @@ class ContinuousMerge:
         self._upto: dict[tuple[str, str], str | None] = {}    # (source, table) -> position merged up to here
         self._tables: dict[str, set[str]] = {}                # source -> its tables (with an index)
         self._idle_said = time.monotonic()
+        self._counting = threading.Lock()   # the report's shared counters, from the merge threads
+        # Tables merge side by side: a big merge (a dump landing) runs on while the next cycles
+        # merge the small tables; one merge of a table at a time (`_running`, and its lock).
+        self._pool = ThreadPoolExecutor(parallel, thread_name_prefix="dblog-merge") if parallel > 1 else None
+        self._running: dict[tuple[str, str], Future[int]] = {}
 
     def run(self, duration: float | None = None) -> SliceReport:
         report = SliceReport()
-        deadline = None if duration is None else time.monotonic() + duration
+        try:
+            self._run(report, None if duration is None else time.monotonic() + duration)
+            self.harvest(None)   # the merges under way end their table's work, as a serial cycle does
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+        return report
+
+    def _run(self, report: SliceReport, deadline: float | None) -> None:
         while not self.stop.is_set() and (deadline is None or time.monotonic() < deadline):
             began = time.monotonic()
             merged = self.cycle(report)
@@ -146,11 +163,11 @@ class ContinuousMerge:
                 wait = min(wait, deadline - time.monotonic())
             if wait > 0:
                 self.stop.wait(wait)
-        return report
 
     def cycle(self, report: SliceReport) -> int:
-        """One pass over every source whose checkpoint moved; returns the snapshots committed."""
-        committed = 0
+        """One pass over every source whose checkpoint moved; returns the snapshots committed (with
+        merges side by side: those that ended since the last cycle or within this one's interval)."""
+        committed, before = self.harvest(0), set(self._running)
         for source, chosen in self.tables.items():
             try:
                 committed += self._source(report, source, chosen)
@@ -158,7 +175,42 @@ class ContinuousMerge:
                 raise
             except Exception as exc:  # noqa: BLE001 - ZooKeeper or the staged log away: the next cycle tries again
                 self._failed(self._entry(report, source, "*"), f"{type(exc).__name__}: {exc}", exc)
+        # This cycle's merges get up to an interval to end; a longer one (an earlier cycle's too) runs on.
+        return committed + self.harvest(self.every, [f for k, f in self._running.items() if k not in before])
+
+    def harvest(self, wait: float | None, awaited: list[Future[int]] | None = None) -> int:
+        """Collect the merges that ended, waiting up to `wait` seconds (None: for ever) for the
+        `awaited` ones (None: all under way); the snapshots they committed. A dead Spark session
+        raises here."""
+        if not self._running:
+            return 0
+        futures.wait(list(self._running.values()) if awaited is None else awaited, timeout=wait)
+        committed = 0
+        for key, future in list(self._running.items()):
+            if future.done():
+                del self._running[key]
+                committed += future.result()
         return committed
+
+    def _start(self, report: SliceReport, source: str, table: str, mark: int | None) -> int:
+        """Merge a table now (serial), or start its merge beside the others; the snapshots
+        committed now."""
+        if self._pool is None:
+            return self._merge_marked(report, source, table, mark)
+        self._running[(source, table)] = self._pool.submit(self._merge_marked, report, source, table, mark)
+        return 0
+
+    def _merge_marked(self, report: SliceReport, source: str, table: str, mark: int | None) -> int:
+        if self._pool is not None and self.spark is not None:
+            # A fair-scheduler pool per thread: a small table's jobs are not queued behind a big one's.
+            self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", threading.current_thread().name)
+        done = self._merge(report, source, table)
+        if done is None:
+            return 0   # failed or busy: tried again next cycle
+        self._upto[(source, table)] = done.upto
+        if mark is not None and not done.chunks_waiting:
+            changed_tables.clear_mark(self.store, source, table, mark)
+        return int(done.committed_at is not None)
 
     def _source(self, report: SliceReport, source: str, chosen: list[str] | None) -> int:
         upto = checkpoint_position(self.store, source)
@@ -174,14 +226,9 @@ class ContinuousMerge:
                 break
             if table not in marks and not index.newer(table, self._upto.get((source, table)), upto):
                 report.skipped += 1
-                continue
-            done = self._merge(report, source, table)
-            if done is None:
-                continue   # failed or busy: tried again next cycle
-            self._upto[(source, table)] = done.upto
-            if table in marks and not done.chunks_waiting:
-                changed_tables.clear_mark(self.store, source, table, marks[table])
-            committed += done.committed_at is not None
+            elif (source, table) not in self._running:   # else still merging from an earlier cycle
+                self._entry(report, source, table)
+                committed += self._start(report, source, table, marks.get(table))
         report.tables.pop((source, "*"), None)   # the source could be read again
         return committed
 
@@ -225,7 +272,8 @@ class ContinuousMerge:
 
     def _merge(self, report: SliceReport, source: str, table: str) -> MergeResult | None:
         entry = self._entry(report, source, table)
-        report.merges += 1
+        with self._counting:
+            report.merges += 1
         entry.merges += 1
         try:
             # Waiting longer for another merge's lock would hold every other table back.

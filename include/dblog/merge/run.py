@@ -99,6 +99,7 @@ def _merge_continuously(options: MergeOptions, say: Callable[[str], None], spark
     results = report.results()
     say(f"slice done: {report.cycles} cycles, {report.busy_cycles} merged something (cycle time p50 "
         f"{cycles[len(cycles) // 2] if cycles else 0:.1f}s, max {cycles[-1] if cycles else 0:.1f}s); "
+        f"{report.merges} table merges, {report.skipped} passed over with nothing new; "
         + "; ".join(f"{r.source} {r.table}: {r.commits} snapshots, {r.log_events} log events, {r.chunks} chunks"
                     for r in results))
     return results

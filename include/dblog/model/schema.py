@@ -11,6 +11,7 @@ import datetime as dt
 import functools
 import json
 import math
+import operator
 import re
 from dataclasses import dataclass
 from decimal import Decimal
@@ -49,7 +50,15 @@ class TableSchema:
         raise KeyError(name)
 
     def key_of(self, row: dict) -> tuple:
-        return tuple(row[c] for c in self.key)
+        return self._key_getter(row)
+
+    @functools.cached_property
+    def _key_getter(self):
+        # On the capture's hot path (once per event): itemgetter is C, but gives a bare value for one column.
+        if len(self.key) == 1:
+            (name,) = self.key
+            return lambda row: (row[name],)
+        return operator.itemgetter(*self.key)
 
     @functools.cached_property
     def key_indexes(self) -> tuple[int, ...]:
@@ -118,7 +127,7 @@ def _to_timestamp(value: Any, arrow_type: pa.TimestampType) -> Any:
 
 def normalize_key(values: tuple, schema: TableSchema) -> tuple:
     """Key values as staged, so keys from the log and from a SELECT compare equal."""
-    if all(type(v) is t for v, t in zip(values, schema.key_python_types)):
+    if tuple(map(type, values)) == schema.key_python_types:
         return tuple(values)  # the common case (integer and text keys), on the capture's hot path
     return tuple(coerce(v, schema.column(c).arrow_type) for v, c in zip(values, schema.key))
 

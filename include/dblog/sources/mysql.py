@@ -426,8 +426,12 @@ class MySQLSource(Source):
         partial: list[ChangeEvent] = []
         misread: list[ChangeEvent] = []
 
+        # Only a TIME column can be misread; most tables have none (one check per event, not per value).
+        times = any(c.type in (FIELD_TYPE.TIME, FIELD_TYPE.TIME2) for c in ev.columns or ())
+
         def image(values_key: str, sources_key: str, row: dict) -> tuple[dict | None, set[str]]:
-            return without_misread(set_texts(row[values_key], row.get(sources_key), sets), table, schema.key)
+            values = set_texts(row[values_key], row.get(sources_key), sets)
+            return without_misread(values, table, schema.key) if times else (values, set())
 
         for i, row in enumerate(ev.rows):
             pos = encode_position(file_index, log_pos, i)

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from ..model.events import ChangeEvent, RepairNeed
 from ..model.positions import int_to_lsn, lsn_to_int, postgres_encode, postgres_position
-from ..model.schema import Column, decimal_type, normalize_key
+from ..model.schema import Column, TableSchema, decimal_type, normalize_key
 from ..model.staged_format import Op
 from ..settings import settings
 from .base import (
@@ -27,7 +27,7 @@ from .base import (
     Transaction,
 )
 from .native import NativeReads, PostgresNative
-from .pgoutput import Begin, Commit, Decoder, RowChange, Truncate
+from .pgoutput import Begin, Commit, Decoder, Relation, RowChange, Truncate
 
 
 class SlotInUse(SourceError):
@@ -112,6 +112,7 @@ class PostgresSource(Source):
         self.slot = slot or f"dblog_{name}".replace("-", "_")
         self.publication = publication
         self._repl = self._repl_cursor = None
+        self._relation_schemas: dict[int, tuple[Relation, str, TableSchema]] = {}   # oid -> see _event
 
     # -- plain SQL ------------------------------------------------------------------------------
     def connect(self, **extra):
@@ -499,7 +500,9 @@ class PostgresSource(Source):
             raise SourceError(f"{self.name}: logical replication sent a change outside a "
                               "transaction; it has no position, so it is not staged")
         if isinstance(item, RowChange):
-            if item.relation.namespace in (self.schema, WATERMARK_SCHEMA):
+            if item.relation.namespace == self.schema:
+                pending.append(self._event(item, begin, index))
+            elif item.relation.namespace == WATERMARK_SCHEMA:
                 pending.extend(self.own_watermarks([self._event(item, begin, index)]))
         else:
             # No row events: the table's rows are gone from the source but not from the
@@ -509,8 +512,14 @@ class PostgresSource(Source):
                          for r in item.relations if r.namespace == self.schema)
 
     def _event(self, change: RowChange, begin: Begin, index: int) -> ChangeEvent:
-        table = change.relation.qualified
-        schema = self.schema_for_event(table, change.new if change.new is not None else change.old)
+        # A row has its relation's columns, and a changed table comes with a new Relation message
+        # before its next row: one schema check per Relation, not per row.
+        rel = change.relation
+        cached = self._relation_schemas.get(rel.oid)
+        if cached is None or cached[0] is not rel:
+            cached = self._relation_schemas[rel.oid] = (
+                rel, rel.qualified, self.schema_for_event(rel.qualified, [c.name for c in rel.columns]))
+        _, table, schema = cached
         after = change.new
         image = after if after is not None else change.old
         if image is None:  # pgoutput always sends the new row or the old key; fail closed if not

@@ -19,6 +19,7 @@ SETTINGS = {
 
 # A session that runs for hours keeps less history: Spark's UI state grows with every query.
 LONG_RUNNING = {
+    "spark.scheduler.mode": "FAIR",   # tables merged side by side share the executors (continuous.py)
     "spark.sql.ui.retainedExecutions": "50",
     "spark.ui.retainedJobs": "100",
     "spark.ui.retainedStages": "100",

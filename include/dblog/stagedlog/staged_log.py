@@ -31,6 +31,7 @@ from .. import storage
 from ..errors import DBLogError
 from ..model.schema import TableSchema
 from ..model.staged_format import (
+    COMMIT_TS,
     LOG_FIELDS,
     POSITION,
     ChunkFile,
@@ -43,6 +44,11 @@ from ..model.staged_format import (
     log_table,
     temporary_name,
 )
+
+# A segment keeps the statistics its readers use (position ranges; the newest commit time, a
+# segment's age for retention) and no others: min/max of every column (before images, strings)
+# was a sixth of the capture's Parquet write time, which runs beside the log reader.
+SEGMENT_WRITE = {**storage.PARQUET_WRITE, "write_statistics": [POSITION, COMMIT_TS]}
 
 
 def table_dir_name(table: str) -> str:
@@ -104,7 +110,7 @@ class StagedLog:
         positions = table.column(POSITION)
         name = SegmentFile(pc.min(positions).as_py(), pc.max(positions).as_py()).name
         path = f"{self.log_dir(source, schema.name)}/{name}"
-        self._atomic_write(path, table)
+        self._atomic_write(path, table, SEGMENT_WRITE)
         return path
 
     def write_chunk(self, source: str, schema: TableSchema, meta: ChunkMeta, rows: list[tuple] | pa.Table,
@@ -118,11 +124,11 @@ class StagedLog:
     def chunk_path(self, source: str, table: str, dump_id: str, number: int) -> str:
         return f"{self.chunk_dir(source, table, dump_id)}/{ChunkFile(dump_id, number).name}"
 
-    def _put(self, path: str, table: pa.Table) -> None:
+    def _put(self, path: str, table: pa.Table, options: dict = storage.PARQUET_WRITE) -> None:
         """One object in one upload, encoded in full first. An upload ended by an exception still
         completes (pyarrow has no abort), so what it left under `path` is deleted."""
         buffer = pa.BufferOutputStream()
-        pq.write_table(table, buffer, compression="zstd", **storage.PARQUET_WRITE)
+        pq.write_table(table, buffer, compression="zstd", **options)
         data = buffer.getvalue()
         try:
             with self.fs.open_output_stream(path) as out:
@@ -140,7 +146,7 @@ class StagedLog:
         positions = data.column(POSITION)
         name = SegmentFile(pc.min(positions).as_py(), pc.max(positions).as_py()).name
         path = f"{self.log_dir(source, table)}/{name}"
-        self._atomic_write(path, data)
+        self._atomic_write(path, data, SEGMENT_WRITE)
         return path
 
     def delete(self, paths: list[str]) -> None:
@@ -161,7 +167,7 @@ class StagedLog:
             except OSError:  # a chunk staged meanwhile, or gone already
                 pass
 
-    def _atomic_write(self, path: str, table: pa.Table) -> None:
+    def _atomic_write(self, path: str, table: pa.Table, options: dict = storage.PARQUET_WRITE) -> None:
         directory = path.rsplit("/", 1)[0]
         tmp = f"{directory}/{temporary_name()}"
         try:
@@ -169,7 +175,7 @@ class StagedLog:
                 self.fs.create_dir(directory, recursive=True)
             if self.local:
                 with open(tmp, "wb") as f:
-                    pq.write_table(table, f, compression="zstd", **storage.PARQUET_WRITE)
+                    pq.write_table(table, f, compression="zstd", **options)
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, path)
@@ -179,10 +185,10 @@ class StagedLog:
                 finally:
                     os.close(dir_fd)
             elif self.direct:
-                self._put(path, table)
+                self._put(path, table, options)
             else:
                 with self.fs.open_output_stream(tmp) as out:
-                    pq.write_table(table, out, compression="zstd", **storage.PARQUET_WRITE)
+                    pq.write_table(table, out, compression="zstd", **options)
                 self.fs.move(tmp, path)
         except OSError as exc:  # read-only, disk full, quota, a store that refuses: say so, not a traceback
             try:  # a half-written temporary file would only take space (readers never list it)
