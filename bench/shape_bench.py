@@ -34,7 +34,7 @@ _SLICE = re.compile(r"cycle time p50 ([\d.]+)s, max ([\d.]+)s\); (\d+) table mer
 def _tables(kind: str, n: int, rows: int) -> list[str]:
     namespace(kind, NS)
     names = [f"s{i:04d}" for i in range(n)]
-    fill = (f"SELECT seq, seq % 97, CONCAT('note-', seq) FROM seq_1_to_{rows}" if kind == "mysql" else
+    fill = (f"SELECT seq, seq % 97, CONCAT('note-', seq) FROM {NS}.seq_1_to_{rows}" if kind == "mysql" else
             f"SELECT g, g % 97, 'note-' || g FROM generate_series(1, {rows}) g")
     statements = []
     for t in names:

@@ -9,9 +9,10 @@ from dblog.capture.capture_loop import Capture
 from dblog.coordination import store as paths
 from dblog.coordination.checkpoint import checkpoint_path, ensure_checkpoint
 from dblog.coordination.store import Fenced
+from dblog.model.staged_format import POSITION
 from dblog.sources.base import SourceError
 
-from conftest import PORTS, settle, wait_for
+from conftest import PORTS, checkpoint, settle, wait_for
 
 
 def test_staged_positions_are_unique_and_increase_in_commit_order(src):
@@ -197,3 +198,25 @@ def test_the_checkpoint_never_moves_past_a_segment_that_failed_to_stage(mariadb)
     staged_positions = staged.read_log(source.name, mariadb.table("t"))["_position"].to_pylist()
     assert len(staged_positions) == 50 and checkpoint["position"] == max(staged_positions)
     store.stop()
+
+
+def test_the_change_index_names_every_table_with_events_behind_the_checkpoint_at_their_newest_position(mariadb):
+    """What a merge cycle trusts to pass a table over (dblog.coordination.changed_tables): written
+    before the checkpoint, so no staged event at or before the checkpoint is newer than its entry."""
+    from dblog.coordination import changed_tables
+    src = mariadb
+    names = ("a", "b", "c")
+    src.sql(*[f"CREATE TABLE {src.table(t)} (id INT PRIMARY KEY, v INT)" for t in names])
+    src.start_capture()
+    src.sql(*[f"INSERT INTO {src.table(t)} VALUES ({i}, {i})" for i in range(30) for t in names[:2]])
+    settle(src)
+    src.sql(f"UPDATE {src.table('b')} SET v = v + 1 WHERE id < 5")
+    settle(src)
+    with src.store() as store:
+        index = changed_tables.load_index(store, src.source_id)
+        upto = checkpoint(src)
+    assert index is not None and set(index.tables) == {src.table("a"), src.table("b")}   # c: nothing staged
+    for t in names[:2]:
+        newest = src.staged().read_log(src.source_id, src.table(t), high=upto)[POSITION].to_pylist()[-1]
+        assert index.tables[src.table(t)] >= newest
+        assert not index.newer(src.table(t), newest, upto)   # merged up to it: passed over
