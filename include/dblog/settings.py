@@ -139,6 +139,10 @@ class Merge:
         2.0, "DBLOG_MERGE_CONTINUOUS_EVERY_SECONDS", "pause between two cycles of the continuous merge "
         "(`dblog merge --continuous`, `dblog_merge_continuous`), chosen by the freshness benchmark",
         minimum=0.1, maximum=3600)
+    local_rows: int = setting(
+        20_000, "DBLOG_MERGE_LOCAL_ROWS", "a merge of at most this many new log events into a table stored as one "
+        "bucket of at most this many rows runs on the driver with pyarrow, not Spark (tens of milliseconds instead "
+        "of a second); 0: every merge through Spark", minimum=0, maximum=1_000_000)
     parallel_tables: int = setting(
         4, "DBLOG_MERGE_PARALLEL_TABLES", "tables the continuous merge merges at once in its Spark session (fair "
         "scheduling), so a big table's merge does not hold the others' freshness; 1: one after another",

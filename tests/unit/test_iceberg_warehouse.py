@@ -120,3 +120,15 @@ def test_manifests_stay_few_over_many_merges(wh):
     table = wh.load("src", "shop.t")
     assert len(table.current_snapshot().manifests(table.io)) <= 10
     assert sorted(wh.keys("src", "shop.t")) == [(0,), (1,), (2,), (3,)]
+
+
+def test_a_first_merge_that_loses_the_race_to_create_the_namespace_takes_the_winners(wh, monkeypatch):
+    """Tables merged side by side: two first merges of one source both find no namespace."""
+    create = wh.catalog.create_namespace_if_not_exists
+
+    def raced(namespace, *args, **kwargs):
+        create(namespace)   # the other merge's, a moment earlier
+        raise RuntimeError("UNIQUE constraint failed: iceberg_namespace_properties")
+    monkeypatch.setattr(wh.catalog, "create_namespace_if_not_exists", raced)
+    pending = wh.begin("src_raced", "db.t", ["id"], [("id", "int")], None)
+    assert pending.location and wh.catalog.namespace_exists(("src_raced",))

@@ -60,6 +60,7 @@ from .first_load import LoadChunk, first_load
 from .merge_inputs import ChunkWindow, MergeInput, chunk_windows, merge_input, with_windows
 from .merge_result import MergeResult
 from .rewrite import Rewritten, rewrite
+from .small_merge import LocalEvents, local_events, rewrite_locally
 
 log = logging.getLogger("dblog.merge")
 
@@ -83,6 +84,7 @@ class MergeInputs:
     unique: bool = False    # one record per key and nothing stored: a first load (`first_load`)
     loads: list[LoadChunk] = field(default_factory=list)   # a first load's chunks, in chunk (key) order
     general: Callable[[], MergeInput] | None = None   # ... and its records, should it take the general merge
+    local: LocalEvents | None = None   # a merge small enough to run without Spark (`small_merge`)
 
     def merge_records(self) -> tuple[DataFrame | None, bool]:
         """The records the merge rule applies, and whether it fills values events left out (a
@@ -225,14 +227,32 @@ def _dump_totals(result: MergeResult, dump_id: str) -> dict[str, int]:
     return result.dumps.setdefault(dump_id, {"chunks": 0, "rows": 0, "dropped": 0})
 
 
+def _spark_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, source: str, table: str,
+                  state: TableState | None, upto: str, result: MergeResult) -> MergeInput:
+    """A merge that `small_merge` turned down after all: its records composed for Spark."""
+    inputs = merge_inputs(spark, store, staged, source, table, state, upto, result, bucket_rows=0)
+    records, fill = inputs.merge_records()
+    assert records is not None, "the events it was given are still staged"
+    return MergeInput(records, fill, result.newest_commit_ts, result.oldest_commit_ts)
+
+
 def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, source: str, table: str,
-                 state: TableState | None, upto: str, result: MergeResult) -> MergeInputs:
-    """The records to merge: log events after the last merge and reconciled chunk rows, <= upto."""
+                 state: TableState | None, upto: str, result: MergeResult, bucket_rows: int = 0) -> MergeInputs:
+    """The records to merge: log events after the last merge and reconciled chunk rows, <= upto
+    (read with pyarrow only, for `small_merge`, when `bucket_rows` is given and the merge qualifies)."""
     out = MergeInputs()
     done_upto = state.log_upto if state else None
     pending = _pending_chunks(store, staged, source, table, state, out)
     ready = None
     low = done_upto  # None: nothing merged yet, every staged event is new
+    if not pending:
+        local = local_events(staged, source, table, state, done_upto, upto, settings().merge.local_rows, bucket_rows)
+        if local is not None:
+            assert state is not None
+            out.local, out.key, out.columns = local, state.key, state.columns
+            result.newest_commit_ts, result.oldest_commit_ts = local.newest_commit_ts, local.oldest_commit_ts
+            out.general = lambda: _spark_inputs(spark, store, staged, source, table, state, upto, result)
+            return out
     if pending:
         ready = _ready_chunks(store, staged, source, pending, upto, out, result)
         if ready is not None and low is not None:
@@ -319,7 +339,7 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
         result.note = "nothing staged yet: start the capture first"
         return
     result.upto = upto
-    inputs = merge_inputs(spark, store, staged, source, table, state, upto, result)
+    inputs = merge_inputs(spark, store, staged, source, table, state, upto, result, bucket_rows)
     if inputs.records is None and inputs.general is None and not inputs.ready:
         result.note = "up to date"
         return
@@ -366,8 +386,14 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
 
 def _write(spark: SparkSession, base: TableState, pending, inputs: MergeInputs, upto: str, purge: bool,
            bucket_rows: int, result: MergeResult) -> Rewritten | None:
-    """The merged buckets' new files: a first load straight from its chunks, else by the merge rule."""
-    if inputs.general is not None:
+    """The merged buckets' new files: a small merge on the driver, a first load straight from its
+    chunks, else by the merge rule."""
+    if inputs.local is not None:
+        done = rewrite_locally(base, pending, inputs.local, upto, purge)
+        if done is not None:
+            result.note = "merged without Spark (small)"
+            return done
+    elif inputs.general is not None:
         done = first_load(spark, base, pending, inputs.loads, purge, bucket_rows)
         if done is not None:
             result.note = "first load: chunks written straight into their buckets"

@@ -112,13 +112,23 @@ class Warehouse:
         return {tuple(r[k] for k in key): r[T.MISSING] for r in data.to_pylist() if r[T.MISSING]}
 
     # -- writing --------------------------------------------------------------------------------
+    def _namespace(self, source: str) -> None:
+        """The source's namespace, created if need be. Two first merges at once (tables merged side
+        by side, or two processes) both find it missing and both create it: the loser uses the
+        winner's."""
+        try:
+            self.catalog.create_namespace_if_not_exists((source,))
+        except Exception:
+            if not self.catalog.namespace_exists((source,)):
+                raise
+
     def begin(self, source: str, table: str, key: list[str], columns: list[tuple[str, str]],
               state: TableState | None) -> Pending:
         """Open a merge's transaction: the table (created with it on the first merge, invisible
         until the commit) with the columns new in `columns` added."""
         t = self.load(source, table) if state is not None else None
         if t is None:
-            self.catalog.create_namespace_if_not_exists((source,))
+            self._namespace(source)
             schema = T.schema(columns)
             spec = PartitionSpec(PartitionField(source_id=schema.find_field(T.BUCKET).field_id, field_id=1000,
                                                 transform=IdentityTransform(), name=T.BUCKET))

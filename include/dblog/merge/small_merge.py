@@ -1,0 +1,191 @@
+"""A small merge without Spark: a few log events into a table stored as one bucket, on the driver.
+
+A Spark merge costs about a second whatever its size (a dozen jobs, some 1,800 calls into the
+JVM), so a cycle merging dozens of small tables waits on Spark, not on data. A merge that
+qualifies is applied here with pyarrow instead, by the same rule as `frame_rules.latest` without
+the fill: per key the record with the highest position wins (a stored row on a tie), a key
+update leaves a tombstone at its old key, tombstones are purged as the Spark path purges them;
+the rows are written by the executors' writer (`warehouse.files.DataFiles`) and committed the
+same way. It qualifies when:
+
+* its input is log events only (no chunk: windows and first loads stay with Spark),
+* every event carries every value (nothing for the fill rule to fill),
+* the table is stored as one bucket that cannot split, of at most `DBLOG_MERGE_LOCAL_ROWS` rows,
+  and the events are at most as many,
+* the events' columns are the table's, each of the table's type or an integer / float widening.
+
+Anything else returns None and takes the Spark path. `tests/spark/test_small_merge.py` holds both
+paths to the same tables, metadata columns included.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..model.staged_format import COMMIT_TS, OLD_KEY, OP, POSITION, TOMBSTONES, UNCHANGED, Op, key_columns
+from ..stagedlog.staged_log import StagedLog
+from ..storage import filesystem
+from ..warehouse.commit import Pending, WrittenFile
+from ..warehouse.files import DataFiles
+from ..warehouse.merged_state import Bucket, TableState
+from ..warehouse.types import BUCKET, MISSING
+from .rewrite import Rewritten
+
+_POSITION, _OP, _ORIGIN, _DUMP, _MERGED_AT = "_dblog_position", "_dblog_op", "_dblog_origin", "_dblog_dump_id", \
+    "_dblog_merged_at"
+
+
+@dataclass
+class LocalEvents:
+    """A qualifying merge's new log events (position order, each once) and their commit times."""
+    events: pa.Table
+    newest_commit_ts: float | None
+    oldest_commit_ts: float | None
+
+
+def local_events(staged: StagedLog, source: str, table: str, state: TableState | None, after: str | None,
+                 upto: str, limit: int, bucket_rows: int) -> LocalEvents | None:
+    """The events of a merge that may run here (see the module doc), read with pyarrow; None: Spark."""
+    if limit <= 0 or state is None or len(state.buckets) != 1:
+        return None
+    bucket = state.buckets[0]
+    if bucket.rows + bucket.tombstone_rows > limit:
+        return None
+    segments = staged.segments(source, table, high=upto, after=after)
+    if not segments:
+        return None
+    parts = [pq.read_table(p, filesystem=staged.fs) for p in segments]
+    events = pa.concat_tables(parts, promote_options="permissive")
+    keep = pc.less_equal(events[POSITION], upto)
+    if after is not None:
+        keep = pc.and_(keep, pc.greater(events[POSITION], after))
+    events = events.filter(keep)
+    if not events.num_rows or events.num_rows > limit or bucket.rows + bucket.tombstone_rows + 2 * events.num_rows > 2 * bucket_rows:
+        return None
+    if key_columns(parts[0].schema) != state.key or _fills(events):
+        return None
+    if {c for c in events.column_names if not c.startswith("_")} != {c for c, _ in state.columns}:
+        return None   # a column added or dropped: the Spark path evolves the table
+    events = _dedupe(events)
+    times = events[COMMIT_TS] if COMMIT_TS in events.column_names else None
+    newest = pc.max(times).as_py() if times is not None else None
+    oldest = pc.min(times).as_py() if times is not None else None
+    return LocalEvents(events, newest.timestamp() if newest else None, oldest.timestamp() if oldest else None)
+
+
+def _fills(events: pa.Table) -> bool:
+    """Whether a non-delete event leaves values out (the fill rule's work)."""
+    if UNCHANGED not in events.column_names:
+        return False
+    sizes = pc.fill_null(pc.list_value_length(events[UNCHANGED]), 0)
+    live = pc.not_equal(events[OP], Op.DELETE)
+    return bool(pc.any(pc.and_(live, pc.greater(sizes, 0))).as_py())
+
+
+def _dedupe(events: pa.Table) -> pa.Table:
+    """Position order, each position once (a crash re-stages events with their positions)."""
+    events = events.sort_by(POSITION)
+    positions = events[POSITION].to_pylist()
+    keep = [i for i, p in enumerate(positions) if i == 0 or p != positions[i - 1]]
+    return events.take(keep) if len(keep) != len(positions) else events
+
+
+_LARGE = {(pa.string(), pa.large_string()), (pa.binary(), pa.large_binary())}   # the Iceberg schema's Arrow types
+
+
+def _widens(staged: pa.DataType, stored: pa.DataType) -> bool:
+    """Whether a staged value converts to the stored type as Spark's cast does (the same value)."""
+    if staged == stored or (staged, stored) in _LARGE:
+        return True
+    if pa.types.is_timestamp(staged) and pa.types.is_timestamp(stored):
+        # A naive DATETIME is UTC here as in the Spark session (spark.sql.session.timeZone).
+        return staged.unit == stored.unit and staged.tz in (None, "UTC", "+00:00") and stored.tz in ("UTC", "+00:00")
+    if pa.types.is_integer(staged) and pa.types.is_integer(stored):
+        return staged.bit_width <= stored.bit_width and pa.types.is_signed_integer(stored)
+    return pa.types.is_floating(staged) and pa.types.is_floating(stored) and staged.bit_width <= stored.bit_width
+
+
+def rewrite_locally(base: TableState, pending: Pending, local: LocalEvents, upto: str, purge: bool) -> Rewritten | None:
+    """The merge of `local` into the table's one bucket, written; None when the stored types or
+    files ask for the Spark path after all (nothing is written then)."""
+    target = pa.ipc.read_schema(pa.py_buffer(pending.schema_ipc))
+    data = [c for c, _ in base.columns]
+    events = local.events
+    if any(c not in target.names or not _widens(events.schema.field(c).type, target.field(c).type) for c in data):
+        return None
+    bucket = base.buckets[0]
+    stored = _stored(bucket, target)
+    if stored is None:
+        return None
+    merged_at = dt.datetime.now(dt.UTC)
+    best: dict[tuple, tuple[str, int, dict]] = {}   # key -> (position, priority: stored 0 wins a tie, row)
+    key = base.key
+
+    def offer(row: dict, priority: int) -> None:
+        k = tuple(row[c] for c in key)
+        current = best.get(k)
+        if current is None or (row[_POSITION], -priority) > (current[0], -current[1]):
+            best[k] = (row[_POSITION], priority, row)
+
+    for row in stored:
+        offer(row, 0)
+    records = 0
+    for e in events.select([*data, POSITION, OP, *[c for c in (UNCHANGED, OLD_KEY) if c in events.column_names]]) \
+            .to_pylist():
+        records += 1
+        if e.get(OLD_KEY) is not None:   # a key update: the old key's row is gone (`merge_inputs.log_records`)
+            records += 1
+            old = {c: (e[OLD_KEY][c] if c in key else None) for c in data}
+            offer(_record(old, e[POSITION], Op.DELETE, None, merged_at), 1)
+        dead = e[OP] in TOMBSTONES
+        offer(_record({c: e[c] for c in data}, e[POSITION], e[OP], None if dead else e.get(UNCHANGED), merged_at), 1)
+    return _write(base, pending, target, [r for _, _, r in best.values()], upto, purge, records)
+
+
+def _record(values: dict, position: str, op: str, missing, merged_at: dt.datetime) -> dict:
+    return {**values, _POSITION: position, _OP: op, _ORIGIN: "log", _DUMP: None, _MERGED_AT: merged_at,
+            MISSING: missing}
+
+
+def _stored(bucket: Bucket, target: pa.Schema) -> list[dict] | None:
+    """The bucket's stored rows (live and tombstones) as dicts of the table's columns; None when a
+    file's columns are not the table's (an older schema: the Spark path reads it as the table's)."""
+    rows: list[dict] = []
+    for f in [*bucket.files, *bucket.tombstones]:
+        fs, path = filesystem(f.file_path)
+        stored = pq.read_table(path, filesystem=fs)
+        if stored.schema.names != target.names or any(
+                not _widens(stored.schema.field(c).type, target.field(c).type) for c in target.names):
+            return None
+        rows += stored.to_pylist()
+    return rows
+
+
+def _write(base: TableState, pending: Pending, target: pa.Schema, rows: list[dict], upto: str, purge: bool,
+           records: int) -> Rewritten:
+    bucket = base.buckets[0]
+    files = DataFiles(pending.location, target, uuid.uuid4().hex[:12])
+    live = [r for r in rows if r[_OP] not in TOMBSTONES]
+    dead = [r for r in rows if r[_OP] in TOMBSTONES and not (purge and r[_POSITION] <= upto)]
+    for is_dead, part in ((False, live), (True, dead)):
+        if part:
+            for r in part:
+                r[BUCKET] = bucket.id
+            files.write(bucket.id, is_dead, pa.Table.from_pylist(part, schema=target))
+    written = files.written()
+    out = Rewritten(base.buckets, touched={bucket.id}, log_events=records)
+    out.files = [WrittenFile(**r) for r in written.to_pylist()] if written is not None else []
+    kept = [f for f in out.files if not f.tombstone]
+    gone = [f for f in out.files if f.tombstone]
+    if out.files:
+        out.buckets = [Bucket(bucket.id, None, sum(f.rows for f in kept), sum(f.rows for f in gone),
+                              sum(f.missing for f in kept))]
+        out.written = 1
+    else:
+        out.buckets = [Bucket(bucket.id, None)]
+    return out
