@@ -27,7 +27,7 @@ from common import ROOT, admin, namespace, run_sql
 from harness import CLI, Harness, pct
 
 NS = "bench_shape"
-_COMMIT = re.compile(r"^\S+ (\S+): snapshot \d+.*?(?:its oldest change waited ([\d.]+)s to be visible)?$")
+_COMMIT = re.compile(r"^\S+ (\S+): snapshot \d+.*?(?:its oldest change waited ([\d.]+)s to be visible)?(?: \[.*\])?$")
 _SLICE = re.compile(r"cycle time p50 ([\d.]+)s, max ([\d.]+)s\); (\d+) table merges, (\d+) passed over")
 
 
@@ -108,7 +108,7 @@ def phase(kind: str, n: int, rows: int, rate: float, seconds: float, written: in
         if merger.poll() is None:
             merger.kill()
         h.close()
-    waits = [w for _, w in _commits(log)[before:] if w is not None]
+    waits = [w for _, w in _commits(log)[before:] if w is not None]   # the first load's commits wait for no event
     summary = _SLICE.search(log.read_text())
     return {"tables": n, "rows_per_table": rows, "written_tables": min(written, n), "rate": rate,
             "seconds": seconds, "updates": writer.done, "dump_all_s": round(dumped, 1),

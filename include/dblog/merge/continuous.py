@@ -122,7 +122,13 @@ class ContinuousMerge:
             raise MergeError(f"the merge interval must be > 0 seconds, got {every}")
         parallel = settings().merge.parallel_tables if parallel is None else parallel
         self.spark, self.store, self.staged, self.warehouse = spark, store, staged, warehouse
-        self.tables, self.every, self.bucket_rows, self.say = tables, every, bucket_rows, say
+        self.tables, self.every, self.bucket_rows = tables, every, bucket_rows
+        said = threading.Lock()
+
+        def say_whole(line: str) -> None:   # merges side by side: a line never runs into another
+            with said:
+                say(line)
+        self.say = say_whole
         self.lock_timeout = settings().merge.lock_timeout_seconds
         self.stop = stop or threading.Event()
         self._merged_to: dict[str, tuple[str, float]] = {}   # source -> (position every table merged up to, when)
