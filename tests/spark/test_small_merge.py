@@ -57,4 +57,13 @@ def test_a_small_merge_without_spark_leaves_the_table_as_the_spark_merge_does(sr
             assert (small.log_events, small.rows, small.tombstones, small.buckets_written) == \
                    (big.log_events, big.rows, big.tombstones, big.buckets_written)
             assert everything(local, src, table) == everything(spark_only, src, table)
+
+        # Turned down once the transaction is open (its stored files): the same events through Spark.
+        from dblog.merge import small_merge
+        monkeypatch.setattr(small_merge, "_stored", lambda bucket, target: None)
+        src.sql(f"UPDATE {table} SET s = 'late' WHERE id IN (1, 2)", f"DELETE FROM {table} WHERE id = 4")
+        settle(src)
+        fallback, big = merge(local, 20_000), merge(spark_only, 0)
+        assert fallback.note != "merged without Spark (small)" and fallback.log_events == big.log_events == 3
+        assert everything(local, src, table) == everything(spark_only, src, table)
     assert_warehouse_equals_source(src, local, tables=("small",))

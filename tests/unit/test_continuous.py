@@ -18,12 +18,12 @@ class Deployment:
         monkeypatch.setattr(C, "staged_tables", lambda staged, source: self.tables[source])
         monkeypatch.setattr(C, "merge_table", self.merge_table)
         self.index: C.changed_tables.ChangeIndex | None = None   # None: a capture without the change index
-        self.marks: dict[str, int] = {}
-        self.cleared: list[tuple[str, int]] = []
+        self.marks: dict[str, list[str]] = {}
+        self.cleared: list[str] = []
         monkeypatch.setattr(C.changed_tables, "load_index", lambda store, source: self.index)
         monkeypatch.setattr(C.changed_tables, "marks", lambda store, source: dict(self.marks))
-        monkeypatch.setattr(C.changed_tables, "clear_mark",
-                            lambda store, source, table, version: self.cleared.append((table, version)))
+        monkeypatch.setattr(C.changed_tables, "clear_marks",
+                            lambda store, source, names: self.cleared.extend(names))
 
     def merge_table(self, spark, store, staged, warehouse, source, table, **options):
         self.merged.append((source, table))
@@ -152,13 +152,13 @@ def test_a_table_a_dump_marked_is_merged_until_no_chunk_waits_then_its_mark_is_c
     loop, report = d.loop([]), C.SliceReport()
     loop.cycle(report)
     d.merged.clear()
-    d.marks = {"t2": 4, "new": 0}   # a dump staged chunks of t2, and of a table not staged before
+    d.marks = {"t2": ["t2-04"], "new": ["new-00"]}   # a dump staged chunks of t2, and of a table not staged before
     d.next[("a", "t2")] = MergeResult("a", "t2", upto="p1", chunks_waiting=2)   # their windows not passed yet
     loop.cycle(report)
-    assert sorted(d.merged) == [("a", "new"), ("a", "t2")] and d.cleared == [("new", 0)]
+    assert sorted(d.merged) == [("a", "new"), ("a", "t2")] and d.cleared == ["new-00"]
     d.next[("a", "t2")] = MergeResult("a", "t2", upto="p2", chunks=2)
     loop.cycle(report)
-    assert ("t2", 4) in d.cleared   # by the version read: a chunk staged meanwhile keeps the mark
+    assert "t2-04" in d.cleared   # the marks read: a chunk staged meanwhile adds a mark of its own
 
 
 def test_a_table_merged_only_up_to_before_the_index_began_is_merged_whatever_the_index_says():
@@ -192,3 +192,18 @@ def test_side_by_side_a_long_merge_runs_on_while_the_next_cycles_merge_the_other
     landing.set()
     loop.harvest(None)
     assert report.tables[("a", "big")].total.snapshot_id == 7
+
+
+def test_with_a_change_index_every_table_is_still_merged_and_listed_again_once_a_backstop_interval(monkeypatch):
+    d = Deployment(monkeypatch, {"a": ["t1", "t2"]})
+    d.index = C.changed_tables.ChangeIndex(since=None, tables={})
+    d.next.update({("a", t): MergeResult("a", t, upto="p1") for t in ("t1", "t2")})
+    loop, report = d.loop([]), C.SliceReport()
+    loop.cycle(report)
+    d.merged.clear()
+    loop.cycle(report)
+    assert d.merged == [] and report.listings == 1   # nothing new: passed over
+    d.tables["a"] = ["t1", "t2", "t3"]   # a chunk staged without a mark, of a table not known here yet
+    monkeypatch.setattr(C, "BACKSTOP_S", 0.0)
+    loop.cycle(report)
+    assert d.merged == [("a", "t1"), ("a", "t2"), ("a", "t3")] and report.listings == 2

@@ -6,8 +6,9 @@ Layout under the chroot (default `/dblog`), per source:
     /{source}/capture/checkpoint            JSON: where to resume, last staged position (see dblog.coordination.checkpoint)
     /{source}/capture/heartbeat             JSON: the leader's liveness and when it last was at the log's head
     /{source}/capture/lag_history           JSON: [[unix time, lag s], ...] over the last hour
-    /{source}/capture/tables                JSON: table -> newest staged position (see dblog.coordination.changed_tables)
-    /{source}/chunks/{table}                JSON: a dump staged chunks of the table not merged yet (its version counts)
+    /{source}/capture/tables                JSON: since when the change index is kept (see dblog.coordination.changed_tables)
+    /{source}/capture/tables/{shard}        JSON: table -> newest staged position, for the tables of that shard
+    /{source}/chunks/{table}-{seq}          a dump staged a chunk of the table that no merge has taken yet
     /{source}/dumps/{id}                    JSON: the dump's scope
     /{source}/dumps/{id}/control            JSON: state (running|paused|cancelled), chunk_size, delay_s
     /{source}/dumps/{id}/tables/{table}     JSON: progress (last completed key, chunks, rows, done)
@@ -225,22 +226,6 @@ class StateStore:
             return out
         return self.call(read)
 
-    def versions(self, paths: list[str]) -> dict[str, int | None]:
-        """Each node's data version (None where there is no node), pipelined: what `delete_at`
-        compares, so a node written in between is kept."""
-        def read() -> dict[str, int | None]:
-            pending = [(p, self.zk.exists_async(p)) for p in paths]
-            return {p: (None if (stat := result.get()) is None else stat.version) for p, result in pending}
-        return self.call(read)
-
-    def delete_at(self, path: str, version: int) -> bool:
-        """Delete `path` if its data is still at `version`; False if it was written since or is gone."""
-        try:
-            self.call(self.zk.delete, path, version=version)
-            return True
-        except (NoNodeError, BadVersionError):
-            return False
-
     def delete_many(self, paths: list[str]) -> int:
         """Delete the nodes (childless) at `paths`, pipelined; returns how many were there."""
         def delete() -> int:
@@ -271,23 +256,33 @@ class StateStore:
 
     def fenced_put(self, lease: Lease, path: str, value: Any) -> None:
         """Write `value` to `path` only if `lease` is still held (one ZooKeeper transaction)."""
-        node, data = lease.node_path, _dump(value)
+        self.fenced_put_many(lease, {path: value})
+
+    def fenced_put_many(self, lease: Lease, values: dict[str, Any]) -> None:
+        """Write each value to its path, all or none, only if `lease` is still held (one
+        ZooKeeper transaction: keep it under 1 MB)."""
+        node, items = lease.node_path, [(p, _dump(v)) for p, v in values.items()]
 
         def commit():  # a transaction commits once: a retry after a lost connection builds a new one
             txn = self.zk.transaction()
             txn.check(node, 0)
-            txn.set_data(path, data)
+            for path, data in items:
+                txn.set_data(path, data)
             return txn.commit()
 
         for attempt in (1, 2):
-            check, write = self.call(commit)  # on failure, the failing op has its error, the other RolledBackError
-            if isinstance(write, NoNodeError) and attempt == 1:
-                self.call(self.zk.ensure_path, path)  # the first write to this path
+            # On failure the failing op has its error, the ops after it RuntimeInconsistency, the rest RolledBackError.
+            check, *writes = self.call(commit)
+            if attempt == 1 and any(isinstance(w, NoNodeError) for w in writes):
+                for path, _ in items:   # a first write to one of them (rare): make them all
+                    self.call(self.zk.ensure_path, path)
                 continue
-            if isinstance(check, Exception):
-                raise Fenced(f"write to {path} refused: lease {lease.lock.path} is no longer held")
-            if isinstance(write, Exception):
-                raise write
+            if isinstance(check, Exception) and not isinstance(check, (RolledBackError, RuntimeInconsistency)):
+                raise Fenced(f"write to {items[0][0]} refused: lease {lease.lock.path} is no longer held")
+            failed = [w for w in writes if isinstance(w, Exception)
+                      and not isinstance(w, (RolledBackError, RuntimeInconsistency))]
+            if failed:
+                raise failed[0]
             return
 
     def fenced_create(self, lease: Lease, values: dict[str, Any], per_transaction: int = 500) -> None:

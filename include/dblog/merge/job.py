@@ -227,13 +227,15 @@ def _dump_totals(result: MergeResult, dump_id: str) -> dict[str, int]:
     return result.dumps.setdefault(dump_id, {"chunks": 0, "rows": 0, "dropped": 0})
 
 
-def _spark_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, source: str, table: str,
-                  state: TableState | None, upto: str, result: MergeResult) -> MergeInput:
-    """A merge that `small_merge` turned down after all: its records composed for Spark."""
-    inputs = merge_inputs(spark, store, staged, source, table, state, upto, result, bucket_rows=0)
-    records, fill = inputs.merge_records()
-    assert records is not None, "the events it was given are still staged"
-    return MergeInput(records, fill, result.newest_commit_ts, result.oldest_commit_ts)
+def _spark_inputs(spark: SparkSession, staged: StagedLog, state: TableState, local: LocalEvents, after: str | None,
+                  upto: str) -> MergeInput:
+    """A merge that `small_merge` turned down after all (its stored files): the same segments'
+    events as Spark records, as the log-only path composes them."""
+    events = _read(spark, staged, local.segments).where(F.col(POSITION) <= upto)
+    if after is not None:
+        events = events.where(F.col(POSITION) > after)
+    return merge_input(M.align(events.dropDuplicates([POSITION]), state.columns), None, state.key,
+                       [c for c, _ in state.columns], after=after)
 
 
 def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, source: str, table: str,
@@ -251,7 +253,7 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
             assert state is not None
             out.local, out.key, out.columns = local, state.key, state.columns
             result.newest_commit_ts, result.oldest_commit_ts = local.newest_commit_ts, local.oldest_commit_ts
-            out.general = lambda: _spark_inputs(spark, store, staged, source, table, state, upto, result)
+            out.general = lambda: _spark_inputs(spark, staged, state, local, done_upto, upto)
             return out
     if pending:
         ready = _ready_chunks(store, staged, source, pending, upto, out, result)

@@ -12,7 +12,8 @@ same way. It qualifies when:
 * every event carries every value (nothing for the fill rule to fill),
 * the table is stored as one bucket that cannot split, of at most `DBLOG_MERGE_LOCAL_ROWS` rows,
   and the events are at most as many,
-* the events' columns are the table's, each of the table's type or an integer / float widening.
+* the events' columns are the table's, each of the table's own type (a type change, even a
+  widening, is Spark's: it evolves the table's schema).
 
 Anything else returns None and takes the Spark path. `tests/spark/test_small_merge.py` holds both
 paths to the same tables, metadata columns included.
@@ -26,10 +27,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from ..model.staged_format import COMMIT_TS, OLD_KEY, OP, POSITION, TOMBSTONES, UNCHANGED, Op, key_columns
 from ..stagedlog.staged_log import StagedLog
 from ..storage import filesystem
+from ..warehouse import types as T
 from ..warehouse.commit import Pending, WrittenFile
 from ..warehouse.files import DataFiles
 from ..warehouse.merged_state import Bucket, TableState
@@ -42,8 +45,10 @@ _POSITION, _OP, _ORIGIN, _DUMP, _MERGED_AT = "_dblog_position", "_dblog_op", "_d
 
 @dataclass
 class LocalEvents:
-    """A qualifying merge's new log events (position order, each once) and their commit times."""
+    """A qualifying merge's new log events (position order, each once), the segments they were
+    read from (a fallback reads the same ones with Spark) and their commit times."""
     events: pa.Table
+    segments: list[str]
     newest_commit_ts: float | None
     oldest_commit_ts: float | None
 
@@ -71,11 +76,15 @@ def local_events(staged: StagedLog, source: str, table: str, state: TableState |
         return None
     if {c for c in events.column_names if not c.startswith("_")} != {c for c, _ in state.columns}:
         return None   # a column added or dropped: the Spark path evolves the table
+    stored = schema_to_pyarrow(T.schema(state.columns))
+    if any(not _same(events.schema.field(c).type, stored.field(c).type) for c, _ in state.columns):
+        return None   # a changed type: the Spark path widens the column or refuses the change
     events = _dedupe(events)
     times = events[COMMIT_TS] if COMMIT_TS in events.column_names else None
     newest = pc.max(times).as_py() if times is not None else None
     oldest = pc.min(times).as_py() if times is not None else None
-    return LocalEvents(events, newest.timestamp() if newest else None, oldest.timestamp() if oldest else None)
+    return LocalEvents(events, segments, newest.timestamp() if newest else None,
+                       oldest.timestamp() if oldest else None)
 
 
 def _fills(events: pa.Table) -> bool:
@@ -98,16 +107,9 @@ def _dedupe(events: pa.Table) -> pa.Table:
 _LARGE = {(pa.string(), pa.large_string()), (pa.binary(), pa.large_binary())}   # the Iceberg schema's Arrow types
 
 
-def _widens(staged: pa.DataType, stored: pa.DataType) -> bool:
-    """Whether a staged value converts to the stored type as Spark's cast does (the same value)."""
-    if staged == stored or (staged, stored) in _LARGE:
-        return True
-    if pa.types.is_timestamp(staged) and pa.types.is_timestamp(stored):
-        # A naive DATETIME is UTC here as in the Spark session (spark.sql.session.timeZone).
-        return staged.unit == stored.unit and staged.tz in (None, "UTC", "+00:00") and stored.tz in ("UTC", "+00:00")
-    if pa.types.is_integer(staged) and pa.types.is_integer(stored):
-        return staged.bit_width <= stored.bit_width and pa.types.is_signed_integer(stored)
-    return pa.types.is_floating(staged) and pa.types.is_floating(stored) and staged.bit_width <= stored.bit_width
+def _same(staged: pa.DataType, stored: pa.DataType) -> bool:
+    """Whether a staged column holds the stored column's type (Arrow's string or its large form)."""
+    return staged == stored or (staged, stored) in _LARGE
 
 
 def rewrite_locally(base: TableState, pending: Pending, local: LocalEvents, upto: str, purge: bool) -> Rewritten | None:
@@ -116,7 +118,7 @@ def rewrite_locally(base: TableState, pending: Pending, local: LocalEvents, upto
     target = pa.ipc.read_schema(pa.py_buffer(pending.schema_ipc))
     data = [c for c, _ in base.columns]
     events = local.events
-    if any(c not in target.names or not _widens(events.schema.field(c).type, target.field(c).type) for c in data):
+    if any(c not in target.names or not _same(events.schema.field(c).type, target.field(c).type) for c in data):
         return None
     bucket = base.buckets[0]
     stored = _stored(bucket, target)
@@ -160,7 +162,7 @@ def _stored(bucket: Bucket, target: pa.Schema) -> list[dict] | None:
         fs, path = filesystem(f.file_path)
         stored = pq.read_table(path, filesystem=fs)
         if stored.schema.names != target.names or any(
-                not _widens(stored.schema.field(c).type, target.field(c).type) for c in target.names):
+                not _same(stored.schema.field(c).type, target.field(c).type) for c in target.names):
             return None
         rows += stored.to_pylist()
     return rows
