@@ -352,7 +352,14 @@ class PostgresSource(Source):
         return gaps
 
     def _ensure_slot(self, create: bool) -> list[str]:
-        rows = self._run("SELECT plugin, wal_status FROM pg_replication_slots WHERE slot_name = %s", [self.slot])
+        query = "SELECT plugin, wal_status FROM pg_replication_slots WHERE slot_name = %s"
+        rows = self._run(query, [self.slot])
+        deadline = time.monotonic() + settings().capture.slot_busy_seconds
+        while rows and not rows[0][0] and time.monotonic() < deadline:
+            # Listed without its plugin: another process of this deployment is creating it (a
+            # logical slot waits for a consistent point first). Its slot is the one to use.
+            time.sleep(0.2)
+            rows = self._run(query, [self.slot])
         if rows:
             if rows[0][0] != "pgoutput":
                 raise SourceError(f"{self.name}: slot {self.slot} uses plugin {rows[0][0]}, not pgoutput. "
