@@ -64,7 +64,10 @@ def local_events(staged: StagedLog, source: str, table: str, state: TableState |
     segments = staged.segments(source, table, high=upto, after=after)
     if not segments:
         return None
-    parts = [pq.read_table(p, filesystem=staged.fs) for p in segments]
+    try:
+        parts = [pq.read_table(p, filesystem=staged.fs) for p in segments]
+    except FileNotFoundError:   # compacted since listed: the Spark path lists and reads again
+        return None
     events = pa.concat_tables(parts, promote_options="permissive")
     keep = pc.less_equal(events[POSITION], upto)
     if after is not None:
