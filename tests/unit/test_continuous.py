@@ -145,13 +145,19 @@ def test_with_a_change_index_a_cycle_merges_only_the_tables_with_newer_events_or
     assert {t: s.merges for (_, t), s in report.tables.items() if s.merges > 1} == {"t7": 4}
 
 
-def test_a_table_a_dump_marked_is_merged_until_no_chunk_waits_then_its_mark_is_cleared(monkeypatch):
+def merged_once_with_an_index(monkeypatch) -> tuple[Deployment, C.ContinuousMerge, C.SliceReport]:
+    """Source a with tables t1, t2, a change index, and a first cycle behind it (every table merged to p1)."""
     d = Deployment(monkeypatch, {"a": ["t1", "t2"]})
     d.index = C.changed_tables.ChangeIndex(since=None, tables={})
     d.next.update({("a", t): MergeResult("a", t, upto="p1") for t in ("t1", "t2")})
     loop, report = d.loop([]), C.SliceReport()
     loop.cycle(report)
     d.merged.clear()
+    return d, loop, report
+
+
+def test_a_table_a_dump_marked_is_merged_until_no_chunk_waits_then_its_mark_is_cleared(monkeypatch):
+    d, loop, report = merged_once_with_an_index(monkeypatch)
     d.marks = {"t2": ["t2-04"], "new": ["new-00"]}   # a dump staged chunks of t2, and of a table not staged before
     d.next[("a", "t2")] = MergeResult("a", "t2", upto="p1", chunks_waiting=2)   # their windows not passed yet
     loop.cycle(report)
@@ -195,12 +201,7 @@ def test_side_by_side_a_long_merge_runs_on_while_the_next_cycles_merge_the_other
 
 
 def test_with_a_change_index_every_table_is_still_merged_and_listed_again_once_a_backstop_interval(monkeypatch):
-    d = Deployment(monkeypatch, {"a": ["t1", "t2"]})
-    d.index = C.changed_tables.ChangeIndex(since=None, tables={})
-    d.next.update({("a", t): MergeResult("a", t, upto="p1") for t in ("t1", "t2")})
-    loop, report = d.loop([]), C.SliceReport()
-    loop.cycle(report)
-    d.merged.clear()
+    d, loop, report = merged_once_with_an_index(monkeypatch)
     loop.cycle(report)
     assert d.merged == [] and report.listings == 1   # nothing new: passed over
     d.tables["a"] = ["t1", "t2", "t3"]   # a chunk staged without a mark, of a table not known here yet
