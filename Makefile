@@ -3,11 +3,11 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: install up down status test unit demo airflow merge verify bench load chaos soak growth lock clean
+.PHONY: install up down status test unit demo airflow merge verify bench load chaos soak growth bulk lock clean
 
 # These run against the local services of `make up`: settings left unset (connections, staging and
 # warehouse roots) fall back to them. Elsewhere dblog refuses to guess and names what to set.
-test unit demo airflow merge verify bench load chaos soak growth: export DBLOG_LOCAL = 1
+test unit demo airflow merge verify bench load chaos soak growth bulk: export DBLOG_LOCAL = 1
 
 install:
 	@bash scripts/install.sh
@@ -68,6 +68,10 @@ soak: up
 # make growth [COMMITS=2000]: thousands of commits with maintenance every eighth; snapshots, files and metadata stay bounded
 growth: up
 	DBLOG_GROWTH_COMMITS=$(or $(COMMITS),2000) $(VENV)/pytest -q -s tests/engine/test_snapshot_growth.py
+
+# make bulk [BULK_ROWS=2000000]: one transaction of that many rows on each source, captured under a 300 MiB limit, a kill -9 mid-way
+bulk: up
+	DBLOG_BULK_ROWS=$(or $(BULK_ROWS),2000000) $(VENV)/pytest -q -s tests/engine/test_bulk_transactions.py -k too_big
 
 load: up
 	PYTHONPATH=include $(VENV)/python bench/load.py

@@ -220,12 +220,13 @@ class SourceEnv:
                               capture_output=True, text=True, check=check, timeout=timeout)
 
     def spawn(self, *args: str, module: str = "dblog.cli", output: Path | None = None,
-              env: dict | None = None) -> subprocess.Popen:
+              env: dict | None = None, preexec_fn=None) -> subprocess.Popen:
         """A process with piped output, or with its output in the file `output` (for chatty ones,
-        whose pipes would fill up and block them)."""
+        whose pipes would fill up and block them); `preexec_fn` runs in the child before it starts."""
         out = subprocess.PIPE if output is None else open(output, "a")
         proc = subprocess.Popen([sys.executable, "-m", module, *args], env={**self.env, **(env or {})}, stdout=out,
-                                stderr=out if output is not None else subprocess.PIPE, text=True)
+                                stderr=out if output is not None else subprocess.PIPE, text=True,
+                                preexec_fn=preexec_fn)
         self.procs.append(proc)
         return proc
 

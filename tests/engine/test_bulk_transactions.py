@@ -1,11 +1,14 @@
 """A transaction of any size: staged in pieces as the log is read (bounded memory, the stream keeps
 flowing), passed by the checkpoint and seen by readers only once its commit is staged.
 
-Short form: 30,000-row transactions in pieces of 4,000. `make bench` measures the capture's
-memory on transactions of millions of rows (bench/README: bulk transactions)."""
+Short form: a 200,000-row transaction under a memory limit far below what holding it needs. `make
+bulk` runs it with 2,000,000 rows (DBLOG_BULK_ROWS) under the same limit; `make bench` measures the
+capture's memory on transactions of millions of rows (bench/README: bulk transactions)."""
 from __future__ import annotations
 
+import os
 import signal
+import threading
 
 import pyarrow.compute as pc
 
@@ -13,49 +16,83 @@ from dblog.merge.job import merge_source
 from dblog.model.staged_format import POSITION
 
 from conftest import assert_warehouse_equals_source, checkpoint, settle
+from memory_limit import MemoryLimit
 
-ROWS, PIECE = 30_000, 4_000
+ROWS, PIECE = int(os.environ.get("DBLOG_BULK_ROWS", 200_000)), 20_000
+# In pieces the capture peaks near 240 MiB whatever the transaction's size (bench: bulk transactions);
+# holding 200,000 rows whole needs about 1.4-1.8 kB each on top: 420-500 MiB.
+LIMIT_MIB = 300
 
 
-def bulk_insert(src, table: str) -> str:
+def bulk_insert(src, table: str, rows: int) -> str:
     if src.kind == "mariadb":
-        return f"INSERT INTO {table} SELECT seq, seq, REPEAT('x', 80) FROM {src.namespace}.seq_1_to_{ROWS}"
-    return f"INSERT INTO {table} SELECT g, g, repeat('x', 80) FROM generate_series(1, {ROWS}) g"
+        return f"INSERT INTO {table} SELECT seq, seq, REPEAT('x', 80) FROM {src.namespace}.seq_1_to_{rows}"
+    return f"INSERT INTO {table} SELECT g, g, repeat('x', 80) FROM generate_series(1, {rows}) g"
 
 
-def test_a_transaction_larger_than_a_piece_is_staged_in_pieces_that_no_reader_takes_before_its_commit(
+class OtherWrites(threading.Thread):
+    """Single-row commits to another table, all through the transaction, its kills and its staging."""
+
+    def __init__(self, src, table: str):
+        super().__init__(daemon=True)
+        self.src, self.table, self.stop, self.done = src, table, threading.Event(), 0
+
+    def run(self) -> None:
+        while not self.stop.wait(0.05):
+            self.done += 1
+            self.src.sql(f"INSERT INTO {self.table} VALUES ({self.done}, {self.done}, 'other')")
+
+
+def test_a_transaction_too_big_for_the_captures_memory_is_staged_in_pieces_through_a_kill_while_other_tables_flow(
         src, spark, warehouse):
-    table = src.table("bulk")
-    src.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT, s VARCHAR(80))")
-    src.dblog("capture", "--init", "--source", src.source_id, check=True)
-    pieces = {"DBLOG_CAPTURE_PIECE_ROWS": str(PIECE), "DBLOG_CAPTURE_FLUSH_ROWS": str(PIECE)}  # a piece a segment
-    crashing = src.spawn("capture", "--source", src.source_id,
-                         env={**pieces, "DBLOG_CRASH_AT": "capture.piece_staged@2"})
+    table, other = src.table("bulk"), src.table("other")
+    src.sql(*(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT, s VARCHAR(80))" for t in (table, other)))
+    first = src.start_capture()
     src.sql(f"INSERT INTO {table} VALUES (0, 0, 'before')")
     settle(src)
+    first.kill()
+    first.wait()
     committed = checkpoint(src)
-
-    src.sql(bulk_insert(src, table))   # one transaction; the capture dies after its second piece is staged
-    assert crashing.wait(timeout=120) == -signal.SIGKILL, crashing.stderr.read()[-3000:]
+    writes = OtherWrites(src, other)
+    writes.start()
+    src.sql(bulk_insert(src, table, ROWS))   # one transaction, committed before any capture reads it
     staged = src.staged()
-    log = staged.read_log(src.source_id, table)   # all that is staged, past the checkpoint too
-    assert PIECE < log.num_rows < ROWS, log.num_rows   # pieces, without the commit's part
-    assert checkpoint(src) == committed, "the checkpoint moved past a transaction whose commit was not staged"
-    assert pc.max(log[POSITION]).as_py() > committed
-    with src.store() as store:
-        merge_source(spark, store, staged, warehouse, src.source_id, [table])
-    assert warehouse.read(src.source_id, table, ["id"]).to_pylist() == [{"id": 0}], "a merge took a piece"
+    with MemoryLimit(LIMIT_MIB) as limit:
+        # Held whole (pieces off, as before pieces), the transaction does not fit: the kernel kills the capture.
+        whole = src.spawn("capture", "--source", src.source_id, preexec_fn=limit.join,
+                          env={"DBLOG_CAPTURE_PIECE_ROWS": "10000000"})
+        assert whole.wait(timeout=300) == -signal.SIGKILL and limit.oom_kills == 1, (
+            f"the limit did not bite (exit {whole.returncode}): it proves nothing", whole.stderr.read()[-2000:])
 
-    # Resumed from the checkpoint: the transaction is read again from its start and staged whole
-    # (its pieces again: a merge takes each position once), then a second one in pieces too.
-    src.spawn("capture", "--source", src.source_id, env=pieces)
-    src.sql(f"UPDATE {table} SET v = v + 1, s = 'after'")
-    settle(src)
+        # In pieces it fits; this capture dies by kill -9 after its third piece is staged.
+        crashing = src.spawn("capture", "--source", src.source_id, preexec_fn=limit.join,
+                             env={"DBLOG_CRASH_AT": "capture.piece_staged@3"})
+        assert crashing.wait(timeout=300) == -signal.SIGKILL, crashing.stderr.read()[-3000:]
+        assert limit.oom_kills == 1, "the capture in pieces went past the memory limit"
+        log = staged.read_log(src.source_id, table)   # all that is staged, past the checkpoint too
+        assert 3 * PIECE <= log.num_rows < ROWS, log.num_rows   # pieces, without the commit's part
+        pieces = log.filter(pc.greater(log["id"], 0))[POSITION]
+        assert checkpoint(src) < pc.min(pieces).as_py(), "the checkpoint moved into a transaction whose commit was not staged"
+        with src.store() as store:
+            merge_source(spark, store, staged, warehouse, src.source_id, [table])
+        assert warehouse.read(src.source_id, table, ["id"]).to_pylist() == [{"id": 0}], "a merge took a piece"
+
+        # Resumed from the checkpoint: the transaction is read again from its start and staged whole
+        # (its pieces again: a merge takes each position once), with the other table's commits after it.
+        resumed = src.spawn("capture", "--source", src.source_id, preexec_fn=limit.join)
+        settle(src)
+        writes.stop.set()
+        writes.join()
+        settle(src)
+        assert resumed.poll() is None and limit.oom_kills == 1, "the resumed capture went past the memory limit"
+        resumed.kill()
+        resumed.wait()
     segments = staged.segments(src.source_id, table, after=committed)
-    assert len(segments) >= 2 * (ROWS // PIECE), f"{len(segments)} segments: the transactions were not staged in pieces"
+    assert len(segments) >= ROWS // PIECE, f"{len(segments)} segments: the transaction was not staged in pieces"
+    assert writes.done > 20, "the other table had too few writes to show anything"
     with src.store() as store:
-        merge_source(spark, store, staged, warehouse, src.source_id, [table])
-    assert_warehouse_equals_source(src, warehouse, tables=("bulk",))
+        merge_source(spark, store, staged, warehouse, src.source_id, [table, other])
+    assert_warehouse_equals_source(src, warehouse, tables=("bulk", "other"))
 
 
 def test_a_capture_slice_that_ends_inside_a_transaction_stages_it_whole_before_it_stops(mariadb):
@@ -65,11 +102,11 @@ def test_a_capture_slice_that_ends_inside_a_transaction_stages_it_whole_before_i
     table = src.table("bulk")
     src.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT, s VARCHAR(80))")
     src.dblog("capture", "--init", "--source", src.source_id, check=True)
-    src.sql(bulk_insert(src, table))
+    src.sql(bulk_insert(src, table, 30_000))
     for _ in range(5):   # a slice far shorter than reading the transaction takes
         src.dblog("capture", "--source", src.source_id, "--duration", "0.1", check=True,
                   env={"DBLOG_CAPTURE_PIECE_ROWS": "1000", "DBLOG_CAPTURE_FLUSH_ROWS": "1000"})
         if checkpoint(src) is not None:
             break
     staged = src.staged().read_log(src.source_id, table, high=checkpoint(src) or "")
-    assert staged.num_rows == ROWS, f"{staged.num_rows} of the transaction's {ROWS} events are behind the checkpoint"
+    assert staged.num_rows == 30_000, f"{staged.num_rows} of the transaction's 30,000 events are behind the checkpoint"

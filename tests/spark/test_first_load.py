@@ -36,8 +36,8 @@ def _rows(warehouse, src, table: str) -> list[dict]:
     return sorted(warehouse.read(src.source_id, table, columns).to_pylist(), key=lambda r: r["id"])
 
 
-def test_a_first_load_writes_every_column_kind_as_the_general_merge_does(src, spark, warehouse, tmp_path,
-                                                                          monkeypatch):
+def test_a_first_load_writes_every_column_kind_as_the_general_merge_does_with_spark_or_on_the_driver(
+        src, spark, warehouse, tmp_path, monkeypatch):
     create, insert = (s.format(ns=src.namespace) for s in KINDS[src.kind])
     _load(src, create, insert, rows(src.kind))
     table = src.table("kinds")
@@ -47,6 +47,11 @@ def test_a_first_load_writes_every_column_kind_as_the_general_merge_does(src, sp
     assert fast.note.startswith("first load") and fast.survivors == 3 and fast.log_events == 0
     assert [b.rows for b in warehouse.state(src.source_id, table, files=True).buckets] == [1, 1, 1]
     assert_warehouse_equals_source(src, warehouse, ["kinds"])
+
+    small = Warehouse(str(tmp_path / "small"))   # one bucket of at most DBLOG_MERGE_LOCAL_ROWS: no Spark job
+    on_driver = _merge(spark, src, small, table)
+    assert on_driver.note.endswith("on the driver (small)") and on_driver.survivors == 3
+    assert _rows(small, src, table) == _rows(warehouse, src, table)
 
     general = Warehouse(str(tmp_path / "general"))
     monkeypatch.setattr(job, "first_load", lambda *a, **k: None)   # the path every later merge takes

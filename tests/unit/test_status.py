@@ -246,3 +246,17 @@ def test_the_snapshot_shows_each_source_s_staged_log_size_file_count_and_oldest_
         "files": 5, "bytes": 46, "segments": 4, "chunk_files": 1, "oldest": "p2"}
     assert s["staged"]["tables"]["s.a"] == {"segments": 2, "bytes": 14, "oldest": "p3"}
     assert page_snapshot(MemoryStore({}), [FakeSource()], FakeWarehouse(), now=1010.0)["sources"][0]["staged"] is None
+
+
+def test_a_dump_of_a_thousand_tables_is_one_line_of_counts_naming_only_the_unfinished_tables():
+    from dblog.cli.cmd_status import SHOWN, _dump_tables
+    tables = {f"shop.t{i:04d}": {"status": DONE, "rows": 1000, "chunks": 1} for i in range(1000)}
+    tables["shop.t0007"] = {"status": RUNNING, "rows": 10, "chunks": 1}
+    tables["shop.t0500"] = {"status": FAILED, "rows": 0, "chunks": 0}
+    line = _dump_tables(tables, every=False)
+    assert line.startswith("1000 tables (998 done, 1 running, 1 failed), 998010 rows/999 chunks; "
+                           "not done: shop.t0007, shop.t0500 (")
+    assert "shop.t0001" not in line
+    assert _dump_tables(tables, every=True).count(" rows/") == 1000   # --tables: each one
+    few = dict(list(tables.items())[:SHOWN])
+    assert _dump_tables(few, every=False).count(" rows/") == SHOWN   # a few are listed as before

@@ -6,6 +6,7 @@ import json
 import math
 import sys
 import time
+from collections import Counter
 
 from .. import connections
 from ..coordination.checkpoint import checkpoint_position, ensure_checkpoint
@@ -14,6 +15,7 @@ from ..operations.export import export
 from ..operations.staged_maintenance import size_text
 from ..operations.status import source_status
 from ..settings import ConfigError
+from ..snapshot.dump import DONE
 from ..snapshot.dump_spec import qualified
 from ..stagedlog.staged_log import StagedLog
 from . import cli_options as opts
@@ -38,16 +40,39 @@ def cmd_status(args) -> int:
             print(f"  staged log: {kept['files']} file(s), {size_text(kept['bytes'])}, oldest retained position "
                   f"{kept['oldest'] or '-'}")
             for d in st["dumps"]:
-                tables = ", ".join(f"{t} {p['status']} {p['rows']} rows/{p['chunks']} chunks"
-                                   + (f" ({p['fallback_chunks']} read by the Python driver: the native reader gave "
-                                      "up on them)" if p.get("fallback_chunks") else "")
-                                   for t, p in d["tables"].items() if p)
-                print(f"  dump {d['id']}: {d['state']}; {tables}")
-            for table, w in st["repairs"].items():
+                print(f"  dump {d['id']}: {d['state']}; {_dump_tables(d['tables'], args.tables)}")
+            repairs = list(st["repairs"].items())
+            for table, w in repairs if args.tables else repairs[:SHOWN]:
                 what = "every row" if w["whole_table"] else f"{w['keys']} key(s), e.g. {w['sample'][:5]}"
                 dumps = ", ".join(f"{d['id']} {d['state']}" for d in w["dumps"]) or "queued"
                 print(f"  repair of {table} waits: {what} ({dumps}): {'; '.join(w['reasons'])}")
+            if not args.tables and len(repairs) > SHOWN:
+                print(f"  ... and {len(repairs) - SHOWN} more tables' repairs wait (--tables lists each)")
     return 0
+
+
+SHOWN = 10   # tables listed by name per dump (or repairs per source) without --tables
+
+
+def _dump_tables(progress: dict[str, dict | None], every: bool) -> str:
+    """A dump's tables, each with its progress; past SHOWN of them, counts by status and the
+    unfinished ones' names (a dump of a 1,000-table database stays one readable line)."""
+    tables = {t: p for t, p in progress.items() if p}
+    if every or len(tables) <= SHOWN:
+        return ", ".join(f"{t} {p['status']} {p['rows']} rows/{p['chunks']} chunks"
+                         + (f" ({p['fallback_chunks']} read by the Python driver: the native reader gave "
+                            "up on them)" if p.get("fallback_chunks") else "") for t, p in tables.items())
+    counts = Counter(p["status"] for p in tables.values())
+    fallback = sum(p.get("fallback_chunks", 0) for p in tables.values())
+    open_ = [t for t, p in tables.items() if p["status"] != DONE]
+    line = (f"{len(tables)} tables ({', '.join(f'{n} {status}' for status, n in counts.most_common())}), "
+            f"{sum(p['rows'] for p in tables.values())} rows/{sum(p['chunks'] for p in tables.values())} chunks")
+    if fallback:
+        line += f", {fallback} chunks read by the Python driver (the native reader gave up on them)"
+    if open_:
+        more = f" and {len(open_) - SHOWN} more" if len(open_) > SHOWN else ""
+        line += f"; not done: {', '.join(open_[:SHOWN])}{more}"
+    return line + " (--tables lists each)"
 
 
 def cmd_export(args) -> int:
@@ -113,6 +138,9 @@ def add_status(sub, tuned) -> None:
     s = sub.add_parser("status", help="capture position and lag, dumps and their progress")
     s.add_argument("--source")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--tables", action="store_true",
+                   help=f"list every table of each dump and every waiting repair (default: past {SHOWN}, counts "
+                        "by status and the unfinished ones)")
     s.set_defaults(func=cmd_status)
 
 

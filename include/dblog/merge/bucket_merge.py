@@ -6,6 +6,7 @@ per key the one with the highest position (`rules.latest`, the one merge rule).
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from datetime import datetime
@@ -13,6 +14,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, _parse_datatype_string
 
 from ..model.staged_format import DUMP_ID, OP, POSITION, TOMBSTONES, UNCHANGED
 from ..warehouse.types import MISSING
@@ -21,6 +23,13 @@ from .frame_rules import latest
 META = ("_dblog_position", "_dblog_op", "_dblog_origin", "_dblog_dump_id", "_dblog_merged_at", MISSING)
 _RECORD = (POSITION, OP, "_origin", DUMP_ID, "_merged_at", "_missing")
 
+
+
+@functools.lru_cache(maxsize=1024)
+def spark_type(ddl: str) -> DataType:
+    """A type's Spark form from its DDL string (`bigint`, `decimal(10,2)`, a struct): a parse is a
+    call into the JVM, some 2 ms, asked for per column of every merge."""
+    return _parse_datatype_string(ddl)
 
 def is_tombstone() -> Column:
     return F.col("_dblog_op").isin(*TOMBSTONES)

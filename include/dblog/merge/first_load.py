@@ -10,6 +10,10 @@ position, its op, origin `dump`, its dump id) and writes the bucket's data files
 (`warehouse.files.DataFiles`). Values take the Spark types the merge reads them as
 (`sources.conform`, as `read_files` does on an object store), then the table's types.
 
+A first load of one bucket of at most `DBLOG_MERGE_LOCAL_ROWS` rows (most tables of a database
+with hundreds) runs the same loader on the driver instead: a Spark job costs more than such a
+table's rows do, and a bucket has no neighbour whose order to check.
+
 Each bucket's lower bound is its lowest key. Chunks follow the source's key order, which for
 strings is the column's collation, while buckets follow Spark's order: when a bucket's highest
 key is not below the next one's lowest, the files are deleted and the merge takes the general
@@ -22,11 +26,13 @@ import logging
 import uuid
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructField, StructType, _parse_datatype_string
+from pyspark.sql.types import StructField, StructType
 
+from ..settings import settings
 from ..storage import filesystem
 from ..warehouse.commit import Pending, WrittenFile
 from ..warehouse.files import WRITTEN
@@ -71,15 +77,18 @@ def first_load(spark: SparkSession, base: TableState, pending: Pending, chunks: 
     groups = [[chunks[i] for i in g] for g in group([c.rows for c in chunks], bucket_rows)]
     labels = [base.buckets[0].id] + list(range(base.next_id(), base.next_id() + len(groups) - 1))
     tasks = [(label, json.dumps([(c.uri, c.high) for c in g])) for label, g in zip(labels, groups)]
-    spark_types = StructType([StructField(c, _parse_datatype_string(t), True) for c, t in base.columns])
+    spark_types = StructType([StructField(c, M.spark_type(t), True) for c, t in base.columns])
     loader = bucket_loader(pending.location, pending.schema_ipc, to_arrow_schema(spark_types, timezone="UTC")
                            .serialize().to_pybytes(), key, purge, uuid.uuid4().hex[:12])
+    if len(tasks) == 1 and sum(c.rows for c in chunks) <= settings().merge.local_rows:
+        return _one_bucket(base, chunks, labels[0], loader(iter([pa.RecordBatch.from_pylist(
+            [{"bucket": label, "files": spec} for label, spec in tasks])])))
     # Bounds by key position (`_lo_0`, `_hi_0`, ...): a key column may have any name.
     bounds = {f"_{end}_{i}": types[k] for end in ("lo", "hi") for i, k in enumerate(key)}
     lows = [f"_lo_{i}" for i in range(len(key))]
-    written_schema = _parse_datatype_string(WRITTEN)
+    written_schema = M.spark_type(WRITTEN)
     assert isinstance(written_schema, StructType)
-    schema = StructType([*written_schema.fields, *[StructField(n, _parse_datatype_string(t)) for n, t in bounds.items()]])
+    schema = StructType([*written_schema.fields, *[StructField(n, M.spark_type(t)) for n, t in bounds.items()]])
     # A few Spark tasks a core, each writing its buckets one after another: a task per bucket cost
     # ~60 ms each (10M rows, 40 buckets: 5.4 s in 40 tasks, 3.5 s in 4; docs/performance.md).
     slices = max(1, min(len(tasks), 2 * spark.sparkContext.defaultParallelism))
@@ -96,16 +105,33 @@ def first_load(spark: SparkSession, base: TableState, pending: Pending, chunks: 
                     "takes the general merge", base.source, base.table)
         _delete(files)
         return None
-    out = Rewritten([], files, touched={b.id for b in base.buckets}, written=len(present),
-                    survivors_total=sum(c.rows for c in chunks))
-    for c in chunks:
-        out.survivors[c.dump_id] = out.survivors.get(c.dump_id, 0) + c.rows
+    out = _loaded(base, chunks, files, written=len(present))
     for i, label in enumerate(present):
         mine = [f for f in files if f.bucket == label]
         live, dead = [f for f in mine if not f.tombstone], [f for f in mine if f.tombstone]
         out.buckets.append(Bucket(label, None if i == 0 else ends[label][2], sum(f.rows for f in live),
                                   sum(f.rows for f in dead), sum(f.missing for f in live)))
     out.buckets = out.buckets or [Bucket(labels[0], None)]
+    return out
+
+
+def _one_bucket(base: TableState, chunks: list[LoadChunk], label: int, written) -> Rewritten:
+    """A one-bucket first load the driver wrote: its files, its survivors."""
+    files = [WrittenFile(r["uri"], r["bucket"], r["tombstone"], r["rows"], r["missing"])
+             for batch in written for r in batch.to_pylist()]
+    out = _loaded(base, chunks, files, written=1 if files else 0)
+    out.without_spark = True
+    live, dead = [f for f in files if not f.tombstone], [f for f in files if f.tombstone]
+    out.buckets = [Bucket(label, None, sum(f.rows for f in live), sum(f.rows for f in dead),
+                          sum(f.missing for f in live))]
+    return out
+
+
+def _loaded(base: TableState, chunks: list[LoadChunk], files: list[WrittenFile], written: int) -> Rewritten:
+    out = Rewritten([], files, touched={b.id for b in base.buckets}, written=written,
+                    survivors_total=sum(c.rows for c in chunks))
+    for c in chunks:
+        out.survivors[c.dump_id] = out.survivors.get(c.dump_id, 0) + c.rows
     return out
 
 

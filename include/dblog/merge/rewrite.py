@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField, StructType, _parse_datatype_string
+from pyspark.sql.types import StructField, StructType
 
 from ..model.staged_format import DUMP_ID
 from ..spark.data_sources import read_files
@@ -36,6 +36,7 @@ class Rewritten:
     log_events: int = 0
     survivors: dict[str, int] = field(default_factory=dict)   # dump id -> chunk rows that survived
     survivors_total: int = 0
+    without_spark: bool = False                 # written on the driver (a small merge or first load)
 
 
 def rewrite(spark: SparkSession, base: TableState, pending: Pending, recs: DataFrame, upto: str, purge: bool,
@@ -78,7 +79,7 @@ def rewrite(spark: SparkSession, base: TableState, pending: Pending, recs: DataF
 def _stored_schema(columns: list[tuple[str, str]]) -> StructType:
     """The Spark schema of the table's data files (every column the table has now)."""
     every = [*columns, *zip(META, META_TYPES), (BUCKET, "int")]
-    return StructType([StructField(name, _parse_datatype_string(t), True) for name, t in every])
+    return StructType([StructField(name, M.spark_type(t), True) for name, t in every])
 
 
 def _count_incoming(recs: DataFrame, key: list[str], types: dict[str, str], bounds: list[list[str] | None],
