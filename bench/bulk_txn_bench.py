@@ -3,7 +3,9 @@ string, captured by `dblog capture` in its own process, as a deployment runs it.
 
 Per size: the capture's resident memory before the transaction and at its peak (`VmHWM`), the
 longest time it did not read the log (its `max_stall_s`), the UPDATE's own time, and seconds
-from the commit to staged (the checkpoint passes a sync watermark written right after it).
+from the commit to staged (the checkpoint passes a sync watermark written right after it). With
+DBLOG_BENCH_BULK_VISIBLE=1 the table is first dumped and merged into the warehouse, and after
+the transaction is staged a `dblog merge` makes it visible: its time and the commit to visible.
 
     PYTHONPATH=include .venv/bin/python bench/bulk_txn_bench.py [mysql|postgres] ROWS [ROWS ...]
 
@@ -53,16 +55,21 @@ def run(kind: str, rows: int) -> dict:
     _fill(kind, rows)
     chroot, slot = f"/bench_{uuid.uuid4().hex[:8]}", f"bench_bulk_{uuid.uuid4().hex[:6]}"
     staging = tempfile.mkdtemp(prefix="dblog-bulk-", dir=str(ROOT / ".local"))
-    env = env_for(NAME, uri(kind, NS, slot), chroot, staging)
+    env = {**env_for(NAME, uri(kind, NS, slot), chroot, staging), "DBLOG_WAREHOUSE": f"{staging}/warehouse"}
     if code := os.environ.get("DBLOG_BENCH_CODE"):
         env["PYTHONPATH"] = str(Path(code) / "include")
-    cli = [sys.executable, "-m", "dblog.cli", "capture", "--source", NAME]
+    dblog = [sys.executable, "-m", "dblog.cli"]
+    cli = [*dblog, "capture", "--source", NAME]
+    visible = os.environ.get("DBLOG_BENCH_BULK_VISIBLE") == "1"
     subprocess.run([*cli, "--init"], env=env, check=True, capture_output=True)
     proc = subprocess.Popen(cli, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     src = source(kind, NAME, NS, slot, chroot)
     store = StateStore(f"127.0.0.1:{PORTS['ZK']}", chroot).start()
     try:
         assert await_sync(store, StagedLog(staging), NAME, sync_point(src), 120), "the capture did not start"
+        if visible:   # the table in the warehouse first, as in a deployment
+            for step in (["dump", "--table", f"{NS}.t"], ["merge"]):
+                subprocess.run([*dblog, step[0], "--source", NAME, *step[1:]], env=env, check=True, capture_output=True)
         before = _status(proc.pid, "VmRSS")
         started = time.time()
         run_sql(kind, f"UPDATE {NS}.t SET v = v + 1")
@@ -71,6 +78,10 @@ def run(kind: str, rows: int) -> dict:
         assert position, "the capture did not stage the transaction within an hour"
         staged = time.time()
         peak = _status(proc.pid, "VmHWM")
+        shown = None
+        if visible:
+            subprocess.run([*dblog, "merge", "--source", NAME], env=env, check=True, capture_output=True)
+            shown = time.time()
         proc.send_signal(signal.SIGTERM)
         stats = json.loads(proc.communicate(timeout=120)[0].strip().splitlines()[-1])
     finally:
@@ -82,7 +93,8 @@ def run(kind: str, rows: int) -> dict:
             run_sql(kind, f"SELECT pg_drop_replication_slot('{slot}')")
     return {"rows": rows, "rss_before_mib": before, "rss_peak_mib": peak, "update_s": round(committed - started, 1),
             "commit_to_staged_s": round(staged - committed, 1), "max_stall_s": round(stats["max_stall_s"], 1),
-            "events": stats["events"]}
+            "events": stats["events"],
+            **({"merge_s": round(shown - staged, 1), "commit_to_visible_s": round(shown - committed, 1)} if shown else {})}
 
 
 def label() -> str:

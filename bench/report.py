@@ -34,13 +34,16 @@ def capture(doc: dict) -> list[str]:
 def shape(doc: dict) -> list[str]:
     r = doc["result"]
     first, written = next(iter(r.values())), max(v["written_tables"] for v in r.values())
+    big = f"; a full dump of a {first['big_rows']:,}-row table starts a third of the way in" \
+        if first.get("big_rows") else ""
     return [f"**6. A database's shape** (one source, tables of {first['rows_per_table']:,} rows; then "
             f"{first['rate']:g} single-row updates/s over up to {written} of them for {first['seconds']:g} s, "
-            "continuous merge running)", ""] + _table(
+            f"continuous merge running{big})", ""] + _table(
         ["tables", "dump of all s", "first load s (dump to every table visible)", "oldest change's wait per commit "
-         "p50 / p99 s", "cycle p50 / max s", "table merges / passed over"],
+         "p50 / p99 s", "cycle p50 / max s", "table merges / passed over", "big table: dump s / its merges"],
         [[v["tables"], v["dump_all_s"], v["first_load_s"], f"{v['oldest_wait_s_p50']} / {v['oldest_wait_s_p99']}",
-          f"{v['cycle_s_p50']} / {v['cycle_s_max']}", f"{v['table_merges']:,} / {v['passed_over']:,}"]
+          f"{v['cycle_s_p50']} / {v['cycle_s_max']}", f"{v['table_merges']:,} / {v['passed_over']:,}",
+          f"{v['big_dump_s']} / {v['big_merges_during']}" if v.get("big_rows") else "-"]
          for v in r.values()])
 
 

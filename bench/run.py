@@ -94,8 +94,9 @@ def part(name: str, kinds: list[str], spark_session) -> dict:
     if name == "shape":
         import shape_bench
         return shape_bench.run(env("SHAPE_SOURCE", "mysql"), [int(n) for n in env("SHAPE_TABLES", "10,100,1000").split(",")],
-                               int(env("SHAPE_ROWS", "1000")), float(env("SHAPE_RATE", "500")),
-                               float(env("SHAPE_SECONDS", "120")), int(env("SHAPE_WRITTEN", "50")))
+                               int(env("SHAPE_ROWS", "1000")), float(env("SHAPE_RATE", "1000")),
+                               float(env("SHAPE_SECONDS", "120")), int(env("SHAPE_WRITTEN", "50")),
+                               int(env("SHAPE_BIG_ROWS", "10000000")))
     import sweep_bench
     sizes = [int(s) for s in env("SWEEP_SIZES", "2000,5000,20000,50000").split(",")]
     parallelisms = tuple(int(p) for p in env("SWEEP_PARALLELISM", "1,2,4,8").split(","))

@@ -3,14 +3,16 @@
 For each table count N (10, 100, 1,000 by default), one source gets N tables of ROWS rows. With
 the continuous merge running (as in a deployment), a dump of all N tables is the first load:
 timed until every table has its first snapshot. Then a writer makes RATE single-row updates a
-second spread over min(N, 50) tables for SECONDS, and the figures are the continuous merge's
-own: for each commit, how long its oldest change waited since its commit in the source
+second spread over min(N, 50) tables for SECONDS, while a full dump of one more table of BIG_ROWS
+rows (created with the others, before the capture) starts a third of the way in and lands beside
+them. The figures are the continuous merge's own: for each commit, how long its oldest change waited since its commit in the source
 (`visible_after_s`: a bound on every change's commit-to-visible time; p50 / p99 over the
 commits), its cycle time, and how many table merges it started against the tables it passed
 over without a lock or a read (the change index, `dblog.coordination.changed_tables`).
 
     DBLOG_BENCH_SHAPE_SOURCE=mysql  DBLOG_BENCH_SHAPE_TABLES=10,100,1000  DBLOG_BENCH_SHAPE_ROWS=1000
-    DBLOG_BENCH_SHAPE_RATE=500  DBLOG_BENCH_SHAPE_SECONDS=120  DBLOG_BENCH_SHAPE_WRITTEN=50
+    DBLOG_BENCH_SHAPE_RATE=1000  DBLOG_BENCH_SHAPE_SECONDS=120  DBLOG_BENCH_SHAPE_WRITTEN=50
+    DBLOG_BENCH_SHAPE_BIG_ROWS=10000000 (0: no big table)
 """
 from __future__ import annotations
 
@@ -31,15 +33,21 @@ _COMMIT = re.compile(r"^\S+ (\S+): snapshot \d+.*?(?:its oldest change waited ([
 _SLICE = re.compile(r"cycle time p50 ([\d.]+)s, max ([\d.]+)s\); (\d+) table merges, (\d+) passed over")
 
 
-def _tables(kind: str, n: int, rows: int) -> list[str]:
+def _fill(kind: str, rows: int) -> str:
+    return (f"SELECT seq, seq % 97, CONCAT('note-', seq) FROM {NS}.seq_1_to_{rows}" if kind == "mysql" else
+            f"SELECT g, g % 97, 'note-' || g FROM generate_series(1, {rows}) g")
+
+
+def _tables(kind: str, n: int, rows: int, big_rows: int) -> list[str]:
     namespace(kind, NS)
     names = [f"s{i:04d}" for i in range(n)]
-    fill = (f"SELECT seq, seq % 97, CONCAT('note-', seq) FROM {NS}.seq_1_to_{rows}" if kind == "mysql" else
-            f"SELECT g, g % 97, 'note-' || g FROM generate_series(1, {rows}) g")
     statements = []
     for t in names:
         statements += [f"CREATE TABLE {NS}.{t} (id BIGINT PRIMARY KEY, v INT, note VARCHAR(40))",
-                       f"INSERT INTO {NS}.{t} {fill}"]
+                       f"INSERT INTO {NS}.{t} {_fill(kind, rows)}"]
+    if big_rows:
+        statements += [f"CREATE TABLE {NS}.big (id BIGINT PRIMARY KEY, v INT, note VARCHAR(40))",
+                       f"INSERT INTO {NS}.big {_fill(kind, big_rows)}"]
     run_sql(kind, *statements)
     return names
 
@@ -71,8 +79,8 @@ def _commits(log: Path) -> list[tuple[str, float | None]]:
     return out
 
 
-def phase(kind: str, n: int, rows: int, rate: float, seconds: float, written: int) -> dict:
-    tables = _tables(kind, n, rows)
+def phase(kind: str, n: int, rows: int, rate: float, seconds: float, written: int, big_rows: int) -> dict:
+    tables = _tables(kind, n, rows, big_rows)
     home = tempfile.mkdtemp(prefix=f"dblog-bench-shape-{n}-", dir=str(ROOT / ".local"))
     h = Harness(kind, NS, f"shape_{kind}", home=home)
     h.start_capture()
@@ -86,8 +94,10 @@ def phase(kind: str, n: int, rows: int, rate: float, seconds: float, written: in
                 raise RuntimeError(f"the continuous merge did not start: {log.read_text()[-2000:]}")
             time.sleep(0.2)
         began = time.time()
-        dump = subprocess.run([sys.executable, *CLI, "dump", "--source", h.name, "--all"], env=h.env,
-                              capture_output=True, text=True)
+        small = [f"{NS}.{t}" for t in tables]
+        dump = subprocess.run([sys.executable, *CLI, "dump", "--source", h.name, *[a for t in small for a in
+                                                                                   ("--table", t)]],
+                              env=h.env, capture_output=True, text=True)
         if dump.returncode != 0:
             raise RuntimeError(f"the dump of all tables failed: {dump.stderr[-2000:]}")
         dumped = time.time() - began
@@ -98,9 +108,19 @@ def phase(kind: str, n: int, rows: int, rate: float, seconds: float, written: in
         first_load = time.time() - began
         before = len(_commits(log))
         writer.start()
-        time.sleep(seconds)
+        time.sleep(seconds / 3)
+        big = None if not big_rows else subprocess.Popen(
+            [sys.executable, *CLI, "dump", "--source", h.name, "--table", f"{NS}.big"], env=h.env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        big_began = time.time()
+        time.sleep(seconds * 2 / 3)
         writer.stop.set()
         writer.join()
+        big_dump_s = None
+        if big is not None:
+            if big.wait(3600) != 0:
+                raise RuntimeError(f"the dump of the big table failed: {big.stderr.read()[-2000:]}")
+            big_dump_s = round(time.time() - big_began, 1)
         merger.terminate()
         merger.wait(300)
     finally:
@@ -108,10 +128,13 @@ def phase(kind: str, n: int, rows: int, rate: float, seconds: float, written: in
         if merger.poll() is None:
             merger.kill()
         h.close()
-    waits = [w for _, w in _commits(log)[before:] if w is not None]   # the first load's commits wait for no event
+    commits = _commits(log)[before:]
+    waits = [w for t, w in commits if w is not None and t != f"{NS}.big"]   # the first load's commits wait for no event
+    big_merges = sum(1 for t, _ in commits if t == f"{NS}.big")
     summary = _SLICE.search(log.read_text())
     return {"tables": n, "rows_per_table": rows, "written_tables": min(written, n), "rate": rate,
-            "seconds": seconds, "updates": writer.done, "dump_all_s": round(dumped, 1),
+            "seconds": seconds, "updates": writer.done, "big_rows": big_rows, "big_dump_s": big_dump_s,
+            "big_merges_during": big_merges, "dump_all_s": round(dumped, 1),
             "first_load_s": round(first_load, 1), "commits": len(waits),
             "oldest_wait_s_p50": round(pct(waits, 0.5), 1), "oldest_wait_s_p99": round(pct(waits, 0.99), 1),
             "cycle_s_p50": float(summary.group(1)) if summary else None,
@@ -120,11 +143,11 @@ def phase(kind: str, n: int, rows: int, rate: float, seconds: float, written: in
             "passed_over": int(summary.group(4)) if summary else None}
 
 
-def run(kind: str, counts: list[int], rows: int, rate: float, seconds: float, written: int) -> dict:
+def run(kind: str, counts: list[int], rows: int, rate: float, seconds: float, written: int, big_rows: int) -> dict:
     out = {}
     for n in counts:
         print(f"  shape: {n} tables", flush=True)
-        out[str(n)] = phase(kind, n, rows, rate, seconds, written)
+        out[str(n)] = phase(kind, n, rows, rate, seconds, written, big_rows)
         print(f"    {out[str(n)]}", flush=True)
         run_sql(kind, *([f"DROP DATABASE IF EXISTS {NS}"] if kind == "mysql" else
                         [f"DROP SCHEMA IF EXISTS {NS} CASCADE"]))

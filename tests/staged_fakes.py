@@ -41,6 +41,9 @@ class MemoryStore:
     def get(self, path):
         return self.nodes.get(path)
 
+    def get_many(self, paths):
+        return {p: self.get(p) for p in paths}
+
     def children(self, path):
         prefix = path.rstrip("/") + "/"
         return sorted({p[len(prefix):].split("/")[0] for p in self.nodes if p.startswith(prefix)})

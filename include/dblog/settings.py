@@ -137,8 +137,9 @@ class Merge:
         600.0, "DBLOG_MERGE_LOCK_TIMEOUT", "how long a merge waits for another merge of the same table",
         minimum=1, maximum=86_400)
     continuous_every_seconds: float = setting(
-        2.0, "DBLOG_MERGE_CONTINUOUS_EVERY_SECONDS", "pause between two cycles of the continuous merge "
-        "(`dblog merge --continuous`, `dblog_merge_continuous`), chosen by the freshness benchmark",
+        2.0, "DBLOG_MERGE_CONTINUOUS_EVERY_SECONDS", "longest pause between two cycles of the continuous merge "
+        "(`dblog merge --continuous`, `dblog_merge_continuous`); a cycle starts sooner once a capture checkpoints "
+        "new events",
         minimum=0.1, maximum=3600)
     local_rows: int = setting(
         20_000, "DBLOG_MERGE_LOCAL_ROWS", "a merge of at most this many new log events into a table stored as one "

@@ -21,9 +21,18 @@ def test_the_page_and_its_endpoints_refuse_requests_without_airflow_authenticati
         assert anonymous.status_code in (401, 403), (path, anonymous.status_code, anonymous.text[:200])
         forged = requests.request(method, url + path, timeout=30, cookies={"_token": "not-a-jwt"}, **kwargs)
         assert forged.status_code in (401, 403), (path, forged.status_code)
-    signed_in = requests.get(f"{url}/api/status", timeout=30, headers={"Authorization": f"Bearer {standalone.token}"})
+    bearer = {"Authorization": f"Bearer {standalone.token}"}
+    signed_in = requests.get(f"{url}/api/status", timeout=30, headers=bearer)
     assert signed_in.status_code == 200
     assert [s["id"] for s in signed_in.json()["sources"]] == [standalone.src.source_id]
+    # Which warehouse tables a source shows (a page of them, a search): a malformed view is named.
+    sid = standalone.src.source_id
+    found = requests.get(f"{url}/api/status", timeout=30, headers=bearer,
+                         params={"view": f'{{"{sid}": {{"page": 3, "find": "no such table"}}}}'})
+    assert found.status_code == 200 and found.json()["sources"][0]["warehouse"] == []
+    assert found.json()["sources"][0]["warehouse_view"]["find"] == "no such table"
+    bad = requests.get(f"{url}/api/status", timeout=30, headers=bearer, params={"view": f'{{"{sid}": {{"page": -1}}}}'})
+    assert bad.status_code == 400 and "view is a JSON object" in bad.json()["detail"]
 
 
 def _rows(row) -> int:

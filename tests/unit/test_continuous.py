@@ -208,3 +208,38 @@ def test_with_a_change_index_every_table_is_still_merged_and_listed_again_once_a
     monkeypatch.setattr(C, "BACKSTOP_S", 0.0)
     loop.cycle(report)
     assert d.merged == [("a", "t1"), ("a", "t2"), ("a", "t3")] and report.listings == 2
+
+
+def test_a_cycle_starts_as_soon_as_the_checkpoint_moves_not_an_interval_later(monkeypatch):
+    import threading
+
+    class Watched:   # the StateStore's watch: the checkpoint node's callback
+        callbacks: list = []
+
+        def watch(self, path, callback):
+            self.callbacks.append((path, callback))
+
+    d = Deployment(monkeypatch, {"a": ["t"]})
+    store = Watched()
+    loop = C.ContinuousMerge(None, store, None, None, {"a": None}, every=3600, say=lambda _: None)
+    runner = threading.Thread(target=loop.run, daemon=True)
+    runner.start()
+    try:
+        wait_until(lambda: d.merged == [("a", "t")])   # the first cycle, then an hour's pause at most
+        (path, moved), = store.callbacks
+        assert path == "/a/capture/checkpoint"
+        d.checkpoints["a"] = "p2"
+        moved()
+        wait_until(lambda: len(d.merged) == 2)   # not an hour later
+    finally:
+        loop.stop.set()
+        runner.join(10)
+    assert not runner.is_alive()
+
+
+def wait_until(condition, timeout: float = 30.0) -> None:
+    import time
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, "the condition did not hold in time"
+        time.sleep(0.01)

@@ -260,3 +260,41 @@ def test_a_dump_of_a_thousand_tables_is_one_line_of_counts_naming_only_the_unfin
     assert _dump_tables(tables, every=True).count(" rows/") == 1000   # --tables: each one
     few = dict(list(tables.items())[:SHOWN])
     assert _dump_tables(few, every=False).count(" rows/") == SHOWN   # a few are listed as before
+
+
+class ManyTables(FakeWarehouse):
+    def __init__(self, n: int):
+        self.names, self.loaded = [f"s.t{i:04d}" for i in range(n)], []
+
+    def tables(self, source):
+        return list(reversed(self.names))
+
+    def table_summary(self, source, table):
+        self.loaded.append(table)
+        return super().table_summary(source, table)
+
+
+def test_a_source_of_a_thousand_tables_shows_and_loads_one_page_of_them_by_name_or_search():
+    from dblog.operations.status import TABLES_PER_PAGE, TableView
+    warehouse, store = ManyTables(1000), MemoryStore({})
+    first = page_snapshot(store, [FakeSource()], warehouse, now=1010.0)["sources"][0]
+    assert [t["table"] for t in first["warehouse"]] == warehouse.names[:TABLES_PER_PAGE]
+    assert warehouse.loaded == warehouse.names[:TABLES_PER_PAGE]   # only the shown tables cost a catalog load
+    assert first["warehouse_view"] == {"total": 1000, "page": 0, "pages": 20, "per_page": TABLES_PER_PAGE, "find": ""}
+    third = page_snapshot(store, [FakeSource()], warehouse, views={"src": TableView(2)})["sources"][0]
+    assert third["warehouse"][0]["table"] == "s.t0100"
+    past = page_snapshot(store, [FakeSource()], warehouse, views={"src": TableView(99)})["sources"][0]
+    assert past["warehouse_view"]["page"] == 19 and past["warehouse"][-1]["table"] == "s.t0999"
+    found = page_snapshot(store, [FakeSource()], warehouse, views={"src": TableView(0, "T099")})["sources"][0]
+    assert [t["table"] for t in found["warehouse"]] == [f"s.t099{i}" for i in range(10)]
+    assert found["warehouse_view"]["total"] == 10
+
+
+def test_the_page_names_a_few_of_a_dump_s_tables_unfinished_first_and_counts_them_all():
+    tables = {f"s.t{i:04d}": progress(f"s.t{i:04d}", DONE, 10, 10) for i in range(1000)}
+    tables["s.t0900"] = progress("s.t0900", RUNNING, 5, 10)
+    store = MemoryStore(dump_nodes("src", "all", tables, created_at=1.0))
+    view = dump_view(dump_status(store, "src", "all"), shown=20)
+    assert len(view["tables"]) == 20 and view["tables"][0]["table"] == "s.t0900"
+    assert view["table_count"] == 1000 and view["table_statuses"] == {DONE: 999, RUNNING: 1}
+    assert view["rows"] == 999 * 10 + 5   # the totals cover every table

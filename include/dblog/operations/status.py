@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from ..coordination import store as paths
 from ..coordination.health import LAG_SAMPLE_S, capture_health
@@ -36,6 +37,16 @@ def source_status(store: StateStore, source: Source, staged: StagedLog) -> dict:
 
 # -- the DBLog page ---------------------------------------------------------------------------
 RECENT_DUMPS = 15  # the page lists this many dumps of a source, newest first
+TABLES_PER_PAGE = 50   # warehouse tables a source shows at once (each costs a catalog load)
+DUMP_TABLES_SHOWN = 20   # a dump's tables named on the page; the rest are counted by status
+
+
+@dataclass(frozen=True)
+class TableView:
+    """Which of a source's warehouse tables the page shows: names containing `find`
+    (case-insensitive), page `page` of TABLES_PER_PAGE in name order."""
+    page: int = 0
+    find: str = ""
 
 
 def progress_fraction(rows: int, estimated: int | None, status: str) -> float | None:
@@ -93,9 +104,10 @@ def table_view(table: str, progress: dict | None, merged: dict | None, control: 
             "dropped": (merged or {}).get("dropped"), "merged_rows": (merged or {}).get("rows")}
 
 
-def dump_view(status: dict) -> dict:
+def dump_view(status: dict, shown: int | None = None) -> dict:
     """One dump for the page: its tables, and totals over them (a total is None while any part of
-    it is unknown, rather than a number that looks exact and is not)."""
+    it is unknown, rather than a number that looks exact and is not). With `shown`, only that many
+    tables are listed, unfinished ones first; `table_count` and `table_statuses` count them all."""
     control, state = status["control"], status["state"]
     tables = [table_view(t, p, status["merged"].get(t), control, state) for t, p in status["tables"].items()]
     unfinished = [t for t in tables if t["status"] not in (DONE, CANCELLED)]
@@ -108,7 +120,10 @@ def dump_view(status: dict) -> dict:
     return {"id": status["id"], "source": status["source"], "state": state, "created_at": status["created_at"],
             "key_list": status["key_list"], "chunk_size": control.get("chunk_size"),
             "parallelism": control.get("parallelism", 1),
-            "delay_s": control.get("delay_s"), "tables": tables, "failed_tables": status["failed"],
+            "delay_s": control.get("delay_s"),
+            "tables": tables if shown is None else sorted(tables, key=lambda t: t["status"] in (DONE, CANCELLED))[:shown],
+            "table_count": len(tables), "table_statuses": dict(Counter(t["status"] for t in tables)),
+            "failed_tables": status["failed"],
             "error": status.get("error"),  # why the dump cannot be shown (an unreadable progress record)
             "rows": rows, "estimated_rows": estimated,
             "fraction": progress_fraction(rows, estimated, DONE if state == DONE else RUNNING),
@@ -126,17 +141,25 @@ def recent_dumps(store: StateStore, source: str, limit: int = RECENT_DUMPS) -> l
 
 
 def page_snapshot(store: StateStore, sources: list[Source], warehouse, now: float | None = None,
-                  limit: int = RECENT_DUMPS, usage: Callable[[str], StagedUsage | None] | None = None) -> dict:
+                  limit: int = RECENT_DUMPS, usage: Callable[[str], StagedUsage | None] | None = None,
+                  views: dict[str, TableView] | None = None) -> dict:
     """Everything the DBLog page shows, as JSON-ready data: reads ZooKeeper, the warehouse
     manifests and, through `usage` (source -> `staged_usage`; the page keeps it a while), the
-    staged log's listing; no source database query, so a slow source never slows the page."""
+    staged log's listing; no source database query, so a slow source never slows the page. A
+    source with 1,000 tables costs what one page of them does (`views`: per source, default the
+    first page), its dumps name DUMP_TABLES_SHOWN tables each and count the rest."""
     now = time.time() if now is None else now
     out = []
     for source in sources:
         health = capture_health(store, source.name, now)
-        dumps = [dump_view(dump_status(store, source.name, d)) for d in recent_dumps(store, source.name, limit)]
+        dumps = [dump_view(dump_status(store, source.name, d), DUMP_TABLES_SHOWN)
+                 for d in recent_dumps(store, source.name, limit)]
+        view = (views or {}).get(source.name, TableView())
+        names = sorted(t for t in warehouse.tables(source.name) if view.find.lower() in t.lower())
+        pages = max(1, math.ceil(len(names) / TABLES_PER_PAGE))
+        page = min(max(view.page, 0), pages - 1)
         tables = []
-        for table in warehouse.tables(source.name):
+        for table in names[page * TABLES_PER_PAGE:(page + 1) * TABLES_PER_PAGE]:
             summary = warehouse.table_summary(source.name, table)
             if summary is None:
                 continue
@@ -144,6 +167,8 @@ def page_snapshot(store: StateStore, sources: list[Source], warehouse, now: floa
             tables.append({**summary, "data_age_s": age, "data_age_exact": exact})
         out.append({"id": source.name, "kind": source.kind, "capture": asdict(health), "dumps": dumps,
                     "warehouse": tables, "repairs": waiting(store, source.name),
+                    "warehouse_view": {"total": len(names), "page": page, "pages": pages,
+                                       "per_page": TABLES_PER_PAGE, "find": view.find},
                     "staged": _staged(usage, source.name)})
     return {"generated_at": now, "sources": out}
 

@@ -86,7 +86,17 @@ class TableProgress:
 def read_progress(store: StateStore, source: str, dump_id: str, table: str) -> TableProgress | None:
     """A table's progress in a dump; None when the dump does not cover it (or is gone)."""
     path = paths.table_progress_path(source, dump_id, table)
-    record = store.get(path)
+    return _progress(store, source, dump_id, path, store.get(path))
+
+
+def read_progress_many(store: StateStore, source: str, dump_id: str, tables: list[str]) -> dict[str, TableProgress | None]:
+    """`read_progress` of each table, the reads pipelined (a dump of 1,000 tables: one round trip)."""
+    wanted = {t: paths.table_progress_path(source, dump_id, t) for t in tables}
+    records = store.get_many(list(wanted.values()))
+    return {t: _progress(store, source, dump_id, path, records[path]) for t, path in wanted.items()}
+
+
+def _progress(store: StateStore, source: str, dump_id: str, path: str, record: dict | None) -> TableProgress | None:
     if record is None:
         return None
     if "last_key" in record:  # written before the two cursors: the dump's kind says which it was
@@ -503,7 +513,7 @@ def dump_status(store: StateStore, source: str, dump_id: str) -> dict:
     control = store.get(paths.control_path(source, dump_id)) or {}
     # Loaded (and so checked) as typed records, reported as their JSON form.
     try:
-        progress = {t: read_progress(store, source, dump_id, t) for t in scope.get("tables", [])}
+        progress = read_progress_many(store, source, dump_id, scope.get("tables", []))
     except DumpError as exc:  # shown where users look (status, page), not a crash of either
         return {"id": dump_id, "source": source, "state": UNREADABLE, "error": str(exc), "control": control,
                 "tables": {}, "failed": [], "merged": {}, "created_at": scope.get("created_at"),
@@ -518,7 +528,9 @@ def dump_status(store: StateStore, source: str, dump_id: str) -> dict:
         overall = DONE
     elif failed and overall != CANCELLED:
         overall = FAILED
-    merged = {t: store.get(paths.dump_merged_path(source, dump_id, t)) for t in tables}
+    merged_paths = {t: paths.dump_merged_path(source, dump_id, t) for t in tables}
+    found = store.get_many(list(merged_paths.values()))
+    merged = {t: found[path] for t, path in merged_paths.items()}
     return {"id": dump_id, "source": source, "state": overall, "control": control, "tables": tables,
             "failed": failed, "merged": merged, "created_at": scope.get("created_at"),
             "skipped": scope.get("skipped", []),

@@ -3,7 +3,9 @@
 
     GET  /dblog/                                  the page (HTML + vanilla JS, refreshes from the JSON below)
     GET  /dblog/api/status                        `dblog.operations.status.page_snapshot` of every source in DBLOG_SOURCES
-                                                  (the staged log's size as listed at most `USAGE_TTL_S` ago)
+                                                  (the staged log's size as listed at most `USAGE_TTL_S` ago);
+                                                  ?view={"<source>": {"page": n, "find": "text"}}: which
+                                                  warehouse tables each source shows
     POST /dblog/api/dumps/{source}/{dump_id}/{action}   pause | resume | cancel | throttle
                                                   (JSON body for throttle: {"chunk_size": n, "delay_s": s, "parallelism": p})
 
@@ -139,12 +141,13 @@ def icon() -> Response:
 
 
 @app.get("/api/status", dependencies=[READ])
-def status() -> dict:
+def status(view: str = "{}") -> dict:
     from dblog.operations.status import page_snapshot
     from dblog_airflow.hooks.dblog import DBLogHook
+    views = _views(view)
     sources, errors = _sources()
     try:
-        snapshot = page_snapshot(clients.store(), sources, DBLogHook.warehouse(), usage=usage)
+        snapshot = page_snapshot(clients.store(), sources, DBLogHook.warehouse(), usage=usage, views=views)
     except Exception as exc:
         clients.reset()
         log.warning("DBLog page: status failed: %s", exc)
@@ -153,6 +156,25 @@ def status() -> dict:
         for s in sources:
             s.close()
     return {**snapshot, "errors": errors}
+
+
+def _views(text: str) -> dict:
+    """The `view` parameter as `TableView`s per source; 400 naming what is wrong."""
+    import json
+
+    from dblog.operations.status import TableView
+    shape = 'view is a JSON object {"<source>": {"page": <n >= 0>, "find": "<text>"}}'
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        raise HTTPException(400, f"{shape}; got invalid JSON: {text[:200]}") from None
+    views = {}
+    for source, v in (raw.items() if isinstance(raw, dict) else [(None, None)]):
+        page, find = (v.get("page", 0), v.get("find", "")) if isinstance(v, dict) else (None, None)
+        if not (isinstance(page, int) and page >= 0 and isinstance(find, str) and len(find) <= 200):
+            raise HTTPException(400, f"{shape} (find at most 200 characters); got {text[:200]}")
+        views[source] = TableView(page, find)
+    return views
 
 
 @app.post("/api/dumps/{source}/{dump_id}/{action}", dependencies=[ACT])
