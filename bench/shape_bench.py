@@ -109,9 +109,10 @@ def phase(kind: str, n: int, rows: int, rate: float, seconds: float, written: in
         before = len(_commits(log))
         writer.start()
         time.sleep(seconds / 3)
+        big_log = Path(home) / "big-dump.log"   # a file: a pipe nobody reads would fill and block the dump
         big = None if not big_rows else subprocess.Popen(
             [sys.executable, *CLI, "dump", "--source", h.name, "--table", f"{NS}.big"], env=h.env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.DEVNULL, stderr=big_log.open("w"), text=True)
         big_began = time.time()
         time.sleep(seconds * 2 / 3)
         writer.stop.set()
@@ -119,7 +120,7 @@ def phase(kind: str, n: int, rows: int, rate: float, seconds: float, written: in
         big_dump_s = None
         if big is not None:
             if big.wait(3600) != 0:
-                raise RuntimeError(f"the dump of the big table failed: {big.stderr.read()[-2000:]}")
+                raise RuntimeError(f"the dump of the big table failed: {big_log.read_text()[-2000:]}")
             big_dump_s = round(time.time() - big_began, 1)
         merger.terminate()
         merger.wait(300)

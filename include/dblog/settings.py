@@ -323,13 +323,15 @@ def settings(env: Mapping[str, str] | None = None) -> Settings:
     variables changed (a merge asks some 20 times a table: parsing each time cost 12 ms a table)."""
     if env is not None:
         return Settings.from_env(env)
+    global _last
     seen = tuple(os.environ.get(name) for name in _env_names())
-    if _last[0] != seen:
-        _last[:] = [seen, Settings.from_env()]
-    return _last[1]
+    last = _last   # one read: another thread may replace it meanwhile
+    if last is None or last[0] != seen:
+        last = _last = (seen, Settings.from_env())
+    return last[1]
 
 
-_last: list = [None, None]   # the environment's values of the settings' variables, and their settings
+_last: tuple[tuple, Settings] | None = None   # the settings' variables as last seen, and their settings
 
 
 @functools.cache

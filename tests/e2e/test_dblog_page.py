@@ -102,7 +102,37 @@ def test_a_dump_is_followed_paused_and_resumed_from_the_dblog_page(standalone):
         expect(bar).to_have_attribute("aria-valuenow", "100")
         table = source.locator(f"tr[data-table='{src.table('order_lines')}']")
         expect(table).to_be_visible(timeout=30_000)  # the run's merge published a warehouse version
+        _pages_through_many_tables(standalone, source)
     with src.store() as store:
         from dblog.coordination.store import control_path
         assert store.get(control_path(src.source_id, dump_id)) == {"state": "running", "chunk_size": 200,
                                                                    "delay_s": 0, "parallelism": 2}
+
+
+def _pages_through_many_tables(standalone, source) -> None:
+    """A source of many warehouse tables shows 50 of them at a time, with Next and a search box."""
+    from playwright.sync_api import expect
+
+    from dblog.warehouse.tables import Warehouse
+
+    from iceberg_tables import commit_rows
+    src = standalone.src
+    many = [f"{src.namespace}.zz_many_{i:02d}" for i in range(55)]   # named to sort after the others
+    warehouse = Warehouse(standalone.warehouse)
+    try:
+        for t in many:
+            commit_rows(warehouse, src.source_id, t, [{"id": 1, "_dblog_position": "p1"}], [("id", "bigint")], ["id"])
+        shown = source.locator(".pager .shown")
+        expect(shown).to_have_text(re.compile(r"^tables 1-50 of \d+$"), timeout=30_000)
+        total = int((shown.text_content() or "").rsplit(" ", 1)[1].replace(",", ""))
+        assert total >= len(many)
+        expect(source.locator("tr.table")).to_have_count(50)
+        source.get_by_role("button", name="Next").click()
+        expect(shown).to_have_text(f"tables 51-{min(total, 100)} of {total}")
+        expect(source.locator(f"tr[data-table='{many[-1]}']")).to_be_visible()   # the last by name
+        source.get_by_label(f"Find a warehouse table of {src.source_id}").fill("zz_many_1")
+        expect(shown).to_have_text("tables 1-10 of 10")
+        expect(source.locator("tr.table")).to_have_count(10)
+    finally:
+        for t in many:
+            warehouse.drop(src.source_id, t)

@@ -55,7 +55,7 @@ from ..spark.data_sources import footer_schema, read_files, spark_schema
 from ..stagedlog.staged_log import ChunkInfo, StagedLog
 from ..warehouse.commit import CommitError, commit
 from ..warehouse.merged_state import Bucket, TableState
-from ..warehouse.tables import Warehouse
+from ..warehouse.tables import Warehouse, table_state
 from . import bucket_merge as M
 from .first_load import LoadChunk, first_load
 from .merge_inputs import ChunkWindow, MergeInput, chunk_windows, merge_input, with_windows
@@ -323,8 +323,8 @@ def merge_table(spark: SparkSession, store: StateStore, staged: StagedLog, wareh
         raise MergeBusy(f"another merge of {source}/{table} holds its lock for more than {lock_timeout:.0f}s; "
                          "wait for it, or check `dblog status` for a stuck worker") from exc
     try:
-        _merge(spark, store, staged, warehouse, result, bucket_rows, lease)
-        _ask_repairs(store, warehouse, result)
+        state = _merge(spark, store, staged, warehouse, result, bucket_rows, lease)
+        _ask_repairs(store, warehouse, result, state)
     finally:
         lease.release()
     result.seconds = time.monotonic() - started
@@ -333,7 +333,8 @@ def merge_table(spark: SparkSession, store: StateStore, staged: StagedLog, wareh
 
 
 def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse: Warehouse, result: MergeResult,
-           bucket_rows: int, lease) -> None:
+           bucket_rows: int, lease) -> TableState | None:
+    """Merge under the table's lock; the table's state after it (None: no table yet)."""
     source, table = result.source, result.table
     purge = not dumping(store, source, table)   # decided before chunks are listed: see module doc
     upto = checkpoint_position(store, source)
@@ -344,12 +345,12 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
             upto = state.log_upto
     if upto is None:
         result.note = "nothing staged yet: start the capture first"
-        return
+        return state
     result.upto = upto
     inputs = merge_inputs(spark, store, staged, source, table, state, upto, result, bucket_rows)
     if inputs.records is None and inputs.general is None and not inputs.ready:
         result.note = "up to date"
-        return
+        return state
     if state is not None and inputs.key and state.key != inputs.key:
         raise MergeError(f"the primary key of {table} changed from {state.key} to {inputs.key}. "
                          f"{_rebuild(state, table)} to rebuild it")
@@ -375,7 +376,7 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
     if state is None and not files:
         result.note = "nothing to merge yet"   # the table appears with its first row or tombstone
         result.blind_chunks = result.blind_rows = 0   # dropped, and counted, when a commit records them
-        return
+        return state
     for dump_id, numbers in inputs.ready.items():
         new.add_chunks(dump_id, numbers)
     try:
@@ -386,9 +387,9 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
     except CommitError as exc:
         raise MergeError(f"{source}/{table}: {exc}") from exc
     _record_dumps(store, lease, result)
-    committed = warehouse.state(source, table)
-    assert committed is not None
+    committed = table_state(pending.committed, source, table)   # as committed: no second catalog load
     _report(result, committed)
+    return committed
 
 
 def _write(spark: SparkSession, base: TableState, pending, inputs: MergeInputs, upto: str, purge: bool,
@@ -417,10 +418,9 @@ def _report(result: MergeResult, state: TableState) -> None:
     result.tombstones = state.tombstones
 
 
-def _ask_repairs(store: StateStore, warehouse: Warehouse, result: MergeResult) -> None:
+def _ask_repairs(store: StateStore, warehouse: Warehouse, result: MergeResult, state: TableState | None) -> None:
     """Rows whose values nothing proved (rules.latest) get their keys re-read by a repair dump,
     unless a repair already covers them; the result reports what still waits."""
-    state = warehouse.state(result.source, result.table)
     result.missing_rows = state.missing_rows if state else 0
     if state is not None and result.missing_rows:
         whole, covered = repair.covered(store, result.source, result.table)

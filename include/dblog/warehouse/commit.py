@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import ManifestContent
+from pyiceberg.table import Transaction
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _ManifestMergeManager, _OverwriteFiles
 
@@ -40,16 +41,34 @@ class WrittenFile:
 
 @dataclass
 class Pending:
-    """A merge's open transaction, until `commit`."""
+    """A merge's open transaction, until `commit` (then `committed`: the table as committed)."""
     tx: object
     location: str
     schema_ipc: bytes                                   # the staged schema with field ids, for the writers
     main: dict[int, list] = field(default_factory=dict)       # bucket id -> its DataFiles on main
     branch: dict[int, list] = field(default_factory=dict)     # ... on the tombstone branch
+    committed: object = None
 
     @property
     def io(self):
         return self.tx._table.io
+
+
+class MergeTransaction(Transaction):
+    """A transaction whose `table_metadata` is computed once per set of updates: pyiceberg applies
+    every update to the table's metadata and deep-copies the result at each read, some 20 reads a
+    merge (21 ms of a 92 ms small merge, and growing with the snapshots a table keeps). The
+    metadata models are frozen and updates make new ones, so one copy serves until the next
+    update. Private API of pyiceberg 0.12, as `MergingOverwrite`."""
+
+    _seen: tuple | None = None
+
+    @property
+    def table_metadata(self):
+        seen = self._seen
+        if seen is None or seen[0] is not self._updates:
+            seen = self._seen = (self._updates, super().table_metadata)
+        return seen[1]
 
 
 class MergingOverwrite(_OverwriteFiles):
@@ -106,7 +125,7 @@ def commit(pending: Pending, written: list[WrittenFile], touched: set[int], prop
                 ow.append_data_file(df)
     crash_point("merge.before_commit")   # manifests written, the catalog not swapped yet
     try:
-        tx.commit_transaction()  # type: ignore[attr-defined]
+        pending.committed = tx.commit_transaction()  # type: ignore[attr-defined]
     except (CommitFailedException, ValidationException) as exc:
         raise CommitError(f"the table changed while the merge ran (another writer?): {exc}; re-run the merge") \
             from exc

@@ -18,7 +18,7 @@ from pyiceberg.transforms import IdentityTransform
 from ..errors import WarehouseError
 from . import catalog as C
 from . import types as T
-from .commit import CommitError, Pending
+from .commit import CommitError, MergeTransaction, Pending
 from .merged_state import Bucket, TableState
 
 
@@ -144,7 +144,7 @@ class Warehouse:
             if heads != now:   # another writer committed since the merge read the table
                 raise CommitError(f"{source}/{table} changed while the merge read it (another writer?); "
                                   "re-run the merge")
-            tx = t.transaction()
+            tx = MergeTransaction(t)
             if T.needs_evolution(t.schema(), columns):
                 with tx.update_schema() as update:
                     T.evolve(update, t.schema(), columns)
