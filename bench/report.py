@@ -43,7 +43,8 @@ def shape(doc: dict) -> list[str]:
          "p50 / p99 s", "cycle p50 / max s", "table merges / passed over", "big table: dump s / its merges"],
         [[v["tables"], v["dump_all_s"], v["first_load_s"], f"{v['oldest_wait_s_p50']} / {v['oldest_wait_s_p99']}",
           f"{v['cycle_s_p50']} / {v['cycle_s_max']}", f"{v['table_merges']:,} / {v['passed_over']:,}",
-          f"{v['big_dump_s']} / {v['big_merges_during']}" if v.get("big_rows") else "-"]
+          f"{v['big_dump_s'] or '<= ' + str(v.get('big_dump_within_s'))} / {v['big_merges_during']}"
+          if v.get("big_rows") else "-"]
          for v in r.values()])
 
 

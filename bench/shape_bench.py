@@ -113,15 +113,17 @@ def phase(kind: str, n: int, rows: int, rate: float, seconds: float, written: in
         big = None if not big_rows else subprocess.Popen(
             [sys.executable, *CLI, "dump", "--source", h.name, "--table", f"{NS}.big"], env=h.env,
             stdout=subprocess.DEVNULL, stderr=big_log.open("w"), text=True)
-        big_began = time.time()
-        time.sleep(seconds * 2 / 3)
+        big_began, big_dump_s = time.time(), None
+        while time.time() < big_began + seconds * 2 / 3:
+            if big is not None and big_dump_s is None and big.poll() is not None:
+                big_dump_s = round(time.time() - big_began, 1)
+            time.sleep(0.2)
         writer.stop.set()
         writer.join()
-        big_dump_s = None
         if big is not None:
             if big.wait(3600) != 0:
                 raise RuntimeError(f"the dump of the big table failed: {big_log.read_text()[-2000:]}")
-            big_dump_s = round(time.time() - big_began, 1)
+            big_dump_s = big_dump_s or round(time.time() - big_began, 1)
         merger.terminate()
         merger.wait(300)
     finally:

@@ -122,6 +122,19 @@ def test_manifests_stay_few_over_many_merges(wh):
     assert sorted(wh.keys("src", "shop.t")) == [(0,), (1,), (2,), (3,)]
 
 
+def test_a_merge_transaction_reads_the_metadata_once_per_set_of_updates_and_commits_the_same(wh):
+    """`MergeTransaction` (a pyiceberg private API) caches what pyiceberg recomputes at each read."""
+    commit_rows(wh, "src", "shop.t", [row(1)], COLUMNS, ["id"])
+    pending = wh.begin("src", "shop.t", ["id"], [*COLUMNS, ("tier", "string")], wh.state("src", "shop.t", files=True))
+    tx = pending.tx
+    first = tx.table_metadata
+    assert tx.table_metadata is first and "tier" in first.schema().column_names   # the schema update applied
+    tx.set_properties({"dblog.probe": "1"})
+    assert tx.table_metadata is not first and tx.table_metadata.properties["dblog.probe"] == "1"
+    commit_rows(wh, "src", "shop.t", [row(2)], COLUMNS, ["id"])   # through a MergeTransaction
+    assert wh.state("src", "shop.t").rows == 1 and wh.keys("src", "shop.t") == [(2,)]
+
+
 def test_a_first_merge_that_loses_the_race_to_create_the_namespace_takes_the_winners(wh, monkeypatch):
     """Tables merged side by side: two first merges of one source both find no namespace."""
     create = wh.catalog.create_namespace_if_not_exists
