@@ -7,6 +7,9 @@ prove nothing."""
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -35,10 +38,15 @@ class MemoryLimit:
             self.dir.mkdir()
             knob = "memory.limit_in_bytes" if self.version == "v1" else "memory.max"
             (self.dir / knob).write_text(str(mib << 20))
+            # Swap would let the process page out instead of meeting the limit.
+            swap = self.dir / ("memory.memsw.limit_in_bytes" if self.version == "v1" else "memory.swap.max")
+            if swap.exists():
+                swap.write_text(str(mib << 20) if self.version == "v1" else "0")
         except OSError as e:
             self.close()
-            raise RuntimeError(f"cannot set a memory limit in {self.dir} ({e}): run the tests as root, or "
-                               f"delegate a cgroup subtree with the memory controller to this user") from e
+            raise RuntimeError(f"cannot set a memory limit in {self.dir} ({e}): run the tests as root (cgroup v1), "
+                               "or on cgroup v2 from a cgroup whose subtree has the memory controller "
+                               "(`+memory` in its parent's cgroup.subtree_control)") from e
 
     def join(self) -> None:
         """For `preexec_fn`: the child moves itself into the group before it runs anything."""
@@ -54,8 +62,21 @@ class MemoryLimit:
         return 0
 
     def close(self) -> None:
-        if self.dir.is_dir():
-            self.dir.rmdir()
+        """Kill what is left in the group (a test that failed midway), then remove it."""
+        if not self.dir.is_dir():
+            return
+        for pid in (self.dir / "cgroup.procs").read_text().split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for _ in range(100):   # the kernel empties the group once the processes are reaped
+            try:
+                self.dir.rmdir()
+                return
+            except OSError:
+                time.sleep(0.05)
+        print(f"memory_limit: {self.dir} still holds processes; left in place", file=sys.stderr)
 
     def __enter__(self) -> MemoryLimit:
         return self

@@ -324,10 +324,11 @@ def settings(env: Mapping[str, str] | None = None) -> Settings:
     if env is not None:
         return Settings.from_env(env)
     global _last
-    seen = tuple(os.environ.get(name) for name in _env_names())
+    names = _env_names()
+    seen = tuple(os.environ.get(name) for name in names)
     last = _last   # one read: another thread may replace it meanwhile
-    if last is None or last[0] != seen:
-        last = _last = (seen, Settings.from_env())
+    if last is None or last[0] != seen:   # parsed from the values seen, so key and settings agree
+        last = _last = (seen, Settings.from_env({n: v for n, v in zip(names, seen) if v is not None}))
     return last[1]
 
 

@@ -55,6 +55,14 @@ def test_a_transaction_too_big_for_the_captures_memory_is_staged_in_pieces_throu
     committed = checkpoint(src)
     writes = OtherWrites(src, other)
     writes.start()
+    try:
+        _bulk_under_a_limit(src, spark, warehouse, table, other, writes, committed)
+    finally:
+        writes.stop.set()
+        writes.join()
+
+
+def _bulk_under_a_limit(src, spark, warehouse, table: str, other: str, writes: OtherWrites, committed) -> None:
     src.sql(bulk_insert(src, table, ROWS))   # one transaction, committed before any capture reads it
     staged = src.staged()
     with MemoryLimit(LIMIT_MIB) as limit:

@@ -216,7 +216,7 @@ def test_a_cycle_starts_as_soon_as_the_checkpoint_moves_not_an_interval_later(mo
     class Watched:   # the StateStore's watch: the checkpoint node's callback
         callbacks: list = []
 
-        def watch(self, path, callback):
+        def watch(self, path, callback, wait=True):
             self.callbacks.append((path, callback))
 
     d = Deployment(monkeypatch, {"a": ["t"]})

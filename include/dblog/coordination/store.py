@@ -202,8 +202,11 @@ class StateStore:
         """Create a sequential node `prefix`NNNNNNNNNN (a queue entry); returns its path."""
         return self.call(self.zk.create, prefix, _dump(value), sequence=True, makepath=True)
 
-    def watch(self, path: str, callback: Callable[[], None]) -> None:
-        """Call `callback` whenever the node at `path` changes (and once now)."""
+    def watch(self, path: str, callback: Callable[[], None], wait: bool = True) -> None:
+        """Call `callback` whenever the node at `path` changes (and once now). Setting a watch
+        retries until ZooKeeper answers; with `wait` False, while it is away it raises at once."""
+        if not wait and self.zk.state != KazooState.CONNECTED:
+            raise ZooKeeperUnavailable(f"ZooKeeper at {self.hosts} is not connected: no watch set on {path}")
         self.zk.DataWatch(path, lambda *_: callback())
 
     def delete(self, path: str, recursive: bool = False) -> None:

@@ -150,11 +150,10 @@ class ContinuousMerge:
         self._pool = ThreadPoolExecutor(parallel, thread_name_prefix="dblog-merge") if parallel > 1 else None
         self._running: dict[tuple[str, str], Future[int]] = {}
         self._moved = threading.Event()   # a watched checkpoint moved since the last cycle began
+        self._watched: set[str] = set()   # sources whose checkpoint is watched
 
     def run(self, duration: float | None = None) -> SliceReport:
         report = SliceReport()
-        for source in self.tables:   # a cycle starts once the capture has staged more (see `_pause`)
-            self.store.watch(checkpoint_path(source), self._moved.set)
         try:
             self._run(report, None if duration is None else time.monotonic() + duration)
             self.harvest(None)   # the merges under way end their table's work, as a serial cycle does
@@ -167,6 +166,7 @@ class ContinuousMerge:
         while not self.stop.is_set() and (deadline is None or time.monotonic() < deadline):
             began = time.monotonic()
             self._moved.clear()
+            self._watch()
             merged = self.cycle(report)
             report.cycles += 1
             if merged:
@@ -178,6 +178,17 @@ class ContinuousMerge:
                          + (f"; still failing: {failing}" if failing else ""))
                 self._idle_said = time.monotonic()
             self._pause(began, deadline)
+
+    def _watch(self) -> None:
+        """Watch each source's checkpoint once (see `_pause`); ZooKeeper away: the next cycle tries
+        again, and meanwhile cycles come every `every` seconds."""
+        for source in self.tables:
+            if source not in self._watched:
+                try:
+                    self.store.watch(checkpoint_path(source), self._moved.set, wait=False)
+                    self._watched.add(source)
+                except Exception as exc:  # noqa: BLE001 - the cycle reports ZooKeeper's state itself
+                    log.debug("%s: no checkpoint watch yet (%s)", source, exc)
 
     def _pause(self, began: float, deadline: float | None) -> None:
         """Until `every` seconds after the cycle began, or from MIN_PAUSE_S on as soon as a

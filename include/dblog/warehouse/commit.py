@@ -61,14 +61,14 @@ class MergeTransaction(Transaction):
     metadata models are frozen and updates make new ones, so one copy serves until the next
     update. Private API of pyiceberg 0.12, as `MergingOverwrite`."""
 
-    _seen: tuple | None = None
+    _seen: tuple | None = None   # (the table's metadata, the updates, the metadata they make)
 
     @property
     def table_metadata(self):
         seen = self._seen
-        if seen is None or seen[0] is not self._updates:
-            seen = self._seen = (self._updates, super().table_metadata)
-        return seen[1]
+        if seen is None or seen[0] is not self._table.metadata or seen[1] is not self._updates:
+            seen = self._seen = (self._table.metadata, self._updates, super().table_metadata)
+        return seen[2]
 
 
 class MergingOverwrite(_OverwriteFiles):
