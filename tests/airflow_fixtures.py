@@ -17,7 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def _airflow_settings(home: Path) -> dict[str, str]:
     from dblog_airflow.local import airflow_settings
     # Connections and dblog roots come from each test; only Airflow's own settings are global.
-    return {k: v for k, v in airflow_settings(home).items() if k != "PYTHONPATH"}
+    return {**{k: v for k, v in airflow_settings(home).items() if k != "PYTHONPATH"},
+            # Each test parses the DAGs with its own sources (the `source` param's choices): its
+            # dag.test() must store them, not skip the write because another test's version is
+            # under 30 s old (a DAG its run then triggers would refuse this test's source).
+            "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "0"}
 
 
 @pytest.fixture(scope="session")

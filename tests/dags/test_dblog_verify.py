@@ -10,6 +10,20 @@ def errors_logged(capfd) -> list[str]:
     return [line for line in out.splitlines() if "[error" in line or "Error" in line or "Exception" in line][-20:]
 
 
+def dag_model(dag_id: str) -> str:
+    """What the execution API checks before it triggers a run of `dag_id` (it answers 404 / 400 otherwise)."""
+    from airflow.models.dag import DagModel
+    from airflow.models.errors import ParseImportError
+    from airflow.utils.session import create_session
+    with create_session() as session:
+        dm = session.query(DagModel).filter_by(dag_id=dag_id).one_or_none()
+        errors = [(e.filename, (e.stacktrace or "")[-300:]) for e in session.query(ParseImportError).all()]
+        if dm is None:
+            return f"{dag_id}: no DagModel; import errors {errors}"
+        return (f"{dag_id}: stale {dm.is_stale}, import errors {dm.has_import_errors}, allowed run types "
+                f"{dm.allowed_run_types}, file {dm.relative_fileloc} in bundle {dm.bundle_name}; {errors}")
+
+
 def triggered_runs(dag_id: str) -> list:
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
@@ -31,7 +45,7 @@ def test_verify_triggers_a_repair_dump_of_exactly_the_drifted_keys_and_it_conver
 
     states, run = airflow.run("dblog_verify")
     assert states["verify"] == "success" and states.get("repair[0]") == "success", \
-        f"{states}\n" + "\n".join(errors_logged(capfd))
+        f"{states}\n{dag_model('dblog_dump')}\n" + "\n".join(errors_logged(capfd))
     assert "repair[1]" not in states
     [(_, conf)] = triggered_runs("dblog_dump")
     assert conf == {"source": mariadb.source_id, "tables": [mariadb.table("accounts")], "keys": [[3], [4]],
