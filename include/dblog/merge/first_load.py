@@ -106,12 +106,8 @@ def first_load(spark: SparkSession, base: TableState, pending: Pending, chunks: 
         _delete(files)
         return None
     out = _loaded(base, chunks, files, written=len(present))
-    for i, label in enumerate(present):
-        mine = [f for f in files if f.bucket == label]
-        live, dead = [f for f in mine if not f.tombstone], [f for f in mine if f.tombstone]
-        out.buckets.append(Bucket(label, None if i == 0 else ends[label][2], sum(f.rows for f in live),
-                                  sum(f.rows for f in dead), sum(f.missing for f in live)))
-    out.buckets = out.buckets or [Bucket(labels[0], None)]
+    out.buckets = [_bucket(label, None if i == 0 else ends[label][2], [f for f in files if f.bucket == label])
+                   for i, label in enumerate(present)] or [Bucket(labels[0], None)]
     return out
 
 
@@ -121,10 +117,14 @@ def _one_bucket(base: TableState, chunks: list[LoadChunk], label: int, written) 
              for batch in written for r in batch.to_pylist()]
     out = _loaded(base, chunks, files, written=1 if files else 0)
     out.without_spark = True
-    live, dead = [f for f in files if not f.tombstone], [f for f in files if f.tombstone]
-    out.buckets = [Bucket(label, None, sum(f.rows for f in live), sum(f.rows for f in dead),
-                          sum(f.missing for f in live))]
+    out.buckets = [_bucket(label, None, files)]
     return out
+
+
+def _bucket(label: int, lo: list | None, files: list[WrittenFile]) -> Bucket:
+    """A written bucket's entry: its rows, tombstones and unproven values, from its files."""
+    live, dead = [f for f in files if not f.tombstone], [f for f in files if f.tombstone]
+    return Bucket(label, lo, sum(f.rows for f in live), sum(f.rows for f in dead), sum(f.missing for f in live))
 
 
 def _loaded(base: TableState, chunks: list[LoadChunk], files: list[WrittenFile], written: int) -> Rewritten:
