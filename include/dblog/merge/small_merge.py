@@ -117,7 +117,8 @@ def _same(staged: pa.DataType, stored: pa.DataType) -> bool:
 
 def rewrite_locally(base: TableState, pending: Pending, local: LocalEvents, upto: str, purge: bool) -> Rewritten | None:
     """The merge of `local` into the table's one bucket, written; None when the stored types or
-    files ask for the Spark path after all (nothing is written then)."""
+    files ask for the Spark path after all (nothing is written then). Only the stored rows at the
+    events' keys leave Arrow: the others are written back as read."""
     target = pa.ipc.read_schema(pa.py_buffer(pending.schema_ipc))
     data = [c for c, _ in base.columns]
     events = local.events
@@ -128,28 +129,28 @@ def rewrite_locally(base: TableState, pending: Pending, local: LocalEvents, upto
     if stored is None:
         return None
     merged_at = dt.datetime.now(dt.UTC)
-    best: dict[tuple, tuple[str, int, dict]] = {}   # key -> (position, priority: stored 0 wins a tie, row)
     key = base.key
-
-    def offer(row: dict, priority: int) -> None:
+    offers: list[tuple[dict, int]] = []   # (record, priority: a stored row, 0, wins a tie)
+    for e in events.select([*data, POSITION, OP, *[c for c in (UNCHANGED, OLD_KEY) if c in events.column_names]]) \
+            .to_pylist():
+        if e.get(OLD_KEY) is not None:   # a key update: the old key's row is gone (`merge_inputs.log_records`)
+            old = {c: (e[OLD_KEY][c] if c in key else None) for c in data}
+            offers.append((_record(old, e[POSITION], Op.DELETE, None, merged_at), 1))
+        dead = e[OP] in TOMBSTONES
+        offers.append((_record({c: e[c] for c in data}, e[POSITION], e[OP], None if dead else e.get(UNCHANGED),
+                                merged_at), 1))
+    touched = {tuple(r[c] for c in key) for r, _ in offers}
+    at = [_at_keys(part, key, touched) for part in stored]
+    best: dict[tuple, tuple[str, int, dict]] = {}   # key -> (position, priority, row)
+    for row, priority in [(r, 0) for part, hit in zip(stored, at) for r in part.filter(hit).to_pylist()] + offers:
         k = tuple(row[c] for c in key)
         current = best.get(k)
         if current is None or (row[_POSITION], -priority) > (current[0], -current[1]):
             best[k] = (row[_POSITION], priority, row)
-
-    for row in stored:
-        offer(row, 0)
-    records = 0
-    for e in events.select([*data, POSITION, OP, *[c for c in (UNCHANGED, OLD_KEY) if c in events.column_names]]) \
-            .to_pylist():
-        records += 1
-        if e.get(OLD_KEY) is not None:   # a key update: the old key's row is gone (`merge_inputs.log_records`)
-            records += 1
-            old = {c: (e[OLD_KEY][c] if c in key else None) for c in data}
-            offer(_record(old, e[POSITION], Op.DELETE, None, merged_at), 1)
-        dead = e[OP] in TOMBSTONES
-        offer(_record({c: e[c] for c in data}, e[POSITION], e[OP], None if dead else e.get(UNCHANGED), merged_at), 1)
-    return _write(base, pending, target, [r for _, _, r in best.values()], upto, purge, records)
+    live, dead = (part.filter(pc.invert(hit)) for part, hit in zip(stored, at))
+    if purge:
+        dead = dead.filter(pc.greater(dead[_POSITION], upto))
+    return _write(base, pending, target, (live, dead), [r for _, _, r in best.values()], upto, purge, len(offers))
 
 
 def _record(values: dict, position: str, op: str, missing, merged_at: dt.datetime) -> dict:
@@ -157,39 +158,59 @@ def _record(values: dict, position: str, op: str, missing, merged_at: dt.datetim
             MISSING: missing}
 
 
-def _stored(bucket: Bucket, target: pa.Schema) -> list[dict] | None:
-    """The bucket's stored rows (live and tombstones) as dicts of the table's columns; None when a
+def _at_keys(table: pa.Table, key: list[str], keys: set[tuple]) -> pa.Array:
+    """Which of the table's rows hold one of `keys`."""
+    mask = None
+    for i, c in enumerate(key):
+        found = pc.is_in(table[c], value_set=pa.array({k[i] for k in keys}, table.schema.field(c).type))
+        mask = found if mask is None else pc.and_(mask, found)
+    assert mask is not None
+    if len(key) > 1:   # each column's values matched: a superset of the rows holding a whole key
+        candidates = pc.indices_nonzero(mask)
+        rows = table.select(key).take(candidates).to_pylist()
+        exact = {i for i, r in zip(candidates.to_pylist(), rows) if tuple(r[c] for c in key) in keys}
+        mask = pa.array([i in exact for i in range(table.num_rows)]) if exact else \
+            pa.array([False] * table.num_rows, pa.bool_())
+    return pc.fill_null(mask, False)
+
+
+def _stored(bucket: Bucket, target: pa.Schema) -> tuple[pa.Table, pa.Table] | None:
+    """The bucket's stored live rows and tombstones, of the table's Arrow schema; None when a
     file's columns are not the table's (an older schema: the Spark path reads it as the table's)."""
-    rows: list[dict] = []
-    for f in [*bucket.files, *bucket.tombstones]:
-        fs, path = filesystem(f.file_path)
-        stored = pq.read_table(path, filesystem=fs)
-        if stored.schema.names != target.names or any(
-                not _same(stored.schema.field(c).type, target.field(c).type) for c in target.names):
-            return None
-        rows += stored.to_pylist()
-    return rows
+    parts: tuple[list[pa.Table], list[pa.Table]] = ([], [])
+    for files, out in ((bucket.files, parts[0]), (bucket.tombstones, parts[1])):
+        for f in files:
+            fs, path = filesystem(f.file_path)
+            stored = pq.read_table(path, filesystem=fs)
+            if stored.schema.names != target.names or any(
+                    not _same(stored.schema.field(c).type, target.field(c).type) for c in target.names):
+                return None
+            out.append(stored.cast(target))
+    return pa.concat_tables(parts[0] or [target.empty_table()]), pa.concat_tables(parts[1] or [target.empty_table()])
 
 
-def _write(base: TableState, pending: Pending, target: pa.Schema, rows: list[dict], upto: str, purge: bool,
-           records: int) -> Rewritten:
+def _write(base: TableState, pending: Pending, target: pa.Schema, kept: tuple[pa.Table, pa.Table], rows: list[dict],
+           upto: str, purge: bool, records: int) -> Rewritten:
+    """Write the bucket: the stored rows `kept` as they were (live, tombstones) and the winners
+    `rows` at the events' keys."""
     bucket = base.buckets[0]
     files = DataFiles(pending.location, target, uuid.uuid4().hex[:12])
+    for r in rows:
+        r[BUCKET] = bucket.id
     live = [r for r in rows if r[_OP] not in TOMBSTONES]
     dead = [r for r in rows if r[_OP] in TOMBSTONES and not (purge and r[_POSITION] <= upto)]
-    for is_dead, part in ((False, live), (True, dead)):
-        if part:
-            for r in part:
-                r[BUCKET] = bucket.id
-            files.write(bucket.id, is_dead, pa.Table.from_pylist(part, schema=target))
+    for is_dead, stored, part in ((False, kept[0], live), (True, kept[1], dead)):
+        whole = pa.concat_tables([stored, pa.Table.from_pylist(part, schema=target)])
+        if whole.num_rows:
+            files.write(bucket.id, is_dead, whole)
     written = files.written()
     out = Rewritten(base.buckets, touched={bucket.id}, log_events=records)
     out.files = [WrittenFile(**r) for r in written.to_pylist()] if written is not None else []
-    kept = [f for f in out.files if not f.tombstone]
+    alive = [f for f in out.files if not f.tombstone]
     gone = [f for f in out.files if f.tombstone]
     if out.files:
-        out.buckets = [Bucket(bucket.id, None, sum(f.rows for f in kept), sum(f.rows for f in gone),
-                              sum(f.missing for f in kept))]
+        out.buckets = [Bucket(bucket.id, None, sum(f.rows for f in alive), sum(f.rows for f in gone),
+                              sum(f.missing for f in alive))]
         out.written = 1
     else:
         out.buckets = [Bucket(bucket.id, None)]

@@ -101,8 +101,9 @@ def _load(name: str, uri: str, warehouse: str, io_json: str):
     if uri.startswith(("http://", "https://")):
         from pyiceberg.catalog.rest import RestCatalog
         return RestCatalog(name, uri=uri, **props)
-    from pyiceberg.catalog.sql import SqlCatalog
     from sqlalchemy.exc import OperationalError
+
+    from .metadata_cache import MetadataCachingSqlCatalog as SqlCatalog
     try:
         return SqlCatalog(name, uri=uri, **props)
     except OperationalError as exc:

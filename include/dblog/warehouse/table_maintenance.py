@@ -22,7 +22,6 @@ import uuid
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -35,6 +34,7 @@ from ..coordination import store as paths
 from ..errors import DBLogError
 from ..settings import settings
 from ..storage import PARQUET_WRITE, atomic_puts, filesystem
+from . import history
 from .catalog import BRANCH
 from .commit import Pending, WrittenFile, data_files, overwrite
 from .files import data_path
@@ -127,30 +127,10 @@ def maintain(warehouse, source: str, table: str, *, keep_seconds: float | None =
 
 
 # -- expiry ------------------------------------------------------------------------------------
-def state_snapshot(t):
-    """The newest snapshot of main recording `dblog.*` state (the head unless another writer,
-    such as a user's compaction, committed after dblog)."""
-    snapshot = t.current_snapshot()
-    while snapshot is not None and "dblog.format" not in (snapshot.summary.additional_properties or {}):
-        snapshot = t.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
-    return snapshot
-
-
-def expire(t, keep_seconds: float, dry_run: bool) -> set[int]:
-    """Expire the snapshots older than the window; returns their ids. Every ref's head and the
-    snapshot holding the merge state stay (`table_state` reads it)."""
-    cutoff = datetime.now(UTC) - timedelta(seconds=keep_seconds)
-    kept = {ref.snapshot_id for ref in t.metadata.refs.values()}
-    # Main's chain from its head back to the snapshot holding the merge state: `table_state`
-    # walks it (another writer's snapshots may sit on top), so no link of it may go.
-    snapshot = t.current_snapshot()
-    while snapshot is not None:
-        kept.add(snapshot.snapshot_id)
-        if "dblog.format" in (snapshot.summary.additional_properties or {}):
-            break
-        snapshot = t.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
-    old = {s.snapshot_id for s in t.metadata.snapshots
-           if s.timestamp_ms < cutoff.timestamp() * 1000 and s.snapshot_id not in kept}
+def expire(t, keep_seconds: float, dry_run: bool, keep_snapshots: int | None = None) -> set[int]:
+    """Expire the snapshots the history rule (`history`) lets go; returns their ids."""
+    keep_snapshots = settings().warehouse.keep_snapshots if keep_snapshots is None else keep_snapshots
+    old = history.to_expire(t.metadata, int(time.time() * 1000), keep_seconds, keep_snapshots)
     if old and not dry_run:
         # by ids, not older_than(): older_than would also take the state snapshot behind a foreign head
         t.maintenance.expire_snapshots().by_ids(sorted(old)).commit()
@@ -183,7 +163,7 @@ def compact(t, min_files: int, dry_run: bool) -> int:
     if dry_run or not due:
         return len(due)
     key = json.loads(t.properties["dblog.key"])
-    state = dblog_properties(state_snapshot(t))
+    state = dblog_properties(history.state_snapshot(t.metadata))
     branch_state = dblog_properties(t.snapshot_by_name(BRANCH))
     for b in due:
         tx = t.transaction()

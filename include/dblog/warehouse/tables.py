@@ -17,6 +17,7 @@ from pyiceberg.transforms import IdentityTransform
 
 from ..errors import WarehouseError
 from . import catalog as C
+from . import history
 from . import types as T
 from .commit import CommitError, MergeTransaction, Pending
 from .merged_state import Bucket, TableState
@@ -177,9 +178,7 @@ def table_state(t, source: str, table: str, files: bool = False) -> TableState:
     made, such as a user's compaction, to the newest one dblog wrote)."""
     key = json.loads(t.properties["dblog.key"])
     columns = T.data_columns(t.schema())
-    snapshot = t.current_snapshot()
-    while snapshot is not None and "dblog.format" not in (snapshot.summary.additional_properties or {}):
-        snapshot = t.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    snapshot = history.state_snapshot(t.metadata)
     if snapshot is None:
         raise WarehouseError(f"{source}/{table}: no snapshot of the warehouse table records what dblog merged; "
                          f"drop it (dblog warehouse drop --source {source} --table {table}) and run a full dump")
