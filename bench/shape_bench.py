@@ -29,7 +29,8 @@ from common import ROOT, admin, namespace, run_sql
 from harness import CLI, Harness, pct
 
 NS = "bench_shape"
-_COMMIT = re.compile(r"^\S+ (\S+): snapshot \d+.*?(?:its oldest change waited ([\d.]+)s to be visible)?(?: \[.*\])?$")
+_COMMIT = re.compile(r"^\S+ (\S+): snapshot \d+")
+_WAITED = re.compile(r"its oldest change waited ([\d.]+)s to be visible")
 _SLICE = re.compile(r"cycle time p50 ([\d.]+)s, max ([\d.]+)s\); (\d+) table merges, (\d+) passed over")
 
 
@@ -73,9 +74,9 @@ class Writer(threading.Thread):
 def _commits(log: Path) -> list[tuple[str, float | None]]:
     out = []
     for line in log.read_text().splitlines():
-        m = _COMMIT.match(line.strip())
+        m, waited = _COMMIT.match(line.strip()), _WAITED.search(line)
         if m and "log events" in line:
-            out.append((m.group(1), float(m.group(2)) if m.group(2) else None))
+            out.append((m.group(1), float(waited.group(1)) if waited else None))
     return out
 
 

@@ -57,7 +57,7 @@ FULL_PASS_S = 30.0      # a source is merged at least this often, even if its ch
 # left for ever. At 1,000 tables it costs about a cycle of up-to-date checks every ten minutes.
 BACKSTOP_S = 600.0
 _SUMMED = ("log_events", "chunks", "chunk_rows", "survivors", "buckets_written", "seconds", "commit_seconds",
-           "repairs_requested", "blind_chunks", "blind_rows")
+           "repairs_requested", "blind_chunks", "blind_rows", "snapshots_expired")
 _LATEST = ("snapshot_id", "upto", "buckets", "rows", "tombstones", "missing_rows", "waiting", "note", "chunks_waiting")
 
 

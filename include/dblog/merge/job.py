@@ -383,7 +383,7 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
         # A merge whose lease lapsed (a long pause) must not commit: maintenance may have swept its files.
         lease.check()
         result.commit_seconds = commit(pending, files, touched, new.properties())
-        result.committed_at, result.commits = time.time(), 1
+        result.committed_at, result.commits, result.snapshots_expired = time.time(), 1, pending.expired
     except CommitError as exc:
         raise MergeError(f"{source}/{table}: {exc}") from exc
     _record_dumps(store, lease, result)

@@ -40,6 +40,7 @@ class MergeResult:
     waiting: dict | None = None             # repairs of this table not landed yet (repair.waiting)
     chunks_waiting: int = 0                 # staged chunks left for a later merge (their window not passed yet)
     commits: int = 0                        # snapshots committed (a continuous slice sums its merges')
+    snapshots_expired: int = 0              # old snapshots the commit expired (`warehouse.history`)
     error: str | None = None                # a continuous slice's last failure of the table, if any
 
     @property
@@ -68,6 +69,8 @@ class MergeResult:
         if self.blind_chunks:
             line += (f"; {self.blind_chunks} chunk(s) ({self.blind_rows} rows) dropped whole: a write the log holds "
                      "without rows fell in their windows")
+        if self.snapshots_expired:
+            line += f"; {self.snapshots_expired} old snapshot(s) expired"
         if self.waiting:
             line += f"; not in sync yet: {repair.not_landed(self.waiting)}"
         if self.missing_rows:
