@@ -171,6 +171,10 @@ class Warehouse:
         100, "DBLOG_WAREHOUSE_KEEP_SNAPSHOTS", "the most replaced snapshots a table keeps: past it, each merge "
         "keeps the newest half and thins the older ones to one per equal slot of the keep window (every "
         "commit rewrites the list of snapshots, so its length is each merge's cost)", minimum=10, maximum=100_000)
+    keep_all_seconds: float = setting(
+        600.0, "DBLOG_WAREHOUSE_KEEP_ALL_SECONDS", "no snapshot younger than this is thinned by "
+        "`DBLOG_WAREHOUSE_KEEP_SNAPSHOTS` (a query planned on it a moment ago still finds it)", minimum=0,
+        maximum=31_536_000)
     orphan_grace_seconds: float = setting(
         3600.0, "DBLOG_ORPHAN_GRACE_SECONDS", "files no snapshot references are removed once older than this "
         "(a running merge's files are not referenced yet)", minimum=0, maximum=31_536_000)

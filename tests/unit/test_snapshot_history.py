@@ -49,10 +49,19 @@ def test_under_its_bound_the_history_expires_only_what_is_older_than_the_window(
     assert history.expired(snapshots, {0, 5}, now, 600, 100) == set(range(20)) - {0, 5}   # heads stay
 
 
+def test_no_snapshot_younger_than_the_keep_all_age_is_thinned():
+    snapshots = [(i, i * 1_000) for i in range(300)]   # one a second for 5 min
+    now = 300 * 1_000
+    assert history.expired(snapshots, set(), now, 4 * 3600, 100, keep_all_seconds=600) == set()
+    gone = history.expired(snapshots, set(), now, 4 * 3600, 100, keep_all_seconds=60)
+    assert gone and all(ts < now - 60_000 for sid, ts in snapshots if sid in gone)
+
+
 @pytest.fixture
 def wh(tmp_path, monkeypatch):
     monkeypatch.delenv("DBLOG_ICEBERG_CATALOG", raising=False)
     monkeypatch.setenv("DBLOG_WAREHOUSE_KEEP_SNAPSHOTS", "10")
+    monkeypatch.setenv("DBLOG_WAREHOUSE_KEEP_ALL_SECONDS", "0")
     return Warehouse(str(tmp_path / "warehouse"))
 
 
@@ -77,3 +86,18 @@ def test_a_process_reading_the_catalog_sees_another_processs_commit_and_its_own_
     seen = other.load_table(("src", "shop.t"))
     assert seen.metadata_location == wh.load("src", "shop.t").metadata_location
     assert seen.current_snapshot().snapshot_id == wh.state("src", "shop.t").snapshot_id
+
+
+def test_a_removal_of_snapshots_another_writer_expired_or_tagged_meanwhile_is_narrowed_not_refused(wh):
+    from pyiceberg.table.update import RemoveSnapshotsUpdate
+
+    from dblog.warehouse.metadata_cache import still_expirable
+    for i in range(4):
+        commit_rows(wh, "src", "shop.t", [row(1, f"p{i}")], COLUMNS, ["id"], log_upto=f"p{i}")
+    metadata = wh.load("src", "shop.t").metadata
+    oldest, tagged = (s.snapshot_id for s in metadata.snapshots[:2])
+    wh.load("src", "shop.t").manage_snapshots().create_tag(tagged, "audit").commit()   # another writer's tag
+    metadata = wh.load("src", "shop.t").metadata
+    asked = (RemoveSnapshotsUpdate(snapshot_ids=[oldest, tagged, 12345]),)   # 12345: expired by another writer
+    assert still_expirable(metadata, asked) == (RemoveSnapshotsUpdate(snapshot_ids=[oldest]),)
+    assert still_expirable(metadata, (RemoveSnapshotsUpdate(snapshot_ids=[tagged]),)) == ()

@@ -13,7 +13,7 @@ same way. It qualifies when:
 * the table is stored as one bucket that cannot split, of at most `DBLOG_MERGE_LOCAL_ROWS` rows,
   and the events are at most as many,
 * the events' columns are the table's, each of the table's own type (a type change, even a
-  widening, is Spark's: it evolves the table's schema).
+  widening, is Spark's: it evolves the table's schema), and no key column is a float.
 
 Anything else returns None and takes the Spark path. `tests/spark/test_small_merge.py` holds both
 paths to the same tables, metadata columns included.
@@ -77,6 +77,8 @@ def local_events(staged: StagedLog, source: str, table: str, state: TableState |
         return None
     if key_columns(parts[0].schema) != state.key or _fills(events):
         return None
+    if any(pa.types.is_floating(events.schema.field(k).type) for k in state.key):
+        return None   # -0.0 and 0.0, NaN: Arrow's key matching and Python's differ; Spark's rule decides
     if {c for c in events.column_names if not c.startswith("_")} != {c for c, _ in state.columns}:
         return None   # a column added or dropped: the Spark path evolves the table
     stored = schema_to_pyarrow(T.schema(state.columns))

@@ -146,7 +146,7 @@ def _thin_history(pending: Pending) -> None:
     tuned = settings().warehouse
     tx = pending.tx
     old = history.to_expire(tx.table_metadata, int(time.time() * 1000), tuned.keep_seconds,  # type: ignore[attr-defined]
-                            tuned.keep_snapshots)
+                            tuned.keep_snapshots, tuned.keep_all_seconds)
     if old:
         tx._apply((RemoveSnapshotsUpdate(snapshot_ids=sorted(old)),))  # type: ignore[attr-defined,call-arg]
         pending.expired = len(old)

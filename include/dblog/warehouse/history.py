@@ -8,12 +8,14 @@ commit reads, copies and writes again (a small merge went from 0.1 s to 0.8 s ov
 
 - by age: a replaced snapshot older than `DBLOG_WAREHOUSE_KEEP_SECONDS` goes (time travel and
   long queries read the ones inside it);
-- by count: past `DBLOG_WAREHOUSE_KEEP_SNAPSHOTS`, the newest half stays as is and the older
-  ones are thinned to one per equal slot of the age window (the newest of each slot), so time
-  travel still reaches back the whole window, at a coarser step.
+- by count: past `DBLOG_WAREHOUSE_KEEP_SNAPSHOTS`, the newest half, and every snapshot younger
+  than `DBLOG_WAREHOUSE_KEEP_ALL_SECONDS`, stay as they are, and the older ones are thinned to one
+  per equal slot of the age window (the newest of each slot), so time travel still reaches back
+  the whole window, at a coarser step.
 
-Each merge applies it in its own commit (no extra catalog commit); `dblog maintain` applies it
-too. Protected snapshots (each branch's head, main's chain back to the snapshot holding the merge
+Each merge applies it in its own commit (no extra catalog commit), with the settings where the
+merge runs; `dblog maintain` applies it too (its `--keep-seconds` can shorten the window for one
+run, not lengthen what merges keep). Protected snapshots (each branch's head, main's chain back to the snapshot holding the merge
 state) never go. An expired snapshot's files stay on disk until the orphan sweep finds them older
 than `DBLOG_ORPHAN_GRACE_SECONDS`.
 """
@@ -23,8 +25,9 @@ from collections.abc import Collection, Iterable
 
 
 def expired(snapshots: Iterable[tuple[int, int]], protected: Collection[int], now_ms: int, keep_seconds: float,
-            keep_snapshots: int) -> set[int]:
-    """The ids to expire among `snapshots` ((id, timestamp in ms) pairs), by the rule above."""
+            keep_snapshots: int, keep_all_seconds: float = 0.0) -> set[int]:
+    """The ids to expire among `snapshots` ((id, timestamp in ms) pairs), by the rule above; none
+    younger than `keep_all_seconds` is thinned (a reader may have planned on it a moment ago)."""
     window_ms = keep_seconds * 1000
     out, left = set(), []
     for sid, ts in snapshots:
@@ -37,9 +40,11 @@ def expired(snapshots: Iterable[tuple[int, int]], protected: Collection[int], no
     if len(left) <= keep_snapshots:
         return out
     left.sort(reverse=True)
-    recent = keep_snapshots // 2
-    # Slots fixed in time, not counted back from now: a snapshot kept for its slot stays kept.
-    width = max(1.0, window_ms / max(1, keep_snapshots - recent - 1))
+    slots_left = keep_snapshots - keep_snapshots // 2
+    young = sum(1 for ts, _ in left if ts >= now_ms - keep_all_seconds * 1000)
+    recent = max(keep_snapshots // 2, young)
+    # Slots fixed in time, not counted back from now: once a slot is past, its keeper stays.
+    width = max(1.0, window_ms / max(1, slots_left - 1))
     slots: set[int] = set()
     for ts, sid in left[recent:]:
         slot = int(ts // width)
@@ -79,7 +84,7 @@ def protected(metadata) -> set[int]:
     return {ref.snapshot_id for ref in metadata.refs.values()} | {s.snapshot_id for s in state_chain(metadata)}
 
 
-def to_expire(metadata, now_ms: int, keep_seconds: float, keep_snapshots: int) -> set[int]:
+def to_expire(metadata, now_ms: int, keep_seconds: float, keep_snapshots: int, keep_all_seconds: float) -> set[int]:
     """The snapshots of a table's metadata the rule expires now."""
     return expired(((s.snapshot_id, s.timestamp_ms) for s in metadata.snapshots), protected(metadata), now_ms,
-                   keep_seconds, keep_snapshots)
+                   keep_seconds, keep_snapshots, keep_all_seconds)

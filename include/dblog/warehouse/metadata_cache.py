@@ -24,7 +24,12 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import CommitTableResponse, StagedTable, Table
 from pyiceberg.table.locations import load_location_provider
-from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext, _update_table_metadata_log
+from pyiceberg.table.update import (
+    RemoveSnapshotsUpdate,
+    _apply_table_update,
+    _TableMetadataUpdateContext,
+    _update_table_metadata_log,
+)
 from pyiceberg.utils.datetime import datetime_to_millis
 
 KEPT = 128   # metadata objects a process keeps (a continuous merge touches a few dozen tables a cycle)
@@ -45,6 +50,23 @@ def apply_updates(base, updates: tuple, metadata_location: str | None = None):
     metadata.spec().check_compatible(metadata.schema())
     metadata.sort_order().check_compatible(metadata.schema())
     return metadata
+
+
+def still_expirable(metadata, updates: tuple) -> tuple:
+    """A merge's snapshot removal (`history`) narrowed to the snapshots the table still has and no
+    ref holds: another writer may have expired or tagged some since the merge read the table (a
+    removal carries no requirement, and pyiceberg refuses to remove a snapshot that is gone)."""
+    present = {s.snapshot_id for s in metadata.snapshots}
+    held = {ref.snapshot_id for ref in metadata.refs.values()}
+    out = []
+    for update in updates:
+        if isinstance(update, RemoveSnapshotsUpdate):
+            ids = [i for i in update.snapshot_ids if i in present and i not in held]
+            if not ids:
+                continue
+            update = RemoveSnapshotsUpdate(snapshot_ids=ids)  # type: ignore[call-arg]
+        out.append(update)
+    return tuple(out)
 
 
 class MetadataCachingSqlCatalog(SqlCatalog):
@@ -80,6 +102,7 @@ class MetadataCachingSqlCatalog(SqlCatalog):
             return super()._update_and_stage_table(current_table, table_identifier, requirements, updates)
         for requirement in requirements:
             requirement.validate(current_table.metadata)
+        updates = still_expirable(current_table.metadata, updates)
         metadata = apply_updates(current_table.metadata, updates, current_table.metadata_location)
         version = self._parse_metadata_version(current_table.metadata_location) + 1
         location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(
@@ -93,4 +116,4 @@ class MetadataCachingSqlCatalog(SqlCatalog):
         return response
 
 
-__all__ = ["MetadataCachingSqlCatalog", "apply_updates"]
+__all__ = ["MetadataCachingSqlCatalog", "apply_updates", "still_expirable"]

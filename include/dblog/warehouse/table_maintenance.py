@@ -129,8 +129,10 @@ def maintain(warehouse, source: str, table: str, *, keep_seconds: float | None =
 # -- expiry ------------------------------------------------------------------------------------
 def expire(t, keep_seconds: float, dry_run: bool, keep_snapshots: int | None = None) -> set[int]:
     """Expire the snapshots the history rule (`history`) lets go; returns their ids."""
-    keep_snapshots = settings().warehouse.keep_snapshots if keep_snapshots is None else keep_snapshots
-    old = history.to_expire(t.metadata, int(time.time() * 1000), keep_seconds, keep_snapshots)
+    tuned = settings().warehouse
+    keep_snapshots = tuned.keep_snapshots if keep_snapshots is None else keep_snapshots
+    old = history.to_expire(t.metadata, int(time.time() * 1000), keep_seconds, keep_snapshots,
+                            min(keep_seconds, tuned.keep_all_seconds))
     if old and not dry_run:
         # by ids, not older_than(): older_than would also take the state snapshot behind a foreign head
         t.maintenance.expire_snapshots().by_ids(sorted(old)).commit()
