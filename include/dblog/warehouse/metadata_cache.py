@@ -12,7 +12,8 @@ grow with the snapshots the table keeps; at 600 snapshots the copies alone took 
   only when another process committed it.
 
 Private API of pyiceberg 0.12 (`_apply_table_update`, the catalog's staging and ORM hooks):
-tests/unit/test_iceberg_warehouse.py covers commits, schema changes and expiry through them.
+tests/unit/test_iceberg_warehouse.py covers commits and schema changes through them,
+tests/unit/test_snapshot_history.py expiry and a second catalog reading another's commit.
 """
 from __future__ import annotations
 
