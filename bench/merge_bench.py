@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from dblog.coordination.checkpoint import checkpoint_path
 from dblog.coordination.store import StateStore
 from dblog.merge.job import merge_table
+from dblog.model.events import ChangeEvent
 from dblog.model.positions import encode
 from dblog.model.schema import Column, TableSchema, encode_key
 from dblog.model.staged_format import CHUNK_FIELDS, OP, POSITION, ChunkFile, ChunkMeta, Op, SegmentFile, arrow_schema
@@ -80,8 +81,8 @@ def stage_dump(staged: StagedLog, rows: int, first_pos: int) -> int:
 
 def stage_updates(staged: StagedLog, ids: np.ndarray, first_pos: int) -> int:
     rows = pa.table(_rows(ids, 1)).to_pylist()
-    staged.write_segment(SOURCE, SCHEMA, [{**r, POSITION: encode(first_pos + i, 0, 0), OP: Op.UPDATE}
-                                          for i, r in enumerate(rows)])
+    staged.write_segment(SOURCE, SCHEMA, [ChangeEvent(SOURCE, TABLE, Op.UPDATE, encode(first_pos + i, 0, 0),
+                                                      SCHEMA.key_of(r), r) for i, r in enumerate(rows)])
     return first_pos + len(rows)
 
 

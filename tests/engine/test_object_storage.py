@@ -158,7 +158,7 @@ def test_retention_and_compaction_of_a_staged_log_on_s3_keep_what_readers_see(s3
     from dblog.model.events import ChangeEvent
     from dblog.model.positions import Position
     from dblog.model.schema import Column, TableSchema
-    from dblog.model.staged_format import Op, encode_event
+    from dblog.model.staged_format import Op
     from dblog.operations.staged_maintenance import maintain_staged
     from dblog.stagedlog.staged_log import StagedLog
 
@@ -170,9 +170,9 @@ def test_retention_and_compaction_of_a_staged_log_on_s3_keep_what_readers_see(s3
     when = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
     for n in range(1, 9):
         schema = narrow if n < 5 else wide
-        staged.write_segment(source, schema, [encode_event(ChangeEvent(
+        staged.write_segment(source, schema, [ChangeEvent(
             source, "app.t", Op.INSERT, Position(1, n).encode(), (n,), {"id": n, "v": f"v{n}", **({"x": n} if n > 4 else {})},
-            commit_ts=when))])
+            commit_ts=when)])
     store = MemoryStore({checkpoint_path(source): {"position": Position(1, 99).encode()}})
     options = {"window_seconds": 0, "compact_min_segments": 2, "compact_bytes": 1 << 20}
     listed = staged.segments(source, "app.t")

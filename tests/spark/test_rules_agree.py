@@ -20,7 +20,7 @@ from dblog.merge import bucket_merge as M
 from dblog.merge.first_load import first_load
 from dblog.merge.job import MergeResult, merge_inputs
 from dblog.model.schema import Column, TableSchema, encode_key
-from dblog.model.staged_format import ChunkMeta, Op, absent_row, encode_event
+from dblog.model.staged_format import ChunkMeta, Op, absent_row
 from dblog.stagedlog.staged_log import StagedLog
 from dblog.warehouse.merged_state import Bucket, TableState
 from dblog.warehouse.tables import Warehouse
@@ -44,9 +44,9 @@ def stage(root, log, chunks, copies: int = 1, ranges=None) -> StagedLog:
     staged = StagedLog(str(root))
     for table in {e.table for e in events(log)}:
         table_events = [e for e in events(log) if e.table == table]
-        staged.write_segment(SOURCE, schema(table), [encode_event(e) for e in table_events])
+        staged.write_segment(SOURCE, schema(table), table_events)
         for e in table_events if copies > 1 else []:
-            staged.write_segment(SOURCE, schema(table), [encode_event(e)])
+            staged.write_segment(SOURCE, schema(table), [e])
     numbered = [(n, c) for n, c in enumerate(chunks * copies)]
     for number, (lw, hw, rows) in numbered:
         after, last = ranges[number] if ranges else (None, None)

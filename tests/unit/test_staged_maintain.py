@@ -16,7 +16,7 @@ from dblog.coordination.checkpoint import checkpoint_path
 from dblog.model.events import ChangeEvent
 from dblog.model.positions import Position
 from dblog.model.schema import Column, TableSchema
-from dblog.model.staged_format import ChunkMeta, Op, SegmentFile, encode_event, key_columns
+from dblog.model.staged_format import ChunkMeta, Op, SegmentFile, key_columns
 from dblog.operations.staged_maintenance import joinable_runs, maintain_staged, staged_usage, union
 from dblog.sources.base import WATERMARK_TABLE
 from dblog.stagedlog.staged_log import StagedLog
@@ -34,10 +34,10 @@ def pos(n: int) -> str:
     return Position(1, n).encode()
 
 
-def event(n: int, schema: TableSchema = T, when: dt.datetime = LONG_AGO, **extra) -> dict:
+def event(n: int, schema: TableSchema = T, when: dt.datetime = LONG_AGO, **extra) -> ChangeEvent:
     before = {"id": n, "v": "old"} if n % 3 == 0 else None
-    return encode_event(ChangeEvent(S, schema.name, Op.UPDATE if before else Op.INSERT, pos(n), (n,),
-                                    {"id": n, "v": f"v{n}", **extra}, before=before, txid=f"t{n}", commit_ts=when))
+    return ChangeEvent(S, schema.name, Op.UPDATE if before else Op.INSERT, pos(n), (n,),
+                       {"id": n, "v": f"v{n}", **extra}, before=before, txid=f"t{n}", commit_ts=when)
 
 
 def stage(staged: StagedLog, *ns: int, schema: TableSchema = T, **extra) -> None:
@@ -125,8 +125,8 @@ def test_a_reader_whose_listed_segment_was_removed_meanwhile_lists_again(staged,
 
 def test_retention_removes_what_every_table_merged_keeps_the_newest_and_the_rest_and_reports_it(staged):
     stage(staged, 1, 2, 3, 4, 5, 6)
-    staged.write_segment(S, WM, [encode_event(ChangeEvent(S, WM.name, Op.UPDATE, pos(n), ("slot",),
-                                                          {"id": "slot", "value": f"w{n}"}, commit_ts=LONG_AGO))
+    staged.write_segment(S, WM, [ChangeEvent(S, WM.name, Op.UPDATE, pos(n), ("slot",),
+                                             {"id": "slot", "value": f"w{n}"}, commit_ts=LONG_AGO)
                                  for n in (10, 11)])
     dry = run(staged, upto=pos(4), compact_min_segments=100, dry_run=True)
     assert (dry.segments_removed, dry.dry_run) == (3, True) and len(visible(staged)) == 6
@@ -160,8 +160,8 @@ def stage_chunk(staged: StagedLog, dump_id: str, lw: str, hw: str) -> str:
 
 
 def test_a_finished_merged_dump_goes_with_its_chunk_files_and_a_running_one_keeps_them(staged):
-    wm = [encode_event(ChangeEvent(S, WM.name, Op.UPDATE, pos(n), ("slot",), {"id": "slot", "value": f"w{n}"},
-                                   commit_ts=LONG_AGO)) for n in (2, 3, 12, 13)]
+    wm = [ChangeEvent(S, WM.name, Op.UPDATE, pos(n), ("slot",), {"id": "slot", "value": f"w{n}"},
+                      commit_ts=LONG_AGO) for n in (2, 3, 12, 13)]
     for rows in (wm[:2], wm[2:]):
         staged.write_segment(S, WM, rows)
     stage(staged, 1, 4, 5, 14, 15)

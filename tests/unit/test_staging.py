@@ -6,14 +6,14 @@ import pyarrow as pa
 from dblog.model.events import ChangeEvent
 from dblog.model.positions import Position
 from dblog.model.schema import Column, TableSchema
-from dblog.model.staged_format import Op, encode_event
+from dblog.model.staged_format import Op
 from dblog.stagedlog.staged_log import StagedLog
 
 T = TableSchema("app.t", (Column("id", "int", pa.int64()), Column("v", "text", pa.string())), ("id",))
 
 
-def event(n, op=Op.INSERT, **changes) -> dict:
-    return encode_event(ChangeEvent("s", T.name, op, Position(1, n).encode(), (n,), {"id": n, "v": f"v{n}"}, **changes))
+def event(n, op=Op.INSERT, **changes) -> ChangeEvent:
+    return ChangeEvent("s", T.name, op, Position(1, n).encode(), (n,), {"id": n, "v": f"v{n}"}, **changes)
 
 
 def rows(*ns):
@@ -55,7 +55,8 @@ def test_a_new_column_in_a_later_segment_reads_as_null_for_older_events(tmp_path
     log = StagedLog(str(tmp_path))
     log.write_segment("s", T, rows(1))
     wider = TableSchema("app.t", T.columns + (Column("extra", "int", pa.int64()),), ("id",))
-    log.write_segment("s", wider, [{**rows(2)[0], "extra": 7}])
+    log.write_segment("s", wider, [ChangeEvent("s", T.name, Op.INSERT, Position(1, 2).encode(), (2,),
+                                               {"id": 2, "v": "v2", "extra": 7})])
     assert log.read_log("s", "app.t")["extra"].to_pylist() == [None, 7]
 
 

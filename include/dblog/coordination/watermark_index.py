@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+from ..model.events import ChangeEvent
 from ..model.staged_format import OP, POSITION, Op
 from ..sources.base import WATERMARK_TABLE
 from ..stagedlog.staged_log import StagedLog
@@ -49,10 +50,11 @@ def staged_positions(staged: StagedLog, source: str) -> dict[str, str]:
     return written(log.select(columns).to_pylist()) if log.num_rows else {}
 
 
-def record(store: StateStore, lease: Lease, source: str, rows: Iterable[dict]) -> int:
-    """Index the watermarks among a staged batch's rows of the watermark table (fenced by the
+def record(store: StateStore, lease: Lease, source: str, events: Iterable[ChangeEvent]) -> int:
+    """Index the watermarks among a staged batch's events of the watermark table (fenced by the
     capture's `lease`); returns how many."""
-    found = written(rows)
+    found = written({**(e.after if e.after is not None else e.before or {}), OP: e.op, POSITION: e.position}
+                    for e in events)
     if found:
         store.fenced_create(lease, {paths.watermark_path(source, i): p for i, p in found.items()})
     return len(found)

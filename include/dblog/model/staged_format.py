@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from enum import StrEnum
 
@@ -163,23 +163,26 @@ def is_staged(base_name: str) -> bool:
 
 
 # -- log rows -------------------------------------------------------------------------------------
-def encode_event(e: ChangeEvent) -> dict:
-    """The staged form of an event: data columns (after image, or before for deletes) + metadata."""
-    row = dict(e.after if e.after is not None else (e.before or {}))
-    row.update({POSITION: e.position, OP: e.op, TXID: e.txid, COMMIT_TS: e.commit_ts, OLD_KEY: e.old_key,
-                # A delete's data columns already are its before image; only updates need it apart.
-                BEFORE: e.before if e.after is not None else None,
-                UNCHANGED: e.unchanged or None})
-    return row
-
-
-def log_table(schema: TableSchema, rows: list[dict]) -> pa.Table:
-    """Encoded events (`encode_event`) of one table as a segment's table; `_old_key` may be a tuple
-    in key order."""
-    for r in rows:
-        if isinstance(r.get(OLD_KEY), tuple):
-            r[OLD_KEY] = dict(zip(schema.key, r[OLD_KEY]))
-    return build_table(schema, log_fields(schema), rows)
+def log_table(schema: TableSchema, events: Sequence[ChangeEvent]) -> pa.Table:
+    """Events of one table as a staged segment: the data columns (the after image, or the before
+    image of a delete), then the metadata (`log_fields`). Column by column from the events as they
+    are: this runs for every captured row, and a staged dict per event cost the capture ~1 µs an
+    event (bench scenario 1). `decode_events` is its inverse."""
+    target = arrow_schema(schema, log_fields(schema))
+    data_fields = schema.arrow_fields()
+    images = [e.after if e.after is not None else e.before for e in events]
+    try:  # one pass in C over all images
+        arrays = pa.array(images, type=pa.struct(data_fields)).flatten()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        arrays = [_array([(r or {}).get(f.name) for r in images], f) for f in data_fields]
+    meta: dict[str, list] = {POSITION: [e.position for e in events], OP: [e.op for e in events], TXID: [e.txid for e in events],
+            COMMIT_TS: [e.commit_ts for e in events],
+            OLD_KEY: [e.old_key for e in events],   # a tuple in key order: Arrow fills the struct field by field
+            # A delete's data columns already are its before image; only updates need it apart.
+            BEFORE: [e.before if e.after is not None else None for e in events],
+            UNCHANGED: [e.unchanged or None for e in events]}
+    arrays += [_array(meta[f.name], f) for f in list(target)[len(data_fields):]]
+    return pa.Table.from_arrays(arrays, schema=target)
 
 
 def decode_events(log: pa.Table, source: str, table: str) -> list[ChangeEvent]:
@@ -290,8 +293,10 @@ def _array(values: list, field: pa.Field) -> pa.Array:
         return pa.array(values, type=field.type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
         if pa.types.is_struct(field.type):
+            names = [f.name for f in field.type]
             return pa.array([None if v is None else {f.name: coerce(v.get(f.name), f.type) for f in field.type}
-                             for v in values], type=field.type)
+                             for v in (v if v is None or isinstance(v, dict) else dict(zip(names, v))
+                                       for v in values)], type=field.type)
         if field.name.startswith("_"):
             raise
         return pa.array([coerce(v, field.type) for v in values], type=field.type)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from urllib.parse import unquote
@@ -29,6 +30,7 @@ import pyarrow.parquet as pq
 
 from .. import storage
 from ..errors import DBLogError
+from ..model.events import ChangeEvent
 from ..model.schema import TableSchema
 from ..model.staged_format import (
     COMMIT_TS,
@@ -104,9 +106,9 @@ class StagedLog:
         return f"{self.base}/{source}/chunks/{table_dir_name(table)}/{dump_id}"
 
     # -- writing -------------------------------------------------------------------------------
-    def write_segment(self, source: str, schema: TableSchema, rows: list[dict]) -> str:
-        """Stage encoded events of one table (`staged.encode_event`); returns the file path."""
-        table = log_table(schema, rows)
+    def write_segment(self, source: str, schema: TableSchema, events: Sequence[ChangeEvent]) -> str:
+        """Stage events of one table, in log order (`staged_format.log_table`); returns the file path."""
+        table = log_table(schema, events)
         positions = table.column(POSITION)
         name = SegmentFile(pc.min(positions).as_py(), pc.max(positions).as_py()).name
         path = f"{self.log_dir(source, schema.name)}/{name}"
