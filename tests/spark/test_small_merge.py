@@ -67,3 +67,26 @@ def test_a_small_merge_without_spark_leaves_the_table_as_the_spark_merge_does(sr
         assert fallback.note != "merged without Spark (small)" and fallback.log_events == big.log_events == 3
         assert everything(local, src, table) == everything(spark_only, src, table)
     assert_warehouse_equals_source(src, local, tables=("small",))
+
+
+def test_a_one_bucket_table_past_the_row_limit_merges_without_spark_while_its_stored_files_are_small(
+        mariadb, spark, tmp_path, monkeypatch):
+    """DBLOG_MERGE_LOCAL_BUCKET_BYTES: a table of more rows than DBLOG_MERGE_LOCAL_ROWS still merges
+    on the driver while its bucket's files are small; with the byte limit at 0 it takes Spark."""
+    src, table = mariadb, mariadb.table("grown")
+    src.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, s VARCHAR(20))")
+    src.start_capture()
+    src.sql(f"INSERT INTO {table} VALUES " + ", ".join(f"({k}, 'row-{k}')" for k in range(1, 101)))
+    settle(src)
+    warehouse = Warehouse(str(tmp_path / "wh"))
+    monkeypatch.setenv("DBLOG_MERGE_LOCAL_ROWS", "50")   # fewer than the table's 100 rows
+    with src.store() as store:
+        merge_table(spark, store, src.staged(), warehouse, src.source_id, table)
+        for limit, small in ((0, False), (32 << 20, True)):
+            monkeypatch.setenv("DBLOG_MERGE_LOCAL_BUCKET_BYTES", str(limit))
+            src.sql(f"UPDATE {table} SET s = 'upd-{limit}' WHERE id < 4")
+            settle(src)
+            result = merge_table(spark, store, src.staged(), warehouse, src.source_id, table)
+            assert (result.note == "merged without Spark (small)") is small, result.note
+            assert (result.log_events, result.rows) == (3, 100)
+    assert_warehouse_equals_source(src, warehouse, tables=("grown",))

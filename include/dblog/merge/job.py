@@ -250,7 +250,9 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
     ready = None
     low = done_upto  # None: nothing merged yet, every staged event is new
     if not pending:
-        local = local_events(staged, source, table, state, done_upto, upto, settings().merge.local_rows, bucket_rows)
+        tuned = settings().merge
+        local = local_events(staged, source, table, state, done_upto, upto, tuned.local_rows, bucket_rows,
+                             tuned.local_bucket_bytes)
         if local is not None:
             assert state is not None
             out.local, out.key, out.columns = local, state.key, state.columns

@@ -7,6 +7,7 @@ are skipped. Values arrive as text and are parsed by type OID. No maintained PyP
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import struct
 from dataclasses import dataclass
 from decimal import Decimal
@@ -40,6 +41,11 @@ class Begin:
     final_lsn: int
     commit_ts: dt.datetime
     xid: int
+
+    @functools.cached_property
+    def txid(self) -> str:
+        """The transaction id as events carry it (once per transaction, not per row)."""
+        return str(self.xid)
 
 
 @dataclass
@@ -165,7 +171,8 @@ class Decoder:
         ncols = _U16.unpack_from(payload, off)[0]; off += 2
         values: dict[str, Any] = {}
         self._unchanged = None
-        for name, parse in self._parsers[oid][:ncols]:
+        parsers = self._parsers[oid]
+        for name, parse in parsers if ncols == len(parsers) else parsers[:ncols]:
             kind = payload[off]; off += 1
             if kind == 0x74:  # t: text (pgoutput v1 never sends b, binary)
                 length = _U32.unpack_from(payload, off)[0]; off += 4

@@ -539,5 +539,5 @@ class PostgresSource(Source):
             old_key = prior if prior != key else None
         op = _OPS[change.kind]
         return ChangeEvent(self.name, table, op, postgres_encode(begin.final_lsn, index), key, after,
-                           before=change.old, old_key=old_key, txid=str(begin.xid), commit_ts=begin.commit_ts,
+                           before=change.old, old_key=old_key, txid=begin.txid, commit_ts=begin.commit_ts,
                            unchanged=change.unchanged or [])
