@@ -143,14 +143,16 @@ class Merge:
         minimum=0.1, maximum=3600)
     local_rows: int = setting(
         20_000, "DBLOG_MERGE_LOCAL_ROWS", "a merge of at most this many new log events into a table stored as one "
-        "bucket of at most this many rows, or a first load of at most this many rows, runs on the driver with "
-        "pyarrow, not Spark (tens of milliseconds instead of a second); 0: every merge through Spark", minimum=0, maximum=1_000_000)
+        "bucket of at most this many rows (or of at most `DBLOG_MERGE_LOCAL_BUCKET_BYTES`), or a first load of at "
+        "most this many rows, runs on the driver with pyarrow, not Spark (tens of milliseconds instead of a "
+        "second); 0: every merge through Spark", minimum=0, maximum=1_000_000)
     local_bucket_bytes: int = setting(
-        32 * 1024 * 1024, "DBLOG_MERGE_LOCAL_BUCKET_BYTES", "a merge of at most `DBLOG_MERGE_LOCAL_ROWS` new log "
+        16 * 1024 * 1024, "DBLOG_MERGE_LOCAL_BUCKET_BYTES", "a merge of at most `DBLOG_MERGE_LOCAL_ROWS` new log "
         "events also runs on the driver into a larger one-bucket table whose stored Parquet (live rows and "
-        "tombstones) is at most this many bytes: the driver holds the bucket in memory, a few times this size "
-        "(a 250,000-row bucket merged in 0.1-0.3 s there, 1.5-1.8 s through Spark); 0: only tables of at most "
-        "`DBLOG_MERGE_LOCAL_ROWS` rows", minimum=0, maximum=1 << 34)
+        "tombstones) is at most this many bytes: the driver holds the bucket decompressed, 5-10 times this size "
+        "for compressible columns, once per table merged at once (100 changed keys into a 250,000-row bucket: "
+        "0.1-0.3 s there, 1.5-1.8 s through Spark); 0: only tables of at most `DBLOG_MERGE_LOCAL_ROWS` rows",
+        minimum=0, maximum=1 << 34)
     parallel_tables: int = setting(
         4, "DBLOG_MERGE_PARALLEL_TABLES", "tables the continuous merge merges at once in its Spark session (fair "
         "scheduling), so a big table's merge does not hold the others' freshness; 1: one after another",

@@ -91,13 +91,13 @@ def test_a_file_named_otherwise_is_refused_naming_it(parse, path):
 
 
 def test_events_whose_values_need_converting_stage_converted_with_their_composite_old_key():
-    """A value Arrow cannot take as it is (text for a DECIMAL column, a bytes key for a text one)
-    takes the column-by-column path, old key and before image included, and reads back typed."""
+    """Values Arrow cannot take as they are (text for a DECIMAL or an integer key column) take the
+    column-by-column path, the old key (a tuple) and the before image included, and read back typed."""
     from decimal import Decimal
     wide = TableSchema("app.w", (Column("a", "int", pa.int64()), Column("b", "text", pa.string()),
                                  Column("d", "decimal(10,2)", pa.decimal128(10, 2))), ("a", "b"))
     events = [ChangeEvent("s", wide.name, Op.UPDATE, pos(1), (1, "y"), {"a": 1, "b": b"y", "d": "1.50"},
-                          before={"a": 1, "b": "x", "d": "0.25"}, old_key=(1, "x"), txid="t1", commit_ts=TS),
+                          before={"a": 1, "b": "x", "d": "0.25"}, old_key=("1", "x"), txid="t1", commit_ts=TS),
               ChangeEvent("s", wide.name, Op.INSERT, pos(2), (2, "z"), {"a": 2, "b": "z", "d": None}, txid="t2",
                           commit_ts=TS)]
 

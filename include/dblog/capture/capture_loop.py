@@ -263,25 +263,50 @@ class Capture:
             log.info("%s: staged %d events up to %s", self.source.name, batch.count, position)
 
 
+@dataclass
+class _CollectorTuning:
+    """What `_fewer_collections` changed in this process (the collector is the process's, and
+    captures in threads of one process overlap)."""
+    captures: int = 0
+    threshold: tuple[int, ...] = ()
+    froze: bool = False
+
+
+_TUNING, _TUNING_LOCK = _CollectorTuning(), threading.Lock()
+
+
 @contextmanager
 def _fewer_collections():
-    """The collector tuned for the capture's allocation pattern, for as long as it reads.
+    """The collector tuned for the capture's allocation pattern, for as long as a capture reads.
 
-    Every event allocates a few containers (its row dicts, the event, its staged dict) that live
-    until their batch is staged, and Python's collector runs a young-generation pass every 700
-    such allocations, each examining a batch's worth of live rows that are not garbage: 8-15% of
-    the capture's time (bench scenario 1). Objects made before the loop (imports, clients) are
-    frozen out of every pass, and a young pass waits for 50,000 allocations; cycles are still
-    collected, only in fewer and larger passes (a batch is freed by reference counting anyway).
+    Every event allocates a few containers (its row images, the event) that live until their
+    batch is staged, and Python's collector runs a young-generation pass every 700 such
+    allocations, each examining a batch's worth of live rows that are not garbage: 8-15% of the
+    capture's time (bench scenario 1). A young pass now waits for 50,000 allocations, and what
+    the process made before (imports, clients) is collected once and frozen out of every pass;
+    cycles are still collected, in fewer and larger passes. The first capture in the process to
+    start tunes, the last to end restores; a process that froze objects itself (a forking
+    executor) keeps its freeze, and one with collection off keeps it off.
     """
-    before = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(max(before[0], 50_000), *before[1:])
+    with _TUNING_LOCK:
+        _TUNING.captures += 1
+        if _TUNING.captures == 1:
+            _TUNING.threshold = gc.get_threshold()
+            _TUNING.froze = gc.get_freeze_count() == 0
+            if _TUNING.froze:
+                gc.collect()
+                gc.freeze()
+            if _TUNING.threshold[0]:
+                gc.set_threshold(max(_TUNING.threshold[0], 50_000), *_TUNING.threshold[1:])
     try:
         yield
     finally:
-        gc.set_threshold(*before)
-        gc.unfreeze()
+        with _TUNING_LOCK:
+            _TUNING.captures -= 1
+            if _TUNING.captures == 0:
+                gc.set_threshold(*_TUNING.threshold)
+                if _TUNING.froze:
+                    gc.unfreeze()
 
 
 class _Writer:

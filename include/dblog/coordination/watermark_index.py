@@ -32,9 +32,10 @@ from .store import Lease, StateStore
 
 
 def written(rows: Iterable[dict]) -> dict[str, str]:
-    """Watermark id -> position of the event that wrote it, from staged watermark rows (encoded
-    events: `value` is the id). The first write counts: a delete of the row (a clean-up) carries
-    the id in its before image but writes nothing. An empty value is no watermark of ours."""
+    """Watermark id -> position of the event that wrote it, from staged watermark rows (data and
+    metadata columns by name: `value` is the id). The first write counts: a delete of the row (a
+    clean-up) carries the id in its before image but writes nothing. An empty value is no
+    watermark of ours."""
     out: dict[str, str] = {}
     for r in rows:
         if r.get("value") and r.get(OP) != Op.DELETE:

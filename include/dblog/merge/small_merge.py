@@ -11,10 +11,10 @@ same way. It qualifies when:
 * its input is log events only (no chunk: windows and first loads stay with Spark),
 * every event carries every value (nothing for the fill rule to fill),
 * the table is stored as one bucket that this merge will not split, of at most
-  `DBLOG_MERGE_LOCAL_ROWS` rows or at most `DBLOG_MERGE_LOCAL_BUCKET_BYTES` of Parquet (the driver
-  holds it whole; past about 20,000 rows a probe table's merges went from 0.2 s here to 4-12 s
-  through Spark on a busy machine, bench scenario 1b), and the events are at most
-  `DBLOG_MERGE_LOCAL_ROWS`,
+  `DBLOG_MERGE_LOCAL_ROWS` rows or at most `DBLOG_MERGE_LOCAL_BUCKET_BYTES` of stored Parquet
+  (the driver holds it decompressed, 5-10 times that for compressible columns, once per table
+  merged at once; past 20,000 rows a probe table's merges went from 0.2 s here to 4-12 s through
+  Spark on a busy machine, bench scenario 1b), and the events are at most `DBLOG_MERGE_LOCAL_ROWS`,
 * the events' columns are the table's, each of the table's own type (a type change, even a
   widening, is Spark's: it evolves the table's schema), and no key column is a float.
 
@@ -27,6 +27,7 @@ import datetime as dt
 import uuid
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -179,8 +180,9 @@ def _at_keys(table: pa.Table, key: list[str], keys: set[tuple]) -> pa.Array:
         candidates = pc.indices_nonzero(mask)
         rows = table.select(key).take(candidates).to_pylist()
         exact = {i for i, r in zip(candidates.to_pylist(), rows) if tuple(r[c] for c in key) in keys}
-        mask = pa.array([i in exact for i in range(table.num_rows)]) if exact else \
-            pa.array([False] * table.num_rows, pa.bool_())
+        hit = np.zeros(table.num_rows, dtype=bool)   # (a bucket may hold hundreds of thousands of rows)
+        hit[list(exact)] = True
+        mask = pa.array(hit)
     return pc.fill_null(mask, False)
 
 
