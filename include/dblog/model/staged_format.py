@@ -175,12 +175,13 @@ def log_table(schema: TableSchema, events: Sequence[ChangeEvent]) -> pa.Table:
         arrays = pa.array(images, type=pa.struct(data_fields)).flatten()
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
         arrays = [_array([(r or {}).get(f.name) for r in images], f) for f in data_fields]
-    meta: dict[str, list] = {POSITION: [e.position for e in events], OP: [e.op for e in events], TXID: [e.txid for e in events],
-            COMMIT_TS: [e.commit_ts for e in events],
-            OLD_KEY: [e.old_key for e in events],   # a tuple in key order: Arrow fills the struct field by field
-            # A delete's data columns already are its before image; only updates need it apart.
-            BEFORE: [e.before if e.after is not None else None for e in events],
-            UNCHANGED: [e.unchanged or None for e in events]}
+    meta: dict[str, list] = {
+        POSITION: [e.position for e in events], OP: [e.op for e in events], TXID: [e.txid for e in events],
+        COMMIT_TS: [e.commit_ts for e in events],
+        OLD_KEY: [e.old_key for e in events],   # a tuple in key order: Arrow fills the struct field by field
+        # A delete's data columns already are its before image; only updates need it apart.
+        BEFORE: [e.before if e.after is not None else None for e in events],
+        UNCHANGED: [e.unchanged or None for e in events]}
     arrays += [_array(meta[f.name], f) for f in list(target)[len(data_fields):]]
     return pa.Table.from_arrays(arrays, schema=target)
 
