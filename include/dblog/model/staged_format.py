@@ -294,10 +294,10 @@ def _array(values: list, field: pa.Field) -> pa.Array:
         return pa.array(values, type=field.type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
         if pa.types.is_struct(field.type):
-            names = [f.name for f in field.type]
-            return pa.array([None if v is None else {f.name: coerce(v.get(f.name), f.type) for f in field.type}
-                             for v in (v if v is None or isinstance(v, dict) else dict(zip(names, v))
-                                       for v in values)], type=field.type)
+            names = [f.name for f in field.type]   # a tuple (an old key) is in field order
+            rows = [v if v is None or isinstance(v, dict) else dict(zip(names, v)) for v in values]
+            return pa.array([None if r is None else {f.name: coerce(r.get(f.name), f.type) for f in field.type}
+                             for r in rows], type=field.type)
         if field.name.startswith("_"):
             raise
         return pa.array([coerce(v, field.type) for v in values], type=field.type)
