@@ -1,6 +1,7 @@
 """A small merge runs without Spark (`dblog.merge.small_merge`) and leaves the table exactly as the
-Spark merge does: the same rows, tombstones and metadata columns, round after round, for
-inserts, updates, deletes, a re-insert and a primary-key update, on both sources."""
+Spark merge does: the same schema, rows, tombstones and metadata columns, from the merge that
+creates the table on, round after round, for inserts, updates, deletes, a re-insert and a
+primary-key update, on both sources."""
 from __future__ import annotations
 
 import pyarrow as pa
@@ -48,7 +49,10 @@ def test_a_small_merge_without_spark_leaves_the_table_as_the_spark_merge_does(sr
             monkeypatch.setenv("DBLOG_MERGE_LOCAL_ROWS", str(local_rows))
             return merge_table(spark, store, src.staged(), warehouse, src.source_id, table)
 
-        merge(local, 20_000), merge(spark_only, 0)   # the first merge of a table is Spark's either way
+        first, created = merge(local, 20_000), merge(spark_only, 0)   # a first merge creates the table
+        assert first.note == "merged without Spark (small)" and created.note != first.note
+        assert local.load(src.source_id, table).schema() == spark_only.load(src.source_id, table).schema()
+        assert everything(local, src, table) == everything(spark_only, src, table)
         for statements in ROUNDS:
             src.sql(*[s.format(t=table) for s in statements])
             settle(src)

@@ -229,15 +229,15 @@ def _dump_totals(result: MergeResult, dump_id: str) -> dict[str, int]:
     return result.dumps.setdefault(dump_id, {"chunks": 0, "rows": 0, "dropped": 0})
 
 
-def _spark_inputs(spark: SparkSession, staged: StagedLog, state: TableState, local: LocalEvents, after: str | None,
-                  upto: str) -> MergeInput:
+def _spark_inputs(spark: SparkSession, staged: StagedLog, key: list[str], columns: list[tuple[str, str]],
+                  local: LocalEvents, after: str | None, upto: str) -> MergeInput:
     """A merge that `small_merge` turned down after all (its stored files): the same segments'
     events as Spark records, as the log-only path composes them."""
     events = _read(spark, staged, local.segments).where(F.col(POSITION) <= upto)
     if after is not None:
         events = events.where(F.col(POSITION) > after)
-    return merge_input(M.align(events.dropDuplicates([POSITION]), state.columns), None, state.key,
-                       [c for c, _ in state.columns], after=after)
+    return merge_input(M.align(events.dropDuplicates([POSITION]), columns), None, key,
+                       [c for c, _ in columns], after=after)
 
 
 def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, source: str, table: str,
@@ -254,10 +254,11 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
         local = local_events(staged, source, table, state, done_upto, upto, tuned.local_rows, bucket_rows,
                              tuned.local_bucket_bytes)
         if local is not None:
-            assert state is not None
-            out.local, out.key, out.columns = local, state.key, state.columns
+            out.local, out.key = local, local.key
+            out.columns = state.columns if state is not None else \
+                _columns(None, _data_columns(spark_schema(local.events.schema)), table)
             result.newest_commit_ts, result.oldest_commit_ts = local.newest_commit_ts, local.oldest_commit_ts
-            out.general = lambda: _spark_inputs(spark, staged, state, local, done_upto, upto)
+            out.general = lambda: _spark_inputs(spark, staged, out.key, out.columns, local, done_upto, upto)
             return out
     if pending:
         ready = _ready_chunks(store, staged, source, pending, upto, out, result)

@@ -10,7 +10,8 @@ same way. It qualifies when:
 
 * its input is log events only (no chunk: windows and first loads stay with Spark),
 * every event carries every value (nothing for the fill rule to fill),
-* the table is stored as one bucket that this merge will not split, of at most
+* the table does not exist yet (its first merge: created with the events' columns) or is stored
+  as one bucket that this merge will not split, of at most
   `DBLOG_MERGE_LOCAL_ROWS` rows or at most `DBLOG_MERGE_LOCAL_BUCKET_BYTES` of stored Parquet
   (the driver holds it decompressed, 5-10 times that for compressible columns, once per table
   merged at once; past 20,000 rows a probe table's merges went from 0.2 s here to 4-12 s through
@@ -50,19 +51,20 @@ _POSITION, _OP, _ORIGIN, _DUMP, _MERGED_AT = "_dblog_position", "_dblog_op", "_d
 @dataclass
 class LocalEvents:
     """A qualifying merge's new log events (position order, each once), the segments they were
-    read from (a fallback reads the same ones with Spark) and their commit times."""
+    read from (a fallback reads the same ones with Spark), their commit times and key columns."""
     events: pa.Table
     segments: list[str]
     newest_commit_ts: float | None
     oldest_commit_ts: float | None
+    key: list[str]
 
 
 def local_events(staged: StagedLog, source: str, table: str, state: TableState | None, after: str | None,
                  upto: str, limit: int, bucket_rows: int, bucket_bytes: int = 0) -> LocalEvents | None:
     """The events of a merge that may run here (see the module doc), read with pyarrow; None: Spark."""
-    if limit <= 0 or state is None or len(state.buckets) != 1:
+    if limit <= 0 or (state is not None and len(state.buckets) != 1):
         return None
-    bucket = state.buckets[0]
+    bucket = state.buckets[0] if state is not None else Bucket(0, None)   # a first merge: an empty bucket
     if bucket.rows + bucket.tombstone_rows > limit and stored_bytes(bucket) > bucket_bytes:
         return None
     segments = staged.segments(source, table, high=upto, after=after)
@@ -79,21 +81,30 @@ def local_events(staged: StagedLog, source: str, table: str, state: TableState |
     events = events.filter(keep)
     if not events.num_rows or events.num_rows > limit or bucket.rows + bucket.tombstone_rows + 2 * events.num_rows > 2 * bucket_rows:
         return None
-    if key_columns(parts[0].schema) != state.key or _fills(events):
+    key = key_columns(parts[0].schema)
+    if not key or (state is not None and key != state.key) or _fills(events):
         return None
-    if any(pa.types.is_floating(events.schema.field(k).type) for k in state.key):
+    if any(pa.types.is_floating(events.schema.field(k).type) for k in key):
         return None   # -0.0 and 0.0, NaN: Arrow's key matching and Python's differ; Spark's rule decides
-    if {c for c in events.column_names if not c.startswith("_")} != {c for c, _ in state.columns}:
-        return None   # a column added or dropped: the Spark path evolves the table
-    stored = schema_to_pyarrow(T.schema(state.columns))
-    if any(not _same(events.schema.field(c).type, stored.field(c).type) for c, _ in state.columns):
-        return None   # a changed type: the Spark path widens the column or refuses the change
+    if not _same_columns(state, parts, events):
+        return None
     events = _dedupe(events)
     times = events[COMMIT_TS] if COMMIT_TS in events.column_names else None
     newest = pc.max(times).as_py() if times is not None else None
     oldest = pc.min(times).as_py() if times is not None else None
     return LocalEvents(events, segments, newest.timestamp() if newest else None,
-                       oldest.timestamp() if oldest else None)
+                       oldest.timestamp() if oldest else None, key)
+
+
+def _same_columns(state: TableState | None, parts: list[pa.Table], events: pa.Table) -> bool:
+    """Whether the events have the table's columns and types (a first merge: one set of columns)."""
+    if state is None:   # else the columns changed while the table did not exist: Spark merges schemas
+        return all(p.schema.names == parts[0].schema.names for p in parts)
+    if {c for c in events.column_names if not c.startswith("_")} != {c for c, _ in state.columns}:
+        return False   # a column added or dropped: the Spark path evolves the table
+    stored = schema_to_pyarrow(T.schema(state.columns))
+    # A changed type: the Spark path widens the column or refuses the change.
+    return all(_same(events.schema.field(c).type, stored.field(c).type) for c, _ in state.columns)
 
 
 def stored_bytes(bucket: Bucket) -> int:
