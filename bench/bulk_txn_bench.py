@@ -97,11 +97,16 @@ def run(kind: str, rows: int) -> dict:
             **({"merge_s": round(shown - staged, 1), "commit_to_visible_s": round(shown - committed, 1)} if shown else {})}
 
 
-def label() -> str:
-    """What ran: another checkout's capture, or this one's with its piece size."""
+def label(kind: str) -> str:
+    """What ran: another checkout's capture, or this one's with its piece size (and on PostgreSQL,
+    whether the server streamed the transaction while it was in progress)."""
     from dblog.settings import settings
     code = os.environ.get("DBLOG_BENCH_CODE")
-    return f"baseline ({code})" if code else f"pieces of {settings().capture.piece_rows:,}"
+    if code:
+        return f"baseline ({code})"
+    tuned = settings().capture
+    streaming = ", streamed" if kind == "postgres" and tuned.pg_streaming == "on" else ""
+    return f"pieces of {tuned.piece_rows:,}{streaming}"
 
 
 def main(argv: list[str]) -> None:
@@ -111,7 +116,7 @@ def main(argv: list[str]) -> None:
         print(json.dumps(r))
     out = ROOT / "bench" / "results" / "bulk-txn.json"
     kept = json.loads(out.read_text()) if out.exists() else {}
-    runs = kept.setdefault(kind, {}).setdefault(label(), [])
+    runs = kept.setdefault(kind, {}).setdefault(label(kind), [])
     runs[:] = [r for r in runs if r["rows"] not in sizes] + results   # a size run again replaces its figure
     out.write_text(json.dumps(kept, indent=1) + "\n")
 

@@ -117,6 +117,16 @@ class Capture:
     sync_timeout_seconds: float = setting(
         60.0, "DBLOG_SYNC_TIMEOUT", "how long `dblog sync` waits for the capture (its `--timeout`)", minimum=0,
         maximum=86_400)
+    pg_streaming: str = setting(
+        "on", "DBLOG_PG_STREAMING", "PostgreSQL 14+: receive a large transaction while it is still in progress "
+        "(pgoutput streaming) and decode it into a local spool (the system's temporary directory, `TMPDIR`), so "
+        "its commit is staged soon after it is made; `off`: the server holds it back until its commit",
+        choices=("on", "off"))
+    pg_decoding_work_mem_kib: int = setting(
+        0, "DBLOG_PG_DECODING_WORK_MEM_KIB", "the capture's `logical_decoding_work_mem` (KiB, at least 64): how much "
+        "of the transactions in progress the PostgreSQL server holds for the capture before it streams the largest "
+        "(or, streaming off, spills it to its disk); 0: the server's setting (64 MiB unless changed)",
+        minimum=0, maximum=2**31 - 1)
     slot_busy_seconds: float = setting(
         15.0, "DBLOG_PG_SLOT_BUSY_SECONDS", "how long a PostgreSQL capture waits for its replication slot held "
         "by another consumer before failing with the fix", minimum=0, maximum=3600)

@@ -3,7 +3,19 @@ import datetime as dt
 import struct
 from decimal import Decimal
 
-from dblog.sources.pgoutput import Begin, Commit, Decoder, Relation, RowChange, Truncate
+from dblog.sources.pgoutput import (
+    Begin,
+    Commit,
+    Decoder,
+    Relation,
+    RowChange,
+    StreamAbort,
+    StreamCommit,
+    StreamStart,
+    StreamStop,
+    Truncate,
+    stream_xid,
+)
 
 UNCHANGED = object()  # a value the test sends as 'u' (an unchanged TOASTed value)
 
@@ -85,3 +97,21 @@ def test_a_delete_and_a_truncate_are_decoded():
 
 def test_origin_and_type_messages_are_skipped():
     assert Decoder().decode(b"O" + struct.pack("!Q", 1) + cstr("origin")) is None
+
+
+def test_a_stream_block_names_each_changes_subtransaction_and_the_stream_ends_with_its_commit_or_abort():
+    d = Decoder()
+    start = d.decode(b"S" + struct.pack("!IB", 900, 1))
+    assert isinstance(start, StreamStart) and (start.xid, start.first) == (900, True)
+    rel = b"R" + struct.pack("!I", 900) + relation()[1:]
+    assert isinstance(d.decode(rel), Relation)
+    payload = b"I" + struct.pack("!I", 901) + struct.pack("!I", 16384) + b"N" + tuple_data("7", "1", None, None, "t", "x")
+    ins = d.decode(payload)
+    assert isinstance(ins, RowChange) and ins.new["id"] == 7 and stream_xid(payload) == 901
+    assert isinstance(d.decode(b"E"), StreamStop)
+    # Outside the block a change has no xid again.
+    plain = d.decode(b"I" + struct.pack("!I", 16384) + b"N" + tuple_data("8", "1", None, None, "t", "y"))
+    assert isinstance(plain, RowChange) and plain.new["id"] == 8
+    assert d.decode(b"A" + struct.pack("!II", 900, 901)) == StreamAbort(900, 901)
+    commit = d.decode(b"c" + struct.pack("!IbQQq", 900, 0, 5000, 5100, 2_000_000))
+    assert commit == StreamCommit(900, 5000, 5100, dt.datetime(2000, 1, 1, 0, 0, 2, tzinfo=dt.UTC))

@@ -29,6 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import pyarrow as pa
+
 from ..coordination import changed_tables, unlogged, watermark_index
 from ..coordination import store as paths
 from ..coordination.checkpoint import Checkpoint, ensure_checkpoint, load_checkpoint, save_checkpoint
@@ -36,6 +38,7 @@ from ..coordination.health import Heartbeat
 from ..coordination.store import Lease, StateStore
 from ..faults import crash_point
 from ..model.events import ChangeEvent, RepairNeed
+from ..model.staged_format import POSITION
 from ..retry import reconnecting
 from ..settings import settings
 from ..snapshot import repair
@@ -48,6 +51,7 @@ log = logging.getLogger("dblog.capture")
 @dataclass
 class Batch:
     events: dict[str, list[ChangeEvent]] = field(default_factory=lambda: defaultdict(list))  # per table, log order
+    staged: dict[str, list[pa.Table]] = field(default_factory=lambda: defaultdict(list))  # rows a source encoded
     count: int = 0
     txns: int = 0                   # complete transactions
     parts: int = 0                  # ... and pieces of one not complete yet (`Transaction.piece`)
@@ -67,16 +71,18 @@ class Batch:
         tables, marks_before = self.events, len(self.events.get(WATERMARK_TABLE, ()))
         for e in txn.events:
             tables[e.table].append(e)
+        for table, rows in txn.staged.items():
+            self.staged[table].append(rows)
         marks = [e for e in txn.events if e.table == WATERMARK_TABLE] \
             if len(tables.get(WATERMARK_TABLE, ())) > marks_before else []
-        self.count += len(txn.events)
+        self.count += txn.rows
         self.open = not txn.complete
         if not txn.complete:
             return marks  # staged with the batch; the checkpoint waits for the commit
         self.repairs.extend(txn.repairs)
         # A write logged without rows has a position too: once staged (its repair request and
         # `unlogged` entry), the checkpoint passes it, so waits on "the capture passed it" end.
-        passed = [p for p in [*(e.position for e in txn.events[-1:]), *(n.position for n in txn.repairs)] if p]
+        passed = [p for p in [txn.last_position(), *(n.position for n in txn.repairs)] if p]
         if passed:
             self.last_position = max([*passed, *([self.last_position] if self.last_position else [])])
             self.commit_ts = txn.commit_ts
@@ -218,12 +224,7 @@ class Capture:
         if lease is None:
             raise RuntimeError("Capture._flush without the capture lease: only the leader stages")
         lease.check()  # a deposed capture must not stage (duplicates would be harmless, but noisy)
-        for table, events in batch.events.items():
-            self.staged.write_segment(self.source.name, self.source.table_schema(table), events)
-            self.stats.segments += 1
-            crash_point("capture.mid_flush")
-            if events and table != WATERMARK_TABLE:   # in log order: the last is the table's newest
-                self._newest[table] = max(events[-1].position, self._newest.get(table, ""))
+        self._stage(batch)
         if batch.open:
             crash_point("capture.piece_staged")
         # After every segment (an indexed watermark is a staged one), before the checkpoint.
@@ -261,6 +262,22 @@ class Capture:
             self.stats.max_lag_s = max(self.stats.max_lag_s, time.time() - batch.first_commit_ts.timestamp())
         if batch.count:
             log.info("%s: staged %d events up to %s", self.source.name, batch.count, position)
+
+
+    def _stage(self, batch: Batch) -> None:
+        """Write the batch's segments, a file per table (and per piece a source staged itself)."""
+        for table, events in batch.events.items():
+            self.staged.write_segment(self.source.name, self.source.table_schema(table), events)
+            self.stats.segments += 1
+            crash_point("capture.mid_flush")
+            if events and table != WATERMARK_TABLE:   # in log order: the last is the table's newest
+                self._newest[table] = max(events[-1].position, self._newest.get(table, ""))
+        for table, parts in batch.staged.items():
+            for rows in parts:
+                self.staged.write_log_table(self.source.name, table, rows)
+                self.stats.segments += 1
+                crash_point("capture.mid_flush")
+                self._newest[table] = max(rows[POSITION][-1].as_py(), self._newest.get(table, ""))
 
 
 @dataclass

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from ..errors import InvalidValue
 
 _WIDTHS = (10, 20, 10)
@@ -83,6 +86,17 @@ def postgres_encode(commit_lsn: int, index_in_txn: int) -> str:
     if commit_lsn < _LSN_CEILING:
         return f"{commit_lsn:010d}-{index_in_txn:020d}-{0:010d}"
     return f"{_LSN_CEILING:010d}-{commit_lsn:020d}-{index_in_txn:010d}"
+
+
+def postgres_positions(commit_lsn: int, indexes: pa.Array) -> pa.Array:
+    """`postgres_encode(commit_lsn, i)` for each index i, at once (a streamed transaction's changes
+    learn their commit LSN only at its end)."""
+    if commit_lsn < _LSN_CEILING:
+        prefix, width, suffix = f"{commit_lsn:010d}-", 20, f"-{0:010d}"
+    else:
+        prefix, width, suffix = f"{_LSN_CEILING:010d}-{commit_lsn:020d}-", 10, ""
+    digits = pc.utf8_lpad(pc.cast(indexes, pa.string()), width, "0")
+    return pc.binary_join_element_wise(prefix, digits, suffix, "")
 
 
 def lsn_to_int(lsn: str) -> int:

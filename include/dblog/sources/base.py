@@ -21,7 +21,7 @@ import pyarrow as pa
 from ..errors import DBLogError, TransientError
 from ..model.events import ChangeEvent, RepairNeed
 from ..model.schema import Column, TableSchema
-from ..model.staged_format import rows_table
+from ..model.staged_format import POSITION, rows_table
 from .native import NativeReads, NativeUnfit
 
 WATERMARK_SCHEMA = "dblog"
@@ -73,17 +73,29 @@ class Transaction:
     piece at once but moves its checkpoint only past a complete transaction, so its memory does
     not grow with the transaction and no reader takes a piece before the commit is staged. The
     part with the commit holds at least the transaction's last event: its position is the one
-    the checkpoint moves to."""
+    the checkpoint moves to. A source may hand events already in the staged row format
+    (`staged`, per table: a streamed PostgreSQL transaction's spooled pieces, `sources.spool`)."""
     events: list[ChangeEvent]
     resume: dict[str, Any] | None   # source-specific checkpoint for resuming after this txn (None: a piece)
     commit_ts: datetime | None = None
     repairs: list[RepairNeed] = field(default_factory=list)  # rows the events do not describe in full
     complete: bool = True
+    staged: dict[str, pa.Table] = field(default_factory=dict)   # table -> rows (`staged_format.log_table`)
 
     @classmethod
-    def piece(cls, events: list[ChangeEvent]) -> Transaction:
+    def piece(cls, events: list[ChangeEvent], staged: dict[str, pa.Table] | None = None) -> Transaction:
         """Events of a transaction whose commit has not been read yet."""
-        return cls(events, None, complete=False)
+        return cls(events, None, complete=False, staged=staged or {})
+
+    @property
+    def rows(self) -> int:
+        return len(self.events) + sum(t.num_rows for t in self.staged.values())
+
+    def last_position(self) -> str | None:
+        """The position of its last event (staged rows are in log order per table)."""
+        last = [*(e.position for e in self.events[-1:]),
+                *(t[POSITION][-1].as_py() for t in self.staged.values() if t.num_rows)]
+        return max(last) if last else None
 
 
 class Dialect:

@@ -1,7 +1,8 @@
-"""A decoder for PostgreSQL's pgoutput logical replication protocol (version 1).
+"""A decoder for PostgreSQL's pgoutput logical replication protocol (versions 1 and 2).
 
-Handles Begin, Commit, Relation, Insert, Update, Delete and Truncate; Origin and Type messages
-are skipped. Values arrive as text and are parsed by type OID. No maintained PyPI decoder works
+Handles Begin, Commit, Relation, Insert, Update, Delete and Truncate, and version 2's streamed
+transactions (Stream Start, Stop, Commit and Abort; inside a stream block each change names its
+(sub)transaction: `stream_xid`); Origin and Type messages are skipped. Values arrive as text and are parsed by type OID. No maintained PyPI decoder works
 (see SETUP-NOTES), and the protocol is small.
 """
 from __future__ import annotations
@@ -39,7 +40,7 @@ class Relation:
 @dataclass
 class Begin:
     final_lsn: int
-    commit_ts: dt.datetime
+    commit_ts: dt.datetime | None    # None: a streamed transaction's, known at its commit (`spool`)
     xid: int
 
     @functools.cached_property
@@ -53,6 +54,37 @@ class Commit:
     commit_lsn: int
     end_lsn: int
     commit_ts: dt.datetime
+
+
+@dataclass
+class StreamStart:
+    """A block of an in-progress transaction's changes follows (`first`: its first block)."""
+    xid: int
+    first: bool
+
+
+@dataclass
+class StreamStop:
+    """The end of a stream block: other transactions' messages may follow."""
+
+
+@dataclass
+class StreamCommit:
+    """A streamed transaction committed: its changes take their positions from `commit_lsn`."""
+    xid: int
+    commit_lsn: int
+    end_lsn: int
+    commit_ts: dt.datetime
+
+
+@dataclass
+class StreamAbort:
+    """A streamed transaction (`subxid` == `xid`) or one of its subtransactions rolled back."""
+    xid: int
+    subxid: int
+
+
+STREAM_MESSAGES = (StreamStart, StreamStop, StreamCommit, StreamAbort)
 
 
 @dataclass
@@ -104,10 +136,12 @@ class Decoder:
         self.relations: dict[int, Relation] = {}
         self._parsers: dict[int, list] = {}  # relation oid -> per-column (name, parser or None)
         self._unchanged: list[str] | None = None
+        self._at = 1   # where a change's body starts: after its (sub)transaction id in a stream block
 
-    def decode(self, payload: bytes) -> Begin | Commit | Relation | RowChange | Truncate | None:
+    def decode(self, payload: bytes) -> (Begin | Commit | Relation | RowChange | Truncate | StreamStart | StreamStop
+                                         | StreamCommit | StreamAbort | None):
         # Offsets index `payload` directly (no memoryview copies): this runs once per row.
-        kind = payload[0]
+        kind, at = payload[0], self._at
         if kind == 0x42:  # B
             final_lsn, ts, xid = _BEGIN.unpack_from(payload, 1)
             return Begin(final_lsn, _ts(ts), xid)
@@ -115,12 +149,12 @@ class Decoder:
             _flags, commit_lsn, end_lsn, ts = _COMMIT.unpack_from(payload, 1)
             return Commit(commit_lsn, end_lsn, _ts(ts))
         if kind == 0x49:  # I
-            oid = _U32.unpack_from(payload, 1)[0]
-            new, _ = self._tuple(oid, payload, 6)  # skip 'N'
+            oid = _U32.unpack_from(payload, at)[0]
+            new, _ = self._tuple(oid, payload, at + 5)  # skip 'N'
             return RowChange("I", self.relations[oid], new, None, self._unchanged)
         if kind == 0x55:  # U
-            oid = _U32.unpack_from(payload, 1)[0]
-            old, off, full_old, old_unchanged = None, 5, False, None
+            oid = _U32.unpack_from(payload, at)[0]
+            old, off, full_old, old_unchanged = None, at + 4, False, None
             if payload[off] in (0x4B, 0x4F):  # K (key) or O (old row)
                 full_old = payload[off] == 0x4F
                 old, off = self._tuple(oid, payload, off + 1)
@@ -137,23 +171,39 @@ class Decoder:
             return RowChange("U", self.relations[oid], new, old if full_old else None, unchanged,
                              old_key=None if full_old or old is None else old)
         if kind == 0x44:  # D
-            oid = _U32.unpack_from(payload, 1)[0]
-            old, _ = self._tuple(oid, payload, 6)
+            oid = _U32.unpack_from(payload, at)[0]
+            old, _ = self._tuple(oid, payload, at + 5)
             return RowChange("D", self.relations[oid], None, old)
         if kind == 0x52:  # R
-            rel = self._relation(payload)
+            rel = self._relation(payload, at)
             self.relations[rel.oid] = rel
             self._parsers[rel.oid] = [(c.name, PARSERS.get(c.type_oid)) for c in rel.columns]
             return rel
         if kind == 0x54:  # T
-            n, _opts = struct.unpack_from("!IB", payload, 1)
-            oids = struct.unpack_from(f"!{n}I", payload, 6)
+            n, _opts = struct.unpack_from("!IB", payload, at)
+            oids = struct.unpack_from(f"!{n}I", payload, at + 5)
             return Truncate([self.relations[o] for o in oids if o in self.relations])
+        return self._stream(kind, payload)
+
+    def _stream(self, kind: int, payload: bytes) -> StreamStart | StreamStop | StreamCommit | StreamAbort | None:
+        if kind == 0x53:  # S
+            xid, first = struct.unpack_from("!IB", payload, 1)
+            self._at = 5
+            return StreamStart(xid, first == 1)
+        if kind == 0x45:  # E
+            self._at = 1
+            return StreamStop()
+        if kind == 0x63:  # c
+            xid, _flags, commit_lsn, end_lsn, ts = _STREAM_COMMIT.unpack_from(payload, 1)
+            return StreamCommit(xid, commit_lsn, end_lsn, _ts(ts))
+        if kind == 0x41:  # A
+            xid, subxid = struct.unpack_from("!II", payload, 1)
+            return StreamAbort(xid, subxid)
         return None  # Origin, Type, Message: nothing to capture
 
-    def _relation(self, payload: bytes) -> Relation:
-        oid = _U32.unpack_from(payload, 1)[0]
-        namespace, off = _cstring(payload, 5)
+    def _relation(self, payload: bytes, at: int) -> Relation:
+        oid = _U32.unpack_from(payload, at)[0]
+        namespace, off = _cstring(payload, at + 4)
         name, off = _cstring(payload, off)
         identity = chr(payload[off]); off += 1
         ncols = _U16.unpack_from(payload, off)[0]; off += 2
@@ -186,8 +236,13 @@ class Decoder:
         return values, off
 
 
-_BEGIN, _COMMIT = struct.Struct("!QqI"), struct.Struct("!bQQq")
+_BEGIN, _COMMIT, _STREAM_COMMIT = struct.Struct("!QqI"), struct.Struct("!bQQq"), struct.Struct("!IbQQq")
 _U32, _U16 = struct.Struct("!I"), struct.Struct("!H")
+
+
+def stream_xid(payload: bytes) -> int:
+    """The (sub)transaction a change inside a stream block belongs to."""
+    return _U32.unpack_from(payload, 1)[0]
 
 
 def _cstring(payload: bytes, off: int) -> tuple[str, int]:

@@ -27,7 +27,8 @@ from .base import (
     Transaction,
 )
 from .native import NativeReads, PostgresNative
-from .pgoutput import Begin, Commit, Decoder, Relation, RowChange, Truncate
+from .pgoutput import STREAM_MESSAGES, Begin, Commit, Decoder, Relation, RowChange, Truncate, stream_xid
+from .spool import StreamedTransactions
 
 
 class SlotInUse(SourceError):
@@ -115,9 +116,9 @@ class PostgresSource(Source):
         self._relation_schemas: dict[int, tuple[Relation, str, TableSchema]] = {}   # oid -> see _event
 
     # -- plain SQL ------------------------------------------------------------------------------
-    def connect(self, **extra):
+    def connect(self, server_settings: str = "", **extra):
         try:
-            conn = psycopg2.connect(**self.dsn, connect_timeout=10, options="-c TimeZone=UTC",
+            conn = psycopg2.connect(**self.dsn, connect_timeout=10, options=f"-c TimeZone=UTC {server_settings}".strip(),
                                     client_encoding="UTF8", **extra)  # UTF-8 as the native reads (and key bounds)
         except psycopg2.OperationalError as exc:
             error = SourceUnavailable if self._lost_connection(exc) else SourceError
@@ -414,20 +415,15 @@ class PostgresSource(Source):
         pending: list[ChangeEvent] = []
         needs: list[RepairNeed] = []
         begin: Begin | None = None
+        streams = StreamedTransactions(self.name, piece_rows, self.table_schema, self._add_change)
         last_data = time.monotonic()
         try:
             while True:
-                try:
-                    msg = cur.read_message()
-                except psycopg2.DatabaseError as exc:
-                    if "no COPY in progress" not in str(exc):
-                        raise
-                    # The server ended the stream cleanly: it is shutting down (we confirmed all).
-                    raise SourceUnavailable(f"{self.name}: the server ended replication") from exc
+                msg = self._read_message(cur)
                 if msg is None:
                     # Idle: no data for idle_timeout. Keepalives don't count: a server shutting
                     # down sends them back to back until we confirm what it sent.
-                    if begin is None and time.monotonic() - last_data >= idle_timeout:
+                    if begin is None and streams.open is None and time.monotonic() - last_data >= idle_timeout:
                         cur.send_feedback()  # keepalive reply, without moving the slot
                         last_data = time.monotonic()
                         yield None
@@ -436,8 +432,12 @@ class PostgresSource(Source):
                     continue
                 last_data = time.monotonic()
                 item = decoder.decode(msg.payload)
-                if isinstance(item, Begin):
+                if streams.open is not None and isinstance(item, (RowChange, Truncate)):
+                    streams.change(item, stream_xid(msg.payload))
+                elif isinstance(item, Begin):
                     begin, index, pending, needs = item, 0, [], []
+                elif isinstance(item, STREAM_MESSAGES):
+                    yield from streams.handle(item, start)
                 elif isinstance(item, (RowChange, Truncate)):
                     self._add_change(item, begin, index, pending, needs)
                     index += 1
@@ -453,6 +453,16 @@ class PostgresSource(Source):
         finally:
             conn.close()
             self._repl = None
+            streams.discard()
+
+    def _read_message(self, cur):
+        try:
+            return cur.read_message()
+        except psycopg2.DatabaseError as exc:
+            if "no COPY in progress" not in str(exc):
+                raise
+            # The server ended the stream cleanly: it is shutting down (we confirmed all).
+            raise SourceUnavailable(f"{self.name}: the server ended replication") from exc
 
     def _start_replication(self, start: int):
         """A replication connection streaming from the slot. A slot serves one consumer at a time:
@@ -462,11 +472,12 @@ class PostgresSource(Source):
         patience = settings().capture.slot_busy_seconds
         deadline = time.monotonic() + patience
         while True:
-            conn = self.connect(connection_factory=psycopg2.extras.LogicalReplicationConnection)
+            work_mem = settings().capture.pg_decoding_work_mem_kib
+            conn = self.connect(f"-c logical_decoding_work_mem={max(64, work_mem)}kB" if work_mem else "",
+                                connection_factory=psycopg2.extras.LogicalReplicationConnection)
             cur = conn.cursor()
             try:
-                cur.start_replication(slot_name=self.slot, decode=False, start_lsn=start,
-                                      options={"proto_version": "1", "publication_names": self.publication})
+                cur.start_replication(slot_name=self.slot, decode=False, start_lsn=start, options=self._protocol())
                 return conn, cur
             except psycopg2.errors.ObjectInUse:
                 conn.close()
@@ -476,6 +487,13 @@ class PostgresSource(Source):
             except BaseException:
                 conn.close()
                 raise
+
+    def _protocol(self) -> dict[str, str]:
+        """pgoutput's options: version 2 with streaming of large transactions where the server
+        has it (PostgreSQL 14+) and `DBLOG_PG_STREAMING` leaves it on, else version 1."""
+        if settings().capture.pg_streaming == "on" and self._server_version() >= 140000:
+            return {"proto_version": "2", "streaming": "on", "publication_names": self.publication}
+        return {"proto_version": "1", "publication_names": self.publication}
 
     def _slot_in_use(self, waited: float) -> str:
         rows = self._run("SELECT s.active_pid, a.application_name, a.client_addr::text, a.usename "
@@ -541,3 +559,4 @@ class PostgresSource(Source):
         return ChangeEvent(self.name, table, op, postgres_encode(begin.final_lsn, index), key, after,
                            before=change.old, old_key=old_key, txid=begin.txid, commit_ts=begin.commit_ts,
                            unchanged=change.unchanged or [])
+

@@ -108,11 +108,14 @@ class StagedLog:
     # -- writing -------------------------------------------------------------------------------
     def write_segment(self, source: str, schema: TableSchema, events: Sequence[ChangeEvent]) -> str:
         """Stage events of one table, in log order (`staged_format.log_table`); returns the file path."""
-        table = log_table(schema, events)
-        positions = table.column(POSITION)
+        return self.write_log_table(source, schema.name, log_table(schema, events))
+
+    def write_log_table(self, source: str, table: str, rows: pa.Table) -> str:
+        """Stage a table's events already in the staged row format (`log_table`'s output)."""
+        positions = rows.column(POSITION)
         name = SegmentFile(pc.min(positions).as_py(), pc.max(positions).as_py()).name
-        path = f"{self.log_dir(source, schema.name)}/{name}"
-        self._atomic_write(path, table, SEGMENT_WRITE)
+        path = f"{self.log_dir(source, table)}/{name}"
+        self._atomic_write(path, rows, SEGMENT_WRITE)
         return path
 
     def write_chunk(self, source: str, schema: TableSchema, meta: ChunkMeta, rows: list[tuple] | pa.Table,
