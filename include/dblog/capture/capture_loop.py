@@ -189,7 +189,8 @@ class Capture:
             writer.check()  # a staging failure stops the capture at once, not at the next batch
             if txn is not None:
                 self.stats.max_stall_s = max(self.stats.max_stall_s, time.monotonic() - last_read)
-                marks = batch.add(txn)
+                # An empty piece says a transaction is being read that has nothing to stage yet.
+                marks = batch.add(txn) if txn.complete or txn.rows else []
                 inside = not txn.complete
                 if marks:
                     reached = reached or (until is not None and any((e.after or {}).get("value") == until

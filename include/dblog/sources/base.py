@@ -73,7 +73,8 @@ class Transaction:
     piece at once but moves its checkpoint only past a complete transaction, so its memory does
     not grow with the transaction and no reader takes a piece before the commit is staged. The
     part with the commit holds at least the transaction's last event: its position is the one
-    the checkpoint moves to. A source may hand events already in the staged row format
+    the checkpoint moves to. An empty piece says a transaction is being read (a streamed one,
+    spooled) with nothing to stage yet. A source may hand events already in the staged row format
     (`staged`, per table: a streamed PostgreSQL transaction's spooled pieces, `sources.spool`)."""
     events: list[ChangeEvent]
     resume: dict[str, Any] | None   # source-specific checkpoint for resuming after this txn (None: a piece)

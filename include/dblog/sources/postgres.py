@@ -433,7 +433,7 @@ class PostgresSource(Source):
                 last_data = time.monotonic()
                 item = decoder.decode(msg.payload)
                 if streams.open is not None and isinstance(item, (RowChange, Truncate)):
-                    streams.change(item, stream_xid(msg.payload))
+                    yield from streams.change(item, stream_xid(msg.payload))
                 elif isinstance(item, Begin):
                     begin, index, pending, needs = item, 0, [], []
                 elif isinstance(item, STREAM_MESSAGES):

@@ -9,7 +9,8 @@ capture decodes millions of rows only then, and every later commit waits behind 
 
 Here each block is decoded as it arrives and its events kept in the staged row format
 (`staged_format.log_table`), in pieces of at most `capture.piece_rows` events, one Arrow IPC file
-per piece and table with each row's subtransaction and index in the transaction; nothing reaches
+per piece and table (LZ4-compressed) with each row's subtransaction and index in the
+transaction; nothing reaches
 the staged log before the commit. At the commit each piece is read back, the rows of aborted
 subtransactions dropped, positions and commit time filled in column by column, and the piece
 handed to the capture as staged rows (`Transaction.staged`). Watermark writes and TRUNCATEs are
@@ -36,6 +37,8 @@ from .base import WATERMARK_TABLE, SourceError, Transaction
 from .pgoutput import Begin, RowChange, StreamAbort, StreamCommit, StreamStart, StreamStop, Truncate
 
 _SUBXID, _INDEX = "_spool_subxid", "_spool_index"
+# LZ4: a third of the disk a transaction's rows take uncompressed, at little CPU beside the log reader.
+_SPOOL_WRITE = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
 class SpooledTransaction:
@@ -53,15 +56,18 @@ class SpooledTransaction:
         self._needs: list[tuple[RepairNeed, int, int]] = []
         self._aborted: set[int] = set()
 
-    def add(self, events: list[ChangeEvent], needs: list[RepairNeed], subxid: int) -> None:
-        """The events and repair needs of the change numbered `self.index`, of subtransaction `subxid`."""
+    def add(self, events: list[ChangeEvent], needs: list[RepairNeed], subxid: int) -> bool:
+        """The events and repair needs of the change numbered `self.index`, of subtransaction
+        `subxid`; whether a piece went to disk."""
         for e in events:
             (self._marks if e.table == WATERMARK_TABLE else self._buffer).append((e, subxid, self.index))
         self._needs.extend((n, subxid, self.index) for n in needs)
         self.rows += len(events)
         self.index += 1
-        if len(self._buffer) >= self.piece_rows:
-            self._spill()
+        if len(self._buffer) < self.piece_rows:
+            return False
+        self._spill()
+        return True
 
     def abort(self, subxid: int) -> None:
         """A subtransaction rolled back: its changes are dropped at the commit."""
@@ -108,7 +114,7 @@ class SpooledTransaction:
             rows = rows.append_column(_SUBXID, pa.array([s for _, s, _ in items], pa.int64())) \
                 .append_column(_INDEX, pa.array([i for _, _, i in items], pa.int64()))
             path = self._dir / f"{len(self._pieces):08d}-{len(files):06d}.arrow"
-            with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, rows.schema) as writer:
+            with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, rows.schema, options=_SPOOL_WRITE) as writer:
                 writer.write_table(rows)
             files.append((table, path))
         self._pieces.append(files)
@@ -135,13 +141,16 @@ class StreamedTransactions:
         self.spools: dict[int, SpooledTransaction] = {}
         self.open: SpooledTransaction | None = None     # the one whose stream block is being read
 
-    def change(self, change: RowChange | Truncate, subxid: int) -> None:
+    def change(self, change: RowChange | Truncate, subxid: int) -> Iterator[Transaction]:
+        """Spool a change of the open block; each piece spooled yields an empty piece, so the capture
+        knows it is inside a transaction (and reading, not stalled) while nothing is staged."""
         spool = self.open
         assert spool is not None, "a change outside a stream block is the source's own transaction's"
         events: list[ChangeEvent] = []
         needs: list[RepairNeed] = []
         self._add_change(change, spool.begin, spool.index, events, needs)
-        spool.add(events, needs, subxid)
+        if spool.add(events, needs, subxid):
+            yield Transaction.piece([])
 
     def handle(self, message: StreamStart | StreamStop | StreamCommit | StreamAbort,
                start: int) -> Iterator[Transaction]:
