@@ -3,12 +3,15 @@ spools it, stages it at its commit in the commit's order, and drops what was rol
 subtransaction's or a whole transaction's (`dblog.sources.spool`)."""
 from __future__ import annotations
 
+import subprocess
+
 import pyarrow.compute as pc
+import pytest
 
 from dblog.merge.job import merge_source
 from dblog.model.staged_format import POSITION
 
-from conftest import assert_warehouse_equals_source, settle, wait_for
+from conftest import assert_warehouse_equals_source, checkpoint, settle, wait_for
 
 ROWS = 3_000
 # The server streams a transaction once the ones in progress hold more than this (KiB; 64 is its
@@ -32,9 +35,11 @@ def test_a_streamed_transaction_is_staged_at_its_commit_in_order_without_what_wa
     spool = tmp_path / "tmp"
     spool.mkdir()
     capture = src.spawn("capture", "--source", src.source_id, env={**STREAMING, "TMPDIR": str(spool)})
+    opened: list = []
     try:
         src.sql(f"INSERT INTO {table} SELECT g, g, repeat('x', 80) FROM generate_series(1, {ROWS}) g")
         open_txn, rolled_back = src.admin(), src.admin()
+        opened.extend((open_txn, rolled_back))
         cur = open_txn.cursor()
         cur.execute(f"UPDATE {table} SET v = v + 1")
         src.sql(f"INSERT INTO {other} VALUES (1, 1, 'while open')")   # commits before the big one
@@ -55,6 +60,8 @@ def test_a_streamed_transaction_is_staged_at_its_commit_in_order_without_what_wa
         assert capture.poll() is None, capture.stderr.read()[-3000:]
         assert not list(spool.glob("dblog-spool-*")), "a finished transaction's spool stayed on disk"
     finally:
+        for conn in opened:   # (an open transaction left behind would block the test schema's drop)
+            conn.close()
         capture.kill()
         capture.wait()
 
@@ -71,3 +78,33 @@ def test_a_streamed_transaction_is_staged_at_its_commit_in_order_without_what_wa
     with src.store() as store:
         merge_source(spark, store, staged, warehouse, src.source_id, [table, other, gone])
     assert_warehouse_equals_source(src, warehouse, tables=("streamed", "other"))
+
+
+def test_a_capture_slice_does_not_end_while_a_streamed_transaction_is_spooled(postgres):
+    """Other commits between its stream blocks are whole transactions, but a slice ending after one
+    would drop the spool, and the next slice would read the transaction again from its start."""
+    src = postgres
+    table, other = src.table("streamed"), src.table("other")
+    src.sql(*(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT, s VARCHAR(80))" for t in (table, other)))
+    src.sql(f"INSERT INTO {table} SELECT g, g, repeat('x', 80) FROM generate_series(1, {ROWS}) g")
+    src.dblog("capture", "--init", "--source", src.source_id, check=True)
+    open_txn = src.admin()
+    capture = None
+    try:   # (an open transaction left behind would block the test schema's drop)
+        open_txn.cursor().execute(f"UPDATE {table} SET v = v + 1")
+        capture = src.spawn("capture", "--source", src.source_id, "--duration", "1", env=STREAMING)
+        for i in range(10):   # whole transactions after the big one's blocks, while it stays open
+            src.sql(f"INSERT INTO {other} VALUES ({i}, {i}, 'between blocks')")
+        settle(src)   # the capture read them all
+        wait_for(lambda: streamed(src) >= 1, 60, what="a streamed transaction (else the test proves nothing)")
+        with pytest.raises(subprocess.TimeoutExpired):   # its 1-second slice is long over: it would end now
+            capture.wait(timeout=5)
+        open_txn.commit()
+        assert capture.wait(timeout=120) == 0, capture.stderr.read()[-3000:]
+    finally:
+        open_txn.close()
+        if capture is not None and capture.poll() is None:
+            capture.kill()
+            capture.wait()
+    staged = src.staged().read_log(src.source_id, table, high=checkpoint(src))
+    assert staged.num_rows == ROWS, "the slice ended before staging the transaction it was inside"

@@ -191,7 +191,7 @@ class Capture:
                 self.stats.max_stall_s = max(self.stats.max_stall_s, time.monotonic() - last_read)
                 # An empty piece says a transaction is being read that has nothing to stage yet.
                 marks = batch.add(txn) if txn.complete or txn.rows else []
-                inside = not txn.complete
+                inside = not txn.complete or self.source.spooling()
                 if marks:
                     reached = reached or (until is not None and any((e.after or {}).get("value") == until
                                                                      for e in marks))

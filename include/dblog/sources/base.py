@@ -466,6 +466,11 @@ class Source(abc.ABC):
         """Every transaction the stream yielded is durable and none is open: the source may free
         all log it has sent (a server shutting down waits for this)."""
 
+    def spooling(self) -> bool:
+        """Whether the stream is inside a transaction it holds back until its commit (PostgreSQL's
+        streamed transactions): a capture slice ending now would leave it to be read again."""
+        return False
+
     @abc.abstractmethod
     def start_point(self) -> dict | None:
         """Where a capture without a checkpoint starts: the current end of the log."""

@@ -113,6 +113,7 @@ class PostgresSource(Source):
         self.slot = slot or f"dblog_{name}".replace("-", "_")
         self.publication = publication
         self._repl = self._repl_cursor = None
+        self._streams: StreamedTransactions | None = None   # of the stream being read
         self._relation_schemas: dict[int, tuple[Relation, str, TableSchema]] = {}   # oid -> see _event
 
     # -- plain SQL ------------------------------------------------------------------------------
@@ -148,12 +149,12 @@ class PostgresSource(Source):
     def clone(self) -> PostgresSource:
         other = super().clone()
         assert isinstance(other, PostgresSource)
-        other._repl = other._repl_cursor = None  # the stream's connection stays the original's
+        other._repl = other._repl_cursor = other._streams = None  # the stream's connection stays the original's
         return other
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        state.update(_repl=None, _repl_cursor=None)
+        state.update(_repl=None, _repl_cursor=None, _streams=None)
         return state
 
     def _native_reads(self) -> NativeReads:
@@ -415,7 +416,7 @@ class PostgresSource(Source):
         pending: list[ChangeEvent] = []
         needs: list[RepairNeed] = []
         begin: Begin | None = None
-        streams = StreamedTransactions(self.name, piece_rows, self.table_schema, self._add_change)
+        streams = self._streams = StreamedTransactions(self.name, piece_rows, self.table_schema, self._add_change)
         last_data = time.monotonic()
         try:
             while True:
@@ -454,6 +455,9 @@ class PostgresSource(Source):
             conn.close()
             self._repl = None
             streams.discard()
+
+    def spooling(self) -> bool:
+        return self._streams is not None and bool(self._streams.spools)
 
     def _read_message(self, cur):
         try:
