@@ -89,6 +89,12 @@ def settle(src: SourceEnv) -> None:
                  what="the capture to stage the sync watermark and checkpoint past it")
 
 
+def streamed(src: SourceEnv) -> int:
+    """Transactions a PostgreSQL server streamed to this test's slot while they ran (its own statistics)."""
+    rows = src.sql("SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = %s", params=[src.source().slot])
+    return rows[0][0] if rows else 0
+
+
 def checkpoint(src: SourceEnv) -> str | None:
     """The capture's checkpoint position: everything staged up to it is complete."""
     from dblog.coordination.checkpoint import checkpoint_position

@@ -14,8 +14,11 @@ import pyarrow.compute as pc
 
 from dblog.merge.job import merge_source
 from dblog.model.staged_format import POSITION
+from dblog.snapshot.dump import TableDump, create_dump
+from dblog.snapshot.dump_spec import DumpSpec
+from dblog.stagedlog.staged_log import StagedLog
 
-from conftest import assert_warehouse_equals_source, checkpoint, settle
+from conftest import assert_warehouse_equals_source, checkpoint, settle, streamed, wait_for
 from memory_limit import MemoryLimit
 
 ROWS, PIECE = int(os.environ.get("DBLOG_BULK_ROWS", 300_000)), 20_000
@@ -119,3 +122,42 @@ def test_a_capture_slice_that_ends_inside_a_transaction_stages_it_whole_before_i
             break
     staged = src.staged().read_log(src.source_id, table, high=checkpoint(src) or "")
     assert staged.num_rows == 30_000, f"{staged.num_rows} of the transaction's 30,000 events are behind the checkpoint"
+
+
+def test_a_bulk_transaction_committed_inside_a_dump_window_drops_exactly_the_window_rows_it_touched(
+        src, spark, warehouse):
+    """The window's chunk is read before the transaction commits and staged after: every row it
+    read was changed inside the window, by a transaction the capture stages in pieces (PostgreSQL:
+    streamed while it ran), so the merge drops them all and the log's values win."""
+    table, rows, touched = src.table("windowed"), 5_000, 3_000
+    src.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT, s VARCHAR(80))", bulk_insert(src, table, rows))
+    src.dblog("capture", "--init", "--source", src.source_id, check=True)
+    capture = src.spawn("capture", "--source", src.source_id,
+                        env={"DBLOG_CAPTURE_PIECE_ROWS": "500", "DBLOG_CAPTURE_FLUSH_ROWS": "500",
+                             "DBLOG_PG_DECODING_WORK_MEM_KIB": "64"})
+    store, source = src.store(), src.source()
+    try:
+        dump_id = create_dump(store, source, DumpSpec(tables=[table], chunk_size=rows))
+
+        class CommitsInsideTheWindow(StagedLog):
+            def write_chunk(self, source_name, schema, meta, chunk, ops):
+                if meta.chunk == 0:   # after the window's read, before its HW
+                    src.sql(f"UPDATE {table} SET v = -v, s = 'bulk' WHERE id <= {touched}")
+                return super().write_chunk(source_name, schema, meta, chunk, ops)
+
+        done = TableDump(store, source, CommitsInsideTheWindow(str(src.staging)), dump_id, table).run()
+        assert done.status == "done" and done.rows == rows
+        settle(src)
+        assert capture.poll() is None, capture.stderr.read()[-3000:]
+        if src.kind == "postgres":
+            wait_for(lambda: streamed(src) >= 1, 60, what="the transaction streamed while it ran")
+        staged = src.staged()
+        segments = staged.segments(src.source_id, table)
+        assert len(segments) >= touched // 500, f"{len(segments)} segments: the transaction was not in pieces"
+        merged = merge_source(spark, store, staged, warehouse, src.source_id, [table])[0]
+        assert merged.dumps[dump_id]["dropped"] == touched, merged.dumps
+    finally:
+        capture.kill()
+        capture.wait()
+        store.stop()
+    assert_warehouse_equals_source(src, warehouse, tables=("windowed",))

@@ -120,6 +120,7 @@ class Capture:
         self.leading = threading.Event()
         self._checkpoint = Checkpoint()
         self._acked: dict | None = None
+        self._slice: float | None = None   # this run's duration, if any
         self._index = changed_tables.ChangeIndex()   # which tables have new events, for the merge
         self._newest: dict[str, str] = {}             # ... staged since the checkpoint last moved
         self.heartbeat = Heartbeat(store, source.name, self.identifier, on_beat)  # liveness, lag history
@@ -130,6 +131,7 @@ class Capture:
             lease_timeout: float | None = None) -> CaptureStats:
         """Capture until `duration` elapses, the watermark `until_watermark` is staged, or `stop()`."""
         self.lease = self.store.lease(paths.capture_lock(self.source.name), self.identifier, lease_timeout)
+        self._slice = duration
         self.leading.set()
         log.info("%s: capture leader %s", self.source.name, self.identifier)
         try:
@@ -183,7 +185,7 @@ class Capture:
             self._acked = durable
 
     def _read(self, writer: _Writer, resume: dict | None, deadline: float | None, until: str | None) -> None:
-        batch, reached, awaited, inside = Batch(), False, False, False   # inside: a transaction's pieces came
+        batch, reached, awaited, pieces = Batch(), False, False, False   # pieces: a transaction's pieces came
         last_read = time.monotonic()
         for txn in self.source.stream(resume, self.idle_timeout):
             writer.check()  # a staging failure stops the capture at once, not at the next batch
@@ -191,7 +193,7 @@ class Capture:
                 self.stats.max_stall_s = max(self.stats.max_stall_s, time.monotonic() - last_read)
                 # An empty piece says a transaction is being read that has nothing to stage yet.
                 marks = batch.add(txn) if txn.complete or txn.rows else []
-                inside = not txn.complete or self.source.spooling()
+                pieces = not txn.complete
                 if marks:
                     reached = reached or (until is not None and any((e.after or {}).get("value") == until
                                                                      for e in marks))
@@ -212,12 +214,21 @@ class Capture:
             self.heartbeat.beat(txn is None and not batch.parts and writer.idle, self._checkpoint)
             # A slice ends between transactions: one ended inside a transaction would leave it to the next
             # slice to read again from its start, and one longer than a slice would never be staged.
-            done = self.stop_event.is_set() or (deadline is not None and now >= deadline and not inside) or reached
+            done = self.stop_event.is_set() or reached or (
+                deadline is not None and now >= deadline and not self._inside(pieces, now - deadline))
             if done:
                 break
             last_read = time.monotonic()
         if batch.parts:
             writer.submit(batch)
+
+    def _inside(self, pieces: bool, overrun: float) -> bool:
+        goes_on = slice_goes_on(pieces, self.source.spooling(), overrun, self._slice or 0.0,
+                                settings().capture.hung_after_seconds)
+        if not goes_on and not pieces and self.source.spooling():
+            log.warning("%s: the slice ends %.0f s late with a streamed transaction still open in the source; "
+                        "the next slice reads it again from its start", self.source.name, overrun)
+        return goes_on
 
     def _flush(self, batch: Batch) -> None:
         """Stage every table's segment, then (only then) move the fenced checkpoint."""
@@ -279,6 +290,16 @@ class Capture:
                 self.stats.segments += 1
                 crash_point("capture.mid_flush")
                 self._newest[table] = max(rows[POSITION][-1].as_py(), self._newest.get(table, ""))
+
+
+def slice_goes_on(pieces: bool, spooling: bool, overrun: float, slice_s: float, hung_after_s: float) -> bool:
+    """Whether a capture slice `overrun` seconds past its end reads on, inside a transaction: one
+    come in pieces (its commit was read: it ends soon), or one the source spools (a streamed
+    transaction, open in the source for as long as it likes). A spooled one holds the slice for
+    another slice length, at least half the hang guard's wait, and never until the task's hang
+    guard (`DBLOG_CAPTURE_HUNG_AFTER_SECONDS` past twice the slice): then the slice ends and the
+    next one reads the transaction again from its start."""
+    return pieces or (spooling and overrun < max(slice_s, hung_after_s / 2))
 
 
 @dataclass

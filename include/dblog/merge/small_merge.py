@@ -68,12 +68,14 @@ def local_events(staged: StagedLog, source: str, table: str, state: TableState |
     if bucket.rows + bucket.tombstone_rows > limit and stored_bytes(bucket) > bucket_bytes:
         return None
     segments = staged.segments(source, table, high=upto, after=after)
-    if not segments:
-        return None
+    if not segments or (state is None and _rows(staged, segments) > 2 * limit):
+        return None   # (a first merge reads every staged event: a bulk load's are not read to be turned down)
     try:
         parts = [pq.read_table(p, filesystem=staged.fs) for p in segments]
     except FileNotFoundError:   # compacted since listed: the Spark path lists and reads again
         return None
+    if state is None and not all(p.schema.equals(parts[0].schema) for p in parts):
+        return None   # the columns changed while the table did not exist: Spark merges the schemas
     events = pa.concat_tables(parts, promote_options="permissive")
     keep = pc.less_equal(events[POSITION], upto)
     if after is not None:
@@ -86,7 +88,7 @@ def local_events(staged: StagedLog, source: str, table: str, state: TableState |
         return None
     if any(pa.types.is_floating(events.schema.field(k).type) for k in key):
         return None   # -0.0 and 0.0, NaN: Arrow's key matching and Python's differ; Spark's rule decides
-    if not _same_columns(state, parts, events):
+    if not _same_columns(state, events):
         return None
     events = _dedupe(events)
     times = events[COMMIT_TS] if COMMIT_TS in events.column_names else None
@@ -96,10 +98,18 @@ def local_events(staged: StagedLog, source: str, table: str, state: TableState |
                        oldest.timestamp() if oldest else None, key)
 
 
-def _same_columns(state: TableState | None, parts: list[pa.Table], events: pa.Table) -> bool:
-    """Whether the events have the table's columns and types (a first merge: one set of columns)."""
-    if state is None:   # else the columns changed while the table did not exist: Spark merges schemas
-        return all(p.schema.names == parts[0].schema.names for p in parts)
+def _rows(staged: StagedLog, segments: list[str]) -> int | float:
+    """The segments' rows from their footers (inf when one is gone: compacted since listed)."""
+    try:
+        return sum(pq.read_metadata(p, filesystem=staged.fs).num_rows for p in segments)
+    except FileNotFoundError:
+        return float("inf")
+
+
+def _same_columns(state: TableState | None, events: pa.Table) -> bool:
+    """Whether the events have the table's columns and types (a first merge: its own)."""
+    if state is None:
+        return True
     if {c for c in events.column_names if not c.startswith("_")} != {c for c, _ in state.columns}:
         return False   # a column added or dropped: the Spark path evolves the table
     stored = schema_to_pyarrow(T.schema(state.columns))

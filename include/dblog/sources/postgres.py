@@ -1,6 +1,7 @@
 """PostgreSQL: capture through a pgoutput logical replication slot, chunks through psycopg2."""
 from __future__ import annotations
 
+import hashlib
 import re
 import select
 import time
@@ -28,7 +29,7 @@ from .base import (
 )
 from .native import NativeReads, PostgresNative
 from .pgoutput import STREAM_MESSAGES, Begin, Commit, Decoder, Relation, RowChange, Truncate, stream_xid
-from .spool import StreamedTransactions
+from .spool import StreamedTransactions, spool_root
 
 
 class SlotInUse(SourceError):
@@ -416,7 +417,8 @@ class PostgresSource(Source):
         pending: list[ChangeEvent] = []
         needs: list[RepairNeed] = []
         begin: Begin | None = None
-        streams = self._streams = StreamedTransactions(self.name, piece_rows, self.table_schema, self._add_change)
+        streams = self._streams = StreamedTransactions(self.name, piece_rows, self.table_schema, self._add_change,
+                                                       spool_root(self._spool_name()))
         last_data = time.monotonic()
         try:
             while True:
@@ -455,6 +457,11 @@ class PostgresSource(Source):
             conn.close()
             self._repl = None
             streams.discard()
+
+    def _spool_name(self) -> str:
+        """The slot on its server: one consumer reads it at a time, so one capture uses its spools."""
+        server = f"{self.dsn['host']}:{self.dsn['port']}/{self.dsn['dbname']}"
+        return f"{self.slot}-{hashlib.sha1(server.encode()).hexdigest()[:8]}"
 
     def spooling(self) -> bool:
         return self._streams is not None and bool(self._streams.spools)

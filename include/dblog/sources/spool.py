@@ -14,8 +14,15 @@ transaction; nothing reaches
 the staged log before the commit. At the commit each piece is read back, the rows of aborted
 subtransactions dropped, positions and commit time filled in column by column, and the piece
 handed to the capture as staged rows (`Transaction.staged`). Watermark writes and TRUNCATEs are
-few and stay in memory. A capture that dies meanwhile loses the spool with its temporary
-directory, and reads the transaction again from its checkpoint.
+few and stay in memory.
+
+A change's index counts the changes received before it; at the commit the rolled-back ones are
+taken out of the count, so the positions are the ones the server's non-streamed replay of the
+same transaction gives (it leaves them out), and a transaction read again after a crash, streamed
+or not, is staged at the same positions (readers drop repeated ones). Each source's spools live
+in one directory (`dblog-spool-<slot>-<server>` in the system's temporary directory, `TMPDIR`), emptied
+when its stream starts: a capture killed meanwhile leaves nothing behind for long, and reads the
+transaction again from its checkpoint.
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -41,19 +49,26 @@ _SUBXID, _INDEX = "_spool_subxid", "_spool_index"
 _SPOOL_WRITE = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
+def spool_root(source: str) -> Path:
+    """Where a source's spools live (see the module doc); `source` names the stream (its slot)."""
+    return Path(tempfile.gettempdir()) / f"dblog-spool-{source}"
+
+
 class SpooledTransaction:
     """The changes of one streamed transaction `xid` received so far (see the module doc)."""
 
-    def __init__(self, xid: int, piece_rows: int, schema_of: Callable[[str], TableSchema]):
+    def __init__(self, xid: int, piece_rows: int, schema_of: Callable[[str], TableSchema], root: Path):
         self.xid, self.piece_rows, self._schema_of = xid, piece_rows, schema_of
         self.begin = Begin(0, None, xid)    # what its changes are decoded with: the commit is unknown yet
         self.index = 0                      # the next change's index in the transaction
         self.rows = 0                       # events spooled or buffered
-        self._dir = Path(tempfile.mkdtemp(prefix=f"dblog-spool-{xid}-"))
+        root.mkdir(parents=True, exist_ok=True)
+        self._dir = Path(tempfile.mkdtemp(prefix=f"{xid}-", dir=root))
         self._buffer: list[tuple[ChangeEvent, int, int]] = []     # (event, subxid, index)
         self._pieces: list[list[tuple[str, Path]]] = []            # per piece: (table, file)
         self._marks: list[tuple[ChangeEvent, int, int]] = []
         self._needs: list[tuple[RepairNeed, int, int]] = []
+        self._runs: list[tuple[int, int]] = []   # (first index, subxid) of each run of one subtransaction's changes
         self._aborted: set[int] = set()
 
     def add(self, events: list[ChangeEvent], needs: list[RepairNeed], subxid: int) -> bool:
@@ -62,6 +77,8 @@ class SpooledTransaction:
         for e in events:
             (self._marks if e.table == WATERMARK_TABLE else self._buffer).append((e, subxid, self.index))
         self._needs.extend((n, subxid, self.index) for n in needs)
+        if not self._runs or self._runs[-1][1] != subxid:
+            self._runs.append((self.index, subxid))
         self.rows += len(events)
         self.index += 1
         if len(self._buffer) < self.piece_rows:
@@ -76,6 +93,7 @@ class SpooledTransaction:
     def pieces(self, commit_lsn: int, commit_ts: dt.datetime) -> Iterator[dict[str, pa.Table]]:
         """The committed rows, piece by piece (per table, staged row format, positions in log order)."""
         self._spill()
+        renumber = self._renumbering()
         for files in self._pieces:
             piece = {}
             for table, path in files:
@@ -85,18 +103,30 @@ class SpooledTransaction:
                 if self._aborted:
                     rows = rows.filter(pc.invert(pc.is_in(rows[_SUBXID], pa.array(sorted(self._aborted), pa.int64()))))
                 if rows.num_rows:
-                    piece[table] = _committed(rows, commit_lsn, commit_ts)
+                    piece[table] = _committed(rows, renumber, commit_lsn, commit_ts)
             if piece:
                 yield piece
         self._pieces = []
 
     def ends(self, commit_lsn: int, commit_ts: dt.datetime) -> tuple[list[ChangeEvent], list[RepairNeed]]:
         """The watermark events and repair needs kept in memory, with their committed positions."""
-        marks = [dataclasses.replace(e, position=postgres_encode(commit_lsn, i), commit_ts=commit_ts)
+        renumber = self._renumbering()
+
+        def position(index: int) -> str:
+            return postgres_encode(commit_lsn, int(renumber(np.array([index]))[0]))
+
+        marks = [dataclasses.replace(e, position=position(i), commit_ts=commit_ts)
                  for e, sub, i in self._marks if sub not in self._aborted]
-        needs = [dataclasses.replace(n, position=postgres_encode(commit_lsn, i))
-                 for n, sub, i in self._needs if sub not in self._aborted]
+        needs = [dataclasses.replace(n, position=position(i)) for n, sub, i in self._needs if sub not in self._aborted]
         return marks, needs
+
+    def _renumbering(self) -> Callable[[np.ndarray], np.ndarray]:
+        """Received index -> index among the committed changes (rolled-back runs taken out)."""
+        bounds = [*self._runs, (self.index, -1)]
+        gone = [(start, end) for (start, sub), (end, _) in zip(bounds, bounds[1:]) if sub in self._aborted]
+        starts = np.array([s for s, _ in gone], dtype=np.int64)
+        before = np.concatenate([[0], np.cumsum([e - s for s, e in gone])]).astype(np.int64)
+        return lambda indexes: indexes - before[np.searchsorted(starts, indexes, side="right")]
 
     def discard(self) -> None:
         shutil.rmtree(self._dir, ignore_errors=True)
@@ -121,8 +151,9 @@ class SpooledTransaction:
         self._buffer = []
 
 
-def _committed(rows: pa.Table, commit_lsn: int, commit_ts: dt.datetime) -> pa.Table:
-    positions = postgres_positions(commit_lsn, rows[_INDEX])
+def _committed(rows: pa.Table, renumber: Callable[[np.ndarray], np.ndarray], commit_lsn: int,
+               commit_ts: dt.datetime) -> pa.Table:
+    positions = postgres_positions(commit_lsn, pa.array(renumber(rows[_INDEX].to_numpy())))
     rows = rows.drop_columns([_SUBXID, _INDEX])
     at = rows.schema.get_field_index
     times = pa.repeat(pa.scalar(commit_ts, rows.schema.field(COMMIT_TS).type), rows.num_rows)
@@ -136,10 +167,12 @@ class StreamedTransactions:
     change as the source does for any transaction."""
 
     def __init__(self, source: str, piece_rows: int, schema_of: Callable[[str], TableSchema],
-                 add_change: Callable[..., None]):
+                 add_change: Callable[..., None], root: Path):
         self.source, self.piece_rows, self._schema_of, self._add_change = source, piece_rows, schema_of, add_change
         self.spools: dict[int, SpooledTransaction] = {}
         self.open: SpooledTransaction | None = None     # the one whose stream block is being read
+        self.root = root
+        shutil.rmtree(root, ignore_errors=True)   # a killed predecessor's: its transactions are read again
 
     def change(self, change: RowChange | Truncate, subxid: int) -> Iterator[Transaction]:
         """Spool a change of the open block; each piece spooled yields an empty piece, so the capture
@@ -159,7 +192,7 @@ class StreamedTransactions:
             if message.first:
                 if message.xid in self.spools:
                     self.spools.pop(message.xid).discard()
-                self.spools[message.xid] = SpooledTransaction(message.xid, self.piece_rows, self._schema_of)
+                self.spools[message.xid] = SpooledTransaction(message.xid, self.piece_rows, self._schema_of, self.root)
             self.open = self._spool(message.xid, "block")
         elif isinstance(message, StreamStop):
             self.open = None
