@@ -97,7 +97,7 @@ class SpooledTransaction:
         for files in self._pieces:
             piece = {}
             for table, path in files:
-                with pa.memory_map(str(path)) as source:
+                with pa.OSFile(str(path)) as source:   # read whole: the file goes next
                     rows = pa.ipc.open_file(source).read_all()
                 path.unlink()
                 if self._aborted:
