@@ -3,6 +3,8 @@ import datetime as dt
 import struct
 from decimal import Decimal
 
+import pytest
+
 from dblog.sources.pgoutput import (
     Begin,
     Commit,
@@ -15,6 +17,7 @@ from dblog.sources.pgoutput import (
     StreamStop,
     Truncate,
     stream_xid,
+    tuple_reader,
 )
 
 UNCHANGED = object()  # a value the test sends as 'u' (an unchanged TOASTed value)
@@ -115,3 +118,23 @@ def test_a_stream_block_names_each_changes_subtransaction_and_the_stream_ends_wi
     assert d.decode(b"A" + struct.pack("!II", 900, 901)) == StreamAbort(900, 901)
     commit = d.decode(b"c" + struct.pack("!IbQQq", 900, 0, 5000, 5100, 2_000_000))
     assert commit == StreamCommit(900, 5000, 5100, dt.datetime(2000, 1, 1, 0, 0, 2, tzinfo=dt.UTC))
+
+
+@pytest.mark.parametrize("values", [
+    ("7", "-12.50", "2026-01-02 03:04:05+00", "\\x", "f", "é 中文 🦆 \x01"),
+    (None, None, None, None, None, None),
+    ("9223372036854775807", "-0.000", "infinity", "\\xdeadbeef", "t", ""),
+    ("1", "2"),                                   # fewer columns than the relation has
+    ("1", UNCHANGED, None, None, None, "x"),      # an unchanged TOASTed value
+])
+def test_a_relations_compiled_tuple_reader_reads_what_the_general_reader_reads_or_leaves_the_tuple_to_it(values):
+    d = Decoder()
+    d.decode(relation())
+    payload = tuple_data(*values)
+    compiled = tuple_reader(d._parsers[16384])(payload, 0)
+    general = d.general_tuple(16384, payload, 0)
+    covered = len(values) == 6 and UNCHANGED not in values
+    assert compiled == (general if covered else None)
+    assert general[1] == len(payload)
+    if covered:
+        assert [type(v) for v in compiled[0].values()] == [type(v) for v in general[0].values()]

@@ -14,6 +14,7 @@ know which source produced it.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -83,18 +84,26 @@ def postgres_encode(commit_lsn: int, index_in_txn: int) -> str:
     Past the first part's ceiling the first part saturates and the LSN moves one part right: no
     change of layout, no migration, and (LSN, index) order is kept across the switch (an index
     never reaches 10^10, so an old position at the ceiling sorts before every new one)."""
+    return postgres_encoder(commit_lsn)(index_in_txn)
+
+
+def _postgres_layout(commit_lsn: int) -> tuple[str, int, str]:
+    """A transaction's positions: a prefix, the change's index at a width, a suffix."""
     if commit_lsn < _LSN_CEILING:
-        return f"{commit_lsn:010d}-{index_in_txn:020d}-{0:010d}"
-    return f"{_LSN_CEILING:010d}-{commit_lsn:020d}-{index_in_txn:010d}"
+        return f"{commit_lsn:010d}-", 20, f"-{0:010d}"
+    return f"{_LSN_CEILING:010d}-{commit_lsn:020d}-", 10, ""
+
+
+def postgres_encoder(commit_lsn: int) -> Callable[[int], str]:
+    """`postgres_encode(commit_lsn, i)` as a function of i: once per transaction, not per change."""
+    prefix, width, suffix = _postgres_layout(commit_lsn)
+    return f"{prefix}{{:0{width}d}}{suffix}".format
 
 
 def postgres_positions(commit_lsn: int, indexes: pa.Array) -> pa.Array:
     """`postgres_encode(commit_lsn, i)` for each index i, at once (a streamed transaction's changes
     learn their commit LSN only at its end)."""
-    if commit_lsn < _LSN_CEILING:
-        prefix, width, suffix = f"{commit_lsn:010d}-", 20, f"-{0:010d}"
-    else:
-        prefix, width, suffix = f"{_LSN_CEILING:010d}-{commit_lsn:020d}-", 10, ""
+    prefix, width, suffix = _postgres_layout(commit_lsn)
     digits = pc.utf8_lpad(pc.cast(indexes, pa.string()), width, "0")
     return pc.binary_join_element_wise(prefix, digits, suffix, "")
 

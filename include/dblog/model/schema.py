@@ -127,8 +127,8 @@ def _to_timestamp(value: Any, arrow_type: pa.TimestampType) -> Any:
 
 def normalize_key(values: tuple, schema: TableSchema) -> tuple:
     """Key values as staged, so keys from the log and from a SELECT compare equal."""
-    if tuple(map(type, values)) == schema.key_python_types:
-        return tuple(values)  # the common case (integer and text keys), on the capture's hot path
+    if tuple(map(type, values)) == schema.key_python_types:  # integer and text keys: the capture's hot path
+        return values if type(values) is tuple else tuple(values)
     return tuple(coerce(v, schema.column(c).arrow_type) for v, c in zip(values, schema.key))
 
 

@@ -44,6 +44,7 @@ from .base import (
     Transaction,
     UnreadableEvent,
 )
+from .binlog_rows import fast_rows
 from .native import MySQLNative, NativeReads
 
 _INTS = {"tinyint", "smallint", "mediumint", "int", "integer", "year"}
@@ -433,7 +434,8 @@ class MySQLSource(Source):
             values = set_texts(row[values_key], row.get(sources_key), sets)
             return without_misread(values, table, schema.key) if times else (values, set())
 
-        for i, row in enumerate(ev.rows):
+        rows = fast_rows(ev)
+        for i, row in enumerate(ev.rows if rows is None else rows):
             pos = encode_position(file_index, log_pos, i)
             if isinstance(ev, WriteRowsEvent):
                 after, bad = image("values", "none_sources", row)

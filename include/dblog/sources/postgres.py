@@ -5,7 +5,7 @@ import hashlib
 import re
 import select
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg2
@@ -13,7 +13,7 @@ import psycopg2.extras
 import pyarrow as pa
 
 from ..model.events import ChangeEvent, RepairNeed
-from ..model.positions import int_to_lsn, lsn_to_int, postgres_encode, postgres_position
+from ..model.positions import int_to_lsn, lsn_to_int, postgres_encode, postgres_encoder, postgres_position
 from ..model.schema import Column, TableSchema, decimal_type, normalize_key
 from ..model.staged_format import Op
 from ..settings import settings
@@ -116,6 +116,7 @@ class PostgresSource(Source):
         self._repl = self._repl_cursor = None
         self._streams: StreamedTransactions | None = None   # of the stream being read
         self._relation_schemas: dict[int, tuple[Relation, str, TableSchema]] = {}   # oid -> see _event
+        self._positions: tuple[Begin | None, Callable[[int], str]] = (None, str)    # of the last transaction seen
 
     # -- plain SQL ------------------------------------------------------------------------------
     def connect(self, server_settings: str = "", **extra):
@@ -435,13 +436,10 @@ class PostgresSource(Source):
                     continue
                 last_data = time.monotonic()
                 item = decoder.decode(msg.payload)
-                if streams.open is not None and isinstance(item, (RowChange, Truncate)):
-                    yield from streams.change(item, stream_xid(msg.payload))
-                elif isinstance(item, Begin):
-                    begin, index, pending, needs = item, 0, [], []
-                elif isinstance(item, STREAM_MESSAGES):
-                    yield from streams.handle(item, start)
-                elif isinstance(item, (RowChange, Truncate)):
+                if isinstance(item, (RowChange, Truncate)):   # the usual message first
+                    if streams.open is not None:
+                        yield from streams.change(item, stream_xid(msg.payload))
+                        continue
                     self._add_change(item, begin, index, pending, needs)
                     index += 1
                     # BEGIN carries the commit's LSN, time and xid: a piece's events are complete but
@@ -449,6 +447,10 @@ class PostgresSource(Source):
                     if len(pending) > piece_rows and begin is not None and begin.final_lsn >= start:
                         yield Transaction.piece(pending[:-1])
                         pending = pending[-1:]
+                elif isinstance(item, Begin):
+                    begin, index, pending, needs = item, 0, [], []
+                elif isinstance(item, STREAM_MESSAGES):
+                    yield from streams.handle(item, start)
                 elif isinstance(item, Commit):
                     if item.end_lsn > start:
                         yield Transaction(pending, {"lsn": int_to_lsn(item.end_lsn)}, item.commit_ts, needs)
@@ -567,7 +569,8 @@ class PostgresSource(Source):
             prior = normalize_key(schema.key_of(identity), schema)
             old_key = prior if prior != key else None
         op = _OPS[change.kind]
-        return ChangeEvent(self.name, table, op, postgres_encode(begin.final_lsn, index), key, after,
-                           before=change.old, old_key=old_key, txid=begin.txid, commit_ts=begin.commit_ts,
-                           unchanged=change.unchanged or [])
+        if self._positions[0] is not begin:
+            self._positions = (begin, postgres_encoder(begin.final_lsn))
+        return ChangeEvent(self.name, table, op, self._positions[1](index), key, after, change.old, old_key,
+                           begin.txid, begin.commit_ts, change.unchanged or [])
 
