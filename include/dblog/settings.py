@@ -103,6 +103,14 @@ class Capture:
         20_000, "DBLOG_CAPTURE_PIECE_ROWS", "a transaction with more events is staged in pieces of this many as "
         "they are read, so its size does not bound the capture's memory; the checkpoint passes them, and readers "
         "see them, only once its commit is staged", minimum=1, maximum=10_000_000)
+    shared_segment_tables: int = setting(
+        8, "DBLOG_CAPTURE_SHARED_SEGMENT_TABLES", "a flush that stages events of more tables than this writes the "
+        "small ones (`DBLOG_CAPTURE_SHARED_SEGMENT_ROWS`) into one shared segment, so the files a flush writes do "
+        "not grow with the tables it touched; `dblog maintain` moves them into each table's own segments; 0: "
+        "every table its own file", minimum=0, maximum=100_000)
+    shared_segment_rows: int = setting(
+        1000, "DBLOG_CAPTURE_SHARED_SEGMENT_ROWS", "a table with at most this many events in a flush may share a "
+        "segment with other tables (see `DBLOG_CAPTURE_SHARED_SEGMENT_TABLES`)", minimum=1, maximum=1_000_000)
     hung_after_seconds: float = setting(
         600.0, "DBLOG_CAPTURE_HUNG_AFTER_SECONDS", "a capture task past twice its slice that stages nothing "
         "for this long is hung: it fails, and its retry captures afresh (one still staging a transaction "

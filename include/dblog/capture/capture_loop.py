@@ -2,7 +2,8 @@
 
 One capture per source is active: it holds the source's ZooKeeper lease, and a second one
 blocks in `lease()` as a standby until the first dies. Events are buffered per table for at
-most `flush_rows` events or `flush_seconds`, cut at a transaction end, then staged; only
+most `flush_rows` events or `flush_seconds`, cut at a transaction end, then staged (a file per
+table, the small tables of a flush that touched many in one: `stagedlog.shared_segments`); only
 after every segment is durable does the checkpoint advance (invariant 2), in a ZooKeeper
 transaction that checks the lease (so a deposed capture cannot move it). In between, the
 positions of the batch's watermarks go into the watermark index (`dblog.coordination.watermark_index`), so every
@@ -38,7 +39,7 @@ from ..coordination.health import Heartbeat
 from ..coordination.store import Lease, StateStore
 from ..faults import crash_point
 from ..model.events import ChangeEvent, RepairNeed
-from ..model.staged_format import POSITION
+from ..model.staged_format import POSITION, log_table
 from ..retry import reconnecting
 from ..settings import settings
 from ..snapshot import repair
@@ -97,6 +98,7 @@ class CaptureStats:
     events: int = 0
     transactions: int = 0
     segments: int = 0
+    shared_segments: int = 0       # of them, segments of several tables at once
     flushes: int = 0
     max_stall_s: float = 0.0       # longest time the loop did not read from the log (flushes included)
     max_lag_s: float = 0.0         # oldest commit at the time it became durable
@@ -277,11 +279,21 @@ class Capture:
 
 
     def _stage(self, batch: Batch) -> None:
-        """Write the batch's segments, a file per table (and per piece a source staged itself)."""
+        """Write the batch's segments: a file per table, but one for the small tables of a batch
+        that has many (`shared_segments`), and one per piece a source staged itself."""
+        shared = self._shared(batch)
         for table, events in batch.events.items():
-            self.staged.write_segment(self.source.name, self.source.table_schema(table), events)
+            if table not in shared:
+                self.staged.write_segment(self.source.name, self.source.table_schema(table), events)
+                self.stats.segments += 1
+                crash_point("capture.mid_flush")
+        if shared:
+            self.staged.write_shared(self.source.name, {t: log_table(self.source.table_schema(t), batch.events[t])
+                                                        for t in shared})
             self.stats.segments += 1
+            self.stats.shared_segments += 1
             crash_point("capture.mid_flush")
+        for table, events in batch.events.items():
             if events and table != WATERMARK_TABLE:   # in log order: the last is the table's newest
                 self._newest[table] = max(events[-1].position, self._newest.get(table, ""))
         for table, parts in batch.staged.items():
@@ -290,6 +302,17 @@ class Capture:
                 self.stats.segments += 1
                 crash_point("capture.mid_flush")
                 self._newest[table] = max(rows[POSITION][-1].as_py(), self._newest.get(table, ""))
+
+
+    @staticmethod
+    def _shared(batch: Batch) -> set[str]:
+        """The tables whose events the batch stages in one shared segment: those with few events,
+        when there are more of them than a flush writes files for (the watermark table: never, its
+        index reads its own directory)."""
+        tuned = settings().capture
+        small = {t for t, events in batch.events.items()
+                 if t != WATERMARK_TABLE and 0 < len(events) <= tuned.shared_segment_rows}
+        return small if tuned.shared_segment_tables and len(small) > tuned.shared_segment_tables else set()
 
 
 def slice_goes_on(pieces: bool, spooling: bool, overrun: float, slice_s: float, hung_after_s: float) -> bool:

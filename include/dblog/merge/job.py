@@ -34,7 +34,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -278,7 +277,7 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
         return out
     out.unique = out.unique and ready is not None and events is None and _nothing_stored(state)
     sample = segments[0] if segments else next(iter(pending.values()))
-    out.key = key_columns(pq.read_schema(sample, filesystem=staged.fs))
+    out.key = key_columns(staged.segment_file(sample).schema_arrow)
     # A first load reads the chunks' schema from one file per schema; its rows only if it falls back.
     # From the footers, as an object store's files are read (`read_files`): a Spark read of the
     # schema costs ~70 ms, a first load of a small table little more.

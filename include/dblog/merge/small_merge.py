@@ -71,7 +71,7 @@ def local_events(staged: StagedLog, source: str, table: str, state: TableState |
     if not segments or (state is None and _rows(staged, segments) > 2 * limit):
         return None   # (a first merge reads every staged event: a bulk load's are not read to be turned down)
     try:
-        parts = [pq.read_table(p, filesystem=staged.fs) for p in segments]
+        parts = [staged.read_segment(p) for p in segments]
     except FileNotFoundError:   # compacted since listed: the Spark path lists and reads again
         return None
     if state is None and not all(p.schema.equals(parts[0].schema) for p in parts):
@@ -101,7 +101,7 @@ def local_events(staged: StagedLog, source: str, table: str, state: TableState |
 def _rows(staged: StagedLog, segments: list[str]) -> int | float:
     """The segments' rows from their footers (inf when one is gone: compacted since listed)."""
     try:
-        return sum(pq.read_metadata(p, filesystem=staged.fs).num_rows for p in segments)
+        return sum(staged.segment_file(p).metadata.num_rows for p in segments)
     except FileNotFoundError:
         return float("inf")
 

@@ -29,7 +29,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..coordination import store as paths
 from ..coordination import unlogged, watermark_index
@@ -49,10 +48,11 @@ from ..stagedlog.retention import (
     StagedChunk,
     TableLog,
     compaction_groups,
+    least_run,
     plan,
     replaced,
 )
-from ..stagedlog.staged_log import StagedFile, StagedLog, dedupe_sorted
+from ..stagedlog.staged_log import StagedFile, StagedLog, dedupe_sorted, parse_member
 
 ENDED = (DONE, CANCELLED, FAILED, "unknown")  # dump_status states of a dump no worker is running ("unknown": no control node)
 
@@ -119,14 +119,16 @@ class StagedUsage:
 
 
 def usage(files: list[StagedFile]) -> StagedUsage:
-    out = StagedUsage(files=len(files), bytes=sum(f.size for f in files))
+    """(The members of one shared segment are one file.)"""
+    physical = {(parse_member(f.path) or (f.path,))[0] for f in files}
+    out = StagedUsage(files=len(physical), bytes=sum(f.size for f in files))
     by_table: dict[str, list[Segment]] = {}
     for f in files:
         if f.dump_id is None:
             by_table.setdefault(f.table, []).append(Segment.of(f))
         else:
             out.chunk_files += 1
-    out.segments = out.files - out.chunk_files
+    out.segments = len(files) - out.chunk_files
     for table, segments in sorted(by_table.items()):
         shown = Listing(segments).shown
         out.tables[table] = {"segments": len(segments), "bytes": sum(s.size for s in segments),
@@ -137,7 +139,7 @@ def usage(files: list[StagedFile]) -> StagedUsage:
 
 
 def staged_usage(staged: StagedLog, source: str) -> StagedUsage:
-    """The source's staged log now: one listing (no file is opened)."""
+    """The source's staged log now: one listing (no file is opened but shared segments' footers)."""
     return usage(staged.inventory(source))
 
 
@@ -214,7 +216,7 @@ class NewestCommit:
         return self.seen[segment.path]
 
     def _read(self, segment: Segment) -> float:
-        meta = pq.read_metadata(segment.path, filesystem=self.staged.fs)
+        meta = self.staged.segment_file(segment.path).metadata
         newest = None
         for g in range(meta.num_row_groups):
             group = meta.row_group(g)
@@ -264,7 +266,7 @@ def union(parts: list[pa.Table]) -> pa.Table:
 def compact(staged: StagedLog, source: str, table: str, group: list[Segment], min_segments: int) -> list[int]:
     """Rewrite the group as one segment per joinable run of at least `min_segments`; returns how
     many segments each new one replaced. The inputs stay (hidden) for `replaced` to remove."""
-    parts = [pq.read_table(s.path, filesystem=staged.fs) for s in group]
+    parts = [staged.read_segment(s.path) for s in group]
     done = []
     for start, end in joinable_runs(parts):
         if end - start >= min_segments:
@@ -335,7 +337,7 @@ def _compact(staged: StagedLog, source: str, snap: Snapshot, decided: RetentionP
                 report.segments_compacted, report.compacted_into = report.segments_compacted + len(group), \
                     report.compacted_into + 1
                 continue
-            done = compact(staged, source, table, group, least)
+            done = compact(staged, source, table, group, least_run(group, least))
             report.segments_compacted += sum(done)
             report.compacted_into += len(done)
 

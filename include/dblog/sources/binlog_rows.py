@@ -213,13 +213,13 @@ def _layout(columns: list) -> tuple:
 def reader_for(columns: list) -> RowReader | None:
     key = _layout(columns)
     if key not in _READERS:
+        if len(_READERS) >= 4096:   # a capture across endless schema churn: start over rather than grow
+            _READERS.clear()
         try:
             _READERS[key] = None if any(c.name is None for c in columns) else RowReader(columns)
         except Unsupported:
             _READERS[key] = None
-        if len(_READERS) > 4096:   # a capture across endless schema churn: start over rather than grow
-            _READERS.clear()
-    return _READERS.get(key)
+    return _READERS[key]
 
 
 def _all_present(bitmap: bytes, count: int) -> bool:
@@ -241,11 +241,13 @@ def fast_rows(ev) -> list[dict] | None:
         return None
     reader = reader_for(columns)
     wrapper = ev.packet
-    if reader is None or wrapper._BinLogPacketWrapper__data_buffer:
+    # Unread, or the library has it (an event read twice would otherwise give no row at all).
+    if reader is None or wrapper._BinLogPacketWrapper__data_buffer or ev._RowsEvent__rows is not None:
         return None
-    packet = wrapper.packet
-    start = packet._position
-    buf = packet._data[start:start + ev.event_size - wrapper.read_bytes]
+    packet, size = wrapper.packet, ev.event_size - wrapper.read_bytes
+    buf = packet._data[packet._position:packet._position + size]
+    if not size or len(buf) != size:
+        return None
     try:
         return _rows(reader, buf, update)
     except Exception:   # noqa: BLE001 - an odd value: the library reads the event (and raises its own error)

@@ -16,6 +16,7 @@ from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.event import (
     ExecuteLoadQueryEvent,
     HeartbeatLogEvent,
+    NotImplementedEvent,
     QueryEvent,
     RotateEvent,
     XidEvent,
@@ -209,7 +210,11 @@ class MySQLSource(Source):
     def preflight(self, create: bool = True, first_use: bool = True) -> list[str]:
         (log_bin, fmt, image, metadata), = self._run(
             "SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@binlog_row_metadata")
-        fixes = []
+        compressed = [name for name, value in self._run(
+            "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin_compress', 'binlog_transaction_compression')")
+            if str(value).upper() in ("ON", "1")]
+        fixes = [f"{name} is ON, and the binlog reader cannot decode compressed events: {_COMPRESSION_FIX}"
+                 for name in compressed]
         if not int(log_bin):
             fixes.append("the binary log is off: start the server with --log-bin")
         if fmt != "ROW":
@@ -339,7 +344,8 @@ class MySQLSource(Source):
                     if not pending and not opened:
                         yield None
                     continue
-                if isinstance(ev, RotateEvent):
+                if isinstance(ev, (RotateEvent, NotImplementedEvent)):   # nothing to stage, unless unreadable
+                    self._refuse_unreadable(ev)
                     continue
                 if isinstance(ev, ExecuteLoadQueryEvent):
                     needs.extend(self._statement_writes(reader.log_file, ev, captured))
@@ -383,9 +389,20 @@ class MySQLSource(Source):
             connection_settings=self.settings, server_id=self.server_id, resume_stream=True,
             log_file=start["log_file"], log_pos=start["log_pos"], blocking=True,
             only_events=[WriteRowsEvent, UpdateRowsEvent, PartialUpdateRowsEvent, DeleteRowsEvent, XidEvent,
-                         RotateEvent, QueryEvent, ExecuteLoadQueryEvent, HeartbeatLogEvent],
+                         RotateEvent, QueryEvent, ExecuteLoadQueryEvent, HeartbeatLogEvent, NotImplementedEvent],
+            filter_non_implemented_events=False,   # so a compressed event stops the capture (_refuse_unreadable)
             only_schemas=[self.database, WATERMARK_SCHEMA], is_mariadb=False,
             slave_heartbeat=max(idle_timeout, 0.1), enable_logging=False)
+
+    def _refuse_unreadable(self, ev) -> None:
+        """A compressed event (MariaDB's `log_bin_compress`, MySQL's `binlog_transaction_compression`)
+        holds rows or DDL the binlog reader cannot decode: it would skip them, silently."""
+        if ev.event_type in _COMPRESSED:
+            raise UnreadableEvent(
+                f"{self.name}: the binlog holds a compressed event ({_COMPRESSED[ev.event_type]}), which the "
+                "binlog reader cannot decode, so the capture stopped before skipping its changes. Fix: "
+                f"{_COMPRESSION_FIX}, then reset the capture checkpoint (`dblog capture --reset`) and run a full "
+                "dump of every table, since the changes in compressed events are not in the staged log.")
 
     def _captured_after(self, query: str, captured: list[str]) -> list[str]:
         """The captured tables once `query` ran: DDL may have added, dropped or changed some."""
@@ -481,6 +498,13 @@ class MySQLSource(Source):
         reason = f"statement-logged write (binlog_format STATEMENT/MIXED in the writing session): {query[:120]}"
         return [RepairNeed(f"{self.database}.{t}", reason, position) for t in hits]
 
+
+# Event types the binlog reader does not know and whose content the capture needs.
+_COMPRESSED = {40: "a MySQL transaction payload", 165: "a compressed MariaDB query", 166: "compressed MariaDB rows",
+               167: "compressed MariaDB rows", 168: "compressed MariaDB rows", 169: "compressed MariaDB rows",
+               170: "compressed MariaDB rows", 171: "compressed MariaDB rows"}
+_COMPRESSION_FIX = ("turn binlog compression off (MariaDB: SET GLOBAL log_bin_compress=OFF and in the server's "
+                    "options; MySQL: binlog_transaction_compression=OFF)")
 
 _CONTROL = re.compile(r"^(BEGIN|COMMIT|ROLLBACK|XA|SAVEPOINT|RELEASE|START\s+TRANSACTION)\b", re.I)
 _DDL = re.compile(r"^(ALTER|CREATE|DROP|RENAME|GRANT|REVOKE|FLUSH|ANALYZE|OPTIMIZE|REPAIR|CHECK|SET|USE)\b", re.I)

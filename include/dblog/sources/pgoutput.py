@@ -260,6 +260,7 @@ class Decoder:
 
     def general_tuple(self, oid: int, payload: bytes, off: int) -> tuple[dict, int]:
         """`_tuple` for any tuple, value by value: what the compiled reader does not cover."""
+        self._unchanged = None
         ncols = _U16.unpack_from(payload, off)[0]; off += 2
         values: dict[str, Any] = {}
         parsers = self._parsers[oid]

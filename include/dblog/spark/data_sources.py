@@ -22,6 +22,8 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from ..errors import WarehouseError
+from ..stagedlog import shared_segments
+from ..stagedlog.staged_log import parse_member
 from ..storage import filesystem, is_local
 
 BATCH_ROWS = 65536
@@ -77,21 +79,24 @@ class ParquetReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         target = to_arrow_schema(self.schema, timezone="UTC")
         for uri in partition.value or []:
-            fs, path = filesystem(uri)
-            f = pq.ParquetFile(path, filesystem=fs)
+            f = open_file(uri)
             have = set(f.schema_arrow.names)
             present = [n for n in target.names if n in have]
             for batch in f.iter_batches(BATCH_ROWS, columns=present):
                 yield conform(batch, target)
 
 
+def open_file(uri: str) -> pq.ParquetFile:
+    """A Parquet file, or a table's segment inside a shared segment (`stagedlog.shared_segments`)."""
+    member = parse_member(uri)
+    fs, path = filesystem(member[0] if member else uri)
+    return shared_segments.member_file(fs, path, member[1]) if member else pq.ParquetFile(path, filesystem=fs)
+
+
 def footer_schema(uris: list[str]) -> pa.Schema:
     """The union of the files' schemas (first file's column order, then new columns), footers only."""
-    def read(uri: str) -> pa.Schema:
-        fs, path = filesystem(uri)
-        return pq.read_schema(path, filesystem=fs)
     with ThreadPoolExecutor(8) as pool:   # a GET each on an object store
-        schemas = list(pool.map(read, uris))
+        schemas = list(pool.map(lambda uri: open_file(uri).schema_arrow, uris))
     return pa.unify_schemas(schemas, promote_options="permissive")
 
 
@@ -101,7 +106,7 @@ def read_files(spark: SparkSession, uris: list[str], schema: StructType | None =
     (Spark's mergeSchema refuses int beside bigint)."""
     if not uris:
         raise ValueError("read_files: no file to read")
-    if all(is_local(u) for u in uris):   # Spark's own reader: about twice as fast, and local needs no jar
+    if all(is_local(u) and parse_member(u) is None for u in uris):   # Spark's own reader: about twice as fast
         reader = spark.read.schema(schema) if schema is not None else spark.read.option("mergeSchema", "true")
         return reader.parquet(*uris)
     return read_with_source(spark, uris, schema)

@@ -31,7 +31,8 @@ reader lists (`staged.hidden_segments` leaves out the ones within another's rang
   cut short) count as finished dumps last active at their newest file's time.
 * **Compaction** (`compaction_groups`): runs of consecutive segments smaller than the target,
   all at or before the checkpoint (the capture is done with them), become one segment holding
-  their union, at least `min_segments` and about the target bytes at a time. The inputs stay,
+  their union, at least `min_segments` (one, for a run holding a member of a shared segment:
+  each run moves them into their tables' own segments) and about the target bytes at a time. The inputs stay,
   hidden behind it, for readers that listed them before (a merge's Spark job reads files long
   after it listed them), and go once the compacted file is older than the grace (`replaced`).
 """
@@ -41,9 +42,9 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..model.staged_format import SegmentFile, hidden_segments
+from ..model.staged_format import SegmentFile
 from ..sources.base import WATERMARK_TABLE
-from .staged_log import StagedFile
+from .staged_log import StagedFile, hidden_paths, parse_member
 
 SKEW_S = 3600.0  # how far a source's commit clock may be behind the clock that stamped a dump's creation
 
@@ -132,9 +133,9 @@ class Listing:
     hidden ones (`staged.hidden_segments`) each within a visible one."""
 
     def __init__(self, segments: tuple[Segment, ...] | list[Segment]):
-        names = hidden_segments(s.name for s in segments)
-        self.shown = sorted((s for s in segments if s.name not in names), key=lambda s: (s.name.first, s.name.last))
-        self.hidden = [s for s in segments if s.name in names]
+        hidden = hidden_paths({s.path: s.name for s in segments})
+        self.shown = sorted((s for s in segments if s.path not in hidden), key=lambda s: (s.name.first, s.name.last))
+        self.hidden = [s for s in segments if s.path in hidden]
         self._firsts = [s.name.first for s in self.shown]
 
     def container(self, segment: Segment) -> Segment | None:
@@ -217,19 +218,25 @@ def replaced(log: TableLog, now: float, grace: float) -> list[Segment]:
 
 def compaction_groups(retained: list[Segment], checkpoint: str | None, target_bytes: int,
                       min_segments: int) -> list[list[Segment]]:
-    """Runs of consecutive small segments to rewrite as one each (see the module doc)."""
+    """Runs of consecutive small segments to rewrite as one each (see the module doc); a run with
+    a member of a shared segment however short, so shared segments do not outlive a run."""
     groups: list[list[Segment]] = []
     run: list[Segment] = []
     size = 0
     for s in retained:
         small = checkpoint is not None and s.name.last <= checkpoint and s.size < target_bytes
         if not small or (run and size + s.size > target_bytes):
-            if len(run) >= min_segments:
+            if len(run) >= least_run(run, min_segments):
                 groups.append(run)
             run, size = [], 0
         if small:
             run.append(s)
             size += s.size
-    if len(run) >= min_segments:
+    if run and len(run) >= least_run(run, min_segments):
         groups.append(run)
     return groups
+
+
+def least_run(run: list[Segment], min_segments: int) -> int:
+    """How many segments a run needs to be compacted: one, when a shared segment holds any."""
+    return 1 if any(parse_member(s.path) is not None for s in run) else min_segments

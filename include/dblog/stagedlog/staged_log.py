@@ -1,6 +1,7 @@
 """The staged change log: Parquet files per source and table, each written atomically.
 
     {root}/{source}/log/{table}/...      segments of the change log
+    {root}/{source}/shared/...           segments of several tables at once (`shared_segments`)
     {root}/{source}/chunks/{table}/...   dump chunks
 
 What the files are named and hold is the staged row format (`staged`); this module writes and
@@ -46,6 +47,7 @@ from ..model.staged_format import (
     log_table,
     temporary_name,
 )
+from . import shared_segments
 
 # A segment keeps the statistics its readers use (position ranges; the newest commit time, a
 # segment's age for retention) and no others: min/max of every column (before images, strings)
@@ -68,6 +70,28 @@ class StagingError(DBLogError, RuntimeError):
 def table_from_dir(name: str) -> str:
     """The inverse of `table_dir_name`."""
     return unquote(name)
+
+
+def hidden_paths(names: dict[str, SegmentFile]) -> set[str]:
+    """The segments readers leave out (`staged.hidden_segments`), by path; a member of a shared
+    segment is left out too beside a file of the same range (a compaction of it alone)."""
+    hidden = hidden_segments(names.values())
+    own = {name for path, name in names.items() if parse_member(path) is None}
+    return {p for p, n in names.items() if n in hidden or (n in own and parse_member(p) is not None)}
+
+
+def member_ref(container: str, member: shared_segments.Member) -> str:
+    """How readers name a table's segment inside a shared segment: the shared file, then what a
+    segment of the table's own directory would be named (so `SegmentFile.parse` reads its range)."""
+    return f"{container}#{table_dir_name(member.table)}/{SegmentFile(member.first, member.last).name}"
+
+
+def parse_member(ref: str) -> tuple[str, str] | None:
+    """(shared file, table) of a member's name; None for a file of its own."""
+    container, sep, rest = ref.rpartition("#")
+    if not sep or not shared_segments.is_shared(container) or rest.count("/") != 1:
+        return None
+    return container, table_from_dir(rest.partition("/")[0])
 
 
 @dataclass(frozen=True)
@@ -97,10 +121,14 @@ class StagedLog:
         self.fs, self.base = storage.filesystem(self.root)
         self.local = isinstance(self.fs, pafs.LocalFileSystem)
         self.direct = storage.atomic_puts(self.fs)
+        self._members: dict[str, list[shared_segments.Member]] = {}   # shared file -> its members (immutable but for `delete`)
 
     # -- paths --------------------------------------------------------------------------------
     def log_dir(self, source: str, table: str) -> str:
         return f"{self.base}/{source}/log/{table_dir_name(table)}"
+
+    def shared_dir(self, source: str) -> str:
+        return f"{self.base}/{source}/{shared_segments.SHARED}"
 
     def chunk_dir(self, source: str, table: str, dump_id: str) -> str:
         return f"{self.base}/{source}/chunks/{table_dir_name(table)}/{dump_id}"
@@ -117,6 +145,15 @@ class StagedLog:
         path = f"{self.log_dir(source, table)}/{name}"
         self._atomic_write(path, rows, SEGMENT_WRITE)
         return path
+
+    def write_shared(self, source: str, parts: dict[str, pa.Table]) -> dict[str, str]:
+        """Stage several tables' events (each `log_table`'s output) as one shared segment; returns
+        each table's member name (`member_ref`)."""
+        container, index = shared_segments.encode(parts, SEGMENT_WRITE)
+        path = f"{self.shared_dir(source)}/{SegmentFile(*shared_segments.span(container)).name}"
+        self._atomic_write(path, container, shared_segments.CONTAINER_WRITE)
+        self._members[path] = index
+        return {m.table: member_ref(path, m) for m in index}
 
     def write_chunk(self, source: str, schema: TableSchema, meta: ChunkMeta, rows: list[tuple] | pa.Table,
                     ops: list[Op] | Op) -> str:
@@ -156,8 +193,18 @@ class StagedLog:
 
     def delete(self, paths: list[str]) -> None:
         """Remove staged files (one already gone is no error), and, on a filesystem that has
-        directories, the dump and table directories of chunks left empty (merges list those)."""
+        directories, the dump and table directories of chunks left empty (merges list those).
+        Members of a shared segment go with it when none of its members is left, else it is
+        written again without them."""
+        shared: dict[str, set[str]] = {}
         for path in paths:
+            if (member := parse_member(path)) is not None:
+                shared.setdefault(member[0], set()).add(member[1])
+        for container, tables in shared.items():
+            self._drop_members(container, tables)
+        for path in paths:
+            if parse_member(path) is not None:
+                continue
             try:
                 self.fs.delete_file(path)
             except FileNotFoundError:
@@ -171,6 +218,17 @@ class StagedLog:
                     self.fs.delete_dir(directory)
             except OSError:  # a chunk staged meanwhile, or gone already
                 pass
+
+    def _drop_members(self, container: str, tables: set[str]) -> None:
+        try:
+            rest = shared_segments.without(self.fs, container, tables)
+        except FileNotFoundError:
+            return
+        self._members.pop(container, None)
+        if rest is None:
+            self.delete([container])
+        else:   # the same name: what is left holds the same range or less
+            self._atomic_write(container, rest, shared_segments.CONTAINER_WRITE)
 
     def _atomic_write(self, path: str, table: pa.Table, options: dict = storage.PARQUET_WRITE) -> None:
         directory = path.rsplit("/", 1)[0]
@@ -214,18 +272,46 @@ class StagedLog:
 
     def tables(self, source: str) -> list[str]:
         infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{source}/log", allow_not_found=True))
-        return sorted(table_from_dir(i.base_name) for i in infos if i.type == pafs.FileType.Directory)
+        own = {table_from_dir(i.base_name) for i in infos if i.type == pafs.FileType.Directory}
+        return sorted(own | self.shared_members(source).keys())
+
+    def shared_members(self, source: str) -> dict[str, list[str]]:
+        """Per table, its segments inside shared segments (`member_ref` names): one listing, and
+        each shared file's footer read once by this object."""
+        paths = self._files(self.shared_dir(source))
+        listed, prefix = set(paths), f"{self.shared_dir(source)}/"
+        for gone in [p for p in self._members if p.startswith(prefix) and p not in listed]:
+            self._members.pop(gone, None)   # removed by maintenance: a long-running reader forgets it
+        unknown = [p for p in paths if p not in self._members]
+        if unknown:
+            with ThreadPoolExecutor(8) as pool:   # a GET each on an object store
+                for path, index in zip(unknown, pool.map(self._read_members, unknown)):
+                    if index is not None:
+                        self._members[path] = index
+        out: dict[str, list[str]] = {}
+        for path in paths:
+            for member in self._members.get(path, ()):
+                out.setdefault(member.table, []).append(member_ref(path, member))
+        return out
+
+    def _read_members(self, path: str) -> list[shared_segments.Member] | None:
+        try:
+            return shared_segments.members(self.fs, path)
+        except FileNotFoundError:   # removed since listed
+            return None
 
     def segments(self, source: str, table: str, low: str | None = None, high: str | None = None,
                  after: str | None = None) -> list[str]:
-        """Segment files that may hold positions in [low, high], or in (after, high] (pruned by
-        their names). A segment within another's range is left out (`staged.hidden_segments`):
-        a compaction's inputs stay a while for readers that listed them before it."""
-        names = {path: SegmentFile.parse(path) for path in self._files(self.log_dir(source, table))}
-        hidden = hidden_segments(names.values())
+        """Segments that may hold positions in [low, high], or in (after, high] (pruned by their
+        names): files of the table's own, and its members of shared segments. A segment within
+        another's range is left out (`staged.hidden_segments`): a compaction's inputs stay a while
+        for readers that listed them before it."""
+        own = self._files(self.log_dir(source, table))
+        names = {path: SegmentFile.parse(path) for path in [*own, *self.shared_members(source).get(table, ())]}
+        hidden = hidden_paths(names)
         out = []
         for path, name in names.items():
-            if name not in hidden and (low is None or name.last >= low) and (after is None or name.last > after) \
+            if path not in hidden and (low is None or name.last >= low) and (after is None or name.last > after) \
                     and (high is None or name.first <= high):
                 out.append(path)
         return out
@@ -233,9 +319,9 @@ class StagedLog:
     def read_log(self, source: str, table: str, low: str | None = None, high: str | None = None) -> pa.Table:
         """The table's staged events with low <= position <= high, sorted, each position once."""
         try:
-            parts = [pq.read_table(p, filesystem=self.fs) for p in self.segments(source, table, low, high)]
+            parts = [self.read_segment(p) for p in self.segments(source, table, low, high)]
         except FileNotFoundError:  # removed since listed (`dblog maintain`): what replaced it is listed now
-            parts = [pq.read_table(p, filesystem=self.fs) for p in self.segments(source, table, low, high)]
+            parts = [self.read_segment(p) for p in self.segments(source, table, low, high)]
         if not parts:
             return pa.schema(LOG_FIELDS).empty_table()
         events = pa.concat_tables(parts, promote_options="permissive")  # columns added over time
@@ -244,6 +330,20 @@ class StagedLog:
         if high is not None:
             events = events.filter(pc.less_equal(events[POSITION], high))
         return dedupe_sorted(events, POSITION)
+
+    def segment_file(self, path: str) -> pq.ParquetFile:
+        """A segment (its own file, or a member of a shared one) opened for its footer and rows;
+        FileNotFoundError when it is gone."""
+        member = parse_member(path)
+        if member is not None:
+            return shared_segments.member_file(self.fs, *member)
+        return pq.ParquetFile(path, filesystem=self.fs)
+
+    def read_segment(self, path: str) -> pa.Table:
+        """A segment's events, whichever file holds them."""
+        if parse_member(path) is None:
+            return pq.read_table(path, filesystem=self.fs)
+        return self.segment_file(path).read()
 
     def chunk_dumps(self, source: str, table: str) -> list[str]:
         """The ids of the dumps that staged chunks of `table` (one listing of directory names)."""
@@ -287,15 +387,21 @@ class StagedLog:
             return list(pool.map(read, paths))
 
     def inventory(self, source: str) -> list[StagedFile]:
-        """Every staged file of the source, with its size and age: one recursive listing."""
+        """Every staged file of the source, with its size and age: one recursive listing (and the
+        footer of each shared segment this object has not read yet). A shared segment is listed
+        as its members, each a segment of its table, of its file's age."""
         prefix = f"{self.base}/{source}/"
         infos = self.fs.get_file_info(pafs.FileSelector(prefix.rstrip("/"), allow_not_found=True, recursive=True))
-        out = []
+        out: list[StagedFile] = []
         for i in infos:
             parts = i.path[len(prefix):].split("/")
-            if i.type != pafs.FileType.File or not is_staged(i.base_name) or len(parts) < 3:
+            if i.type != pafs.FileType.File or not is_staged(i.base_name) or len(parts) < 2:
                 continue
             mtime = (i.mtime_ns or 0) / 1e9
+            if parts[0] == shared_segments.SHARED and len(parts) == 2:
+                index = self._members.get(i.path) or self._read_members(i.path) or []
+                self._members[i.path] = index
+                out.extend(StagedFile(member_ref(i.path, m), m.table, m.size, mtime) for m in index)
             if parts[0] == "log" and len(parts) == 3:
                 out.append(StagedFile(i.path, table_from_dir(parts[1]), i.size or 0, mtime))
             elif parts[0] == "chunks" and len(parts) == 4:
