@@ -5,11 +5,13 @@ local disk and on the S3 server (SeaweedFS, `scripts/services.sh start seaweedfs
     PYTHONPATH=include:bench python bench/flush_files_bench.py mysql|postgres [TABLES=200] [TXNS=20]
 
 Each run: TXNS transactions, each updating one row of every one of TABLES tables; then the
-capture (in this process) reads them to a sync watermark. Prints files staged, flushes, seconds
-from the capture's start to the watermark staged, per storage and mode (median of 3).
+capture (in this process) reads them to a sync watermark. Writes (and prints) the files staged,
+the flushes, and the seconds from the capture's start to the watermark staged, per storage and
+mode (median of 3): bench/results/flush-files-{kind}.json.
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -89,7 +91,10 @@ def main() -> None:
             results[key] = {"files": runs[0]["files"], "flushes": runs[0]["flushes"], "events": runs[0]["events"],
                             "seconds": median([r["seconds"] for r in runs]), "runs": [r["seconds"] for r in runs]}
             print(key, results[key], flush=True)
-    print(json.dumps({"kind": kind, "tables": n, "transactions": txns, "results": results}, indent=1))
+    out = {"when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "kind": kind, "tables": n,
+           "transactions": txns, "results": results}
+    (ROOT / "bench" / "results" / f"flush-files-{kind}.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":
