@@ -8,13 +8,14 @@ import pyarrow as pa
 import pytest
 from test_staged_maintain import S, T, event, pos, run, stage
 
+from dblog.capture.capture_loop import runs_around
 from dblog.model.schema import Column, TableSchema
 from dblog.model.staged_format import SegmentFile, log_table
 from dblog.operations.staged_maintenance import staged_usage
 from dblog.spark.data_sources import footer_schema, open_file
 from dblog.stagedlog.staged_log import StagedLog, parse_member
 
-from staged_fakes import MemoryStore
+from staged_fakes import MemoryStore, MergedWarehouse
 
 U = TableSchema("app.u", (Column("id", "int", pa.int64()), Column("w", "double", pa.float64()),
                           Column("when", "date", pa.date32())), ("id",))
@@ -74,16 +75,39 @@ def test_maintenance_moves_members_into_their_tables_segments_and_removes_the_sh
     assert {t: staged.read_log(S, t) for t in before} == before
 
 
-def test_retention_of_some_members_rewrites_the_shared_file_without_them(staged):
-    refs = shared(staged, 10, 20)
-    staged.delete([refs[U.name]])
-    fresh = StagedLog(staged.root)   # another process's view: footers read anew
-    assert fresh.tables(S) == sorted([T.name, V.name]) and fresh.read_log(S, U.name).num_rows == 0
-    assert fresh.read_log(S, T.name)["id"].to_pylist() == [10, 20]
-    with pytest.raises(FileNotFoundError):
-        staged.read_segment(refs[U.name])
-    staged.delete([refs[T.name], refs[V.name]])
-    assert fresh._files(fresh.shared_dir(S)) == [] and fresh.tables(S) == []
+def test_a_shared_file_goes_only_whole_and_a_table_never_merged_holds_back_retention_where_it_shares_one(staged):
+    stage(staged, 1)
+    shared(staged, 10)
+    stage(staged, 30, 40)
+    refs = shared(staged, 50)
+    staged.delete([refs[U.name]])   # some of its members only: the file stays whole
+    assert StagedLog(staged.root).read_log(S, U.name).num_rows == 2
+    # U never merged: T's log stays from its first segment in a file U shares, so no gap opens.
+    report = run(staged, pos(99), warehouse=MergedWarehouse(pos(99), missing=frozenset({U.name, V.name})),
+                 compact_min_segments=100)
+    assert report.segments_removed == 1
+    assert staged.read_log(S, T.name)["id"].to_pylist() == [10, 30, 40, 50]   # (compacted into one meanwhile)
+    # Every member now hidden behind its table's compacted segment: past the grace the files go whole.
+    run(staged, pos(99), compact_min_segments=100, replaced_grace_seconds=0)
+    assert staged._files(staged.shared_dir(S)) == []
+    assert all(parse_member(p) is None for t in (T.name, U.name, V.name) for p in staged.segments(S, t))
+    assert staged.read_log(S, T.name)["id"].to_pylist() == [10, 30, 40, 50]   # the newest segment stays
+
+
+def test_own_segments_and_members_are_listed_in_log_order_and_any_table_name_is_a_member(staged):
+    shared(staged, 5)
+    stage(staged, 1, 9)
+    assert [SegmentFile.parse(p).first for p in staged.segments(S, T.name)] == [pos(1), pos(5), pos(9)]
+    odd = TableSchema("app.a#b c", T.columns, ("id",))
+    ref = staged.write_shared(S, {odd.name: log_table(odd, [event(3, odd)])})[odd.name]
+    assert parse_member(ref)[1] == odd.name and staged.read_log(S, odd.name)["id"].to_pylist() == [3]
+
+
+def test_a_tables_events_are_staged_in_runs_that_leave_a_streamed_transactions_pieces_outside_their_range():
+    events = [event(n) for n in (1, 2, 5, 6, 9)]
+    pieces = [log_table(T, [event(3), event(4)]), log_table(T, [event(7)])]
+    assert [[e.key[0] for e in run] for run in runs_around(events, pieces)] == [[1, 2], [5, 6], [9]]
+    assert runs_around(events, []) == [events] and runs_around([], pieces) == []
 
 
 def test_a_member_compacted_alone_is_hidden_behind_its_own_segment_of_the_same_range(staged):

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..coordination import changed_tables, unlogged, watermark_index
 from ..coordination import store as paths
@@ -283,8 +284,10 @@ class Capture:
         that has many (`shared_segments`), and one per piece a source staged itself."""
         shared = self._shared(batch)
         for table, events in batch.events.items():
-            if table not in shared:
-                self.staged.write_segment(self.source.name, self.source.table_schema(table), events)
+            if table in shared:
+                continue
+            for run in runs_around(events, batch.staged.get(table, ())):
+                self.staged.write_segment(self.source.name, self.source.table_schema(table), run)
                 self.stats.segments += 1
                 crash_point("capture.mid_flush")
         if shared:
@@ -311,8 +314,25 @@ class Capture:
         index reads its own directory)."""
         tuned = settings().capture
         small = {t for t, events in batch.events.items()
-                 if t != WATERMARK_TABLE and 0 < len(events) <= tuned.shared_segment_rows}
+                 if t != WATERMARK_TABLE and t not in batch.staged and 0 < len(events) <= tuned.shared_segment_rows}
         return small if tuned.shared_segment_tables and len(small) > tuned.shared_segment_tables else set()
+
+
+def runs_around(events: list[ChangeEvent], pieces) -> list[list[ChangeEvent]]:
+    """A table's events of a batch (in log order) in runs whose position range holds none of the
+    pieces a source staged itself (a streamed transaction committed between two of them): a
+    segment holds every event of its table between its first and last position, or readers would
+    take a piece inside its range for one it replaced (`staged_format.hidden_segments`)."""
+    starts = sorted(pc.min(p[POSITION]).as_py() for p in pieces if p.num_rows)
+    if not starts or not events:
+        return [events] if events else []
+    runs, run = [], [events[0]]
+    for e in events[1:]:
+        if any(run[-1].position < start < e.position for start in starts):
+            runs.append(run)
+            run = []
+        run.append(e)
+    return [*runs, run]
 
 
 def slice_goes_on(pieces: bool, spooling: bool, overrun: float, slice_s: float, hung_after_s: float) -> bool:

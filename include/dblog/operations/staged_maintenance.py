@@ -193,7 +193,12 @@ def snapshot(store, staged: StagedLog, warehouse, source: str, now: float, windo
             state = states.get(table)
             logs[table] = TableLog(table, tuple(Segment.of(f) for f in segments if f.table == table),
                                    state.log_upto if state is not None else None)
-    return Snapshot(now, window, checkpoint, logs, chunks, registered + unregistered, remove_dumps=tables is None)
+    shared: dict[str, set[str]] = {}
+    for f in segments:   # every member, whatever `tables` selects: the others' hold their files too
+        if (member := parse_member(f.path)) is not None:
+            shared.setdefault(member[0], set()).add(f.path)
+    return Snapshot(now, window, checkpoint, logs, chunks, registered + unregistered, remove_dumps=tables is None,
+                    shared={c: frozenset(m) for c, m in shared.items()})
 
 
 def _by_dump(chunks: list[StagedChunk]) -> dict[str, list[StagedChunk]]:
@@ -269,7 +274,7 @@ def compact(staged: StagedLog, source: str, table: str, group: list[Segment], mi
     parts = [staged.read_segment(s.path) for s in group]
     done = []
     for start, end in joinable_runs(parts):
-        if end - start >= min_segments:
+        if end - start >= least_run(group[start:end], min_segments):
             staged.write_compacted(source, table, union(parts[start:end]))
             done.append(end - start)
     return done
@@ -337,7 +342,7 @@ def _compact(staged: StagedLog, source: str, snap: Snapshot, decided: RetentionP
                 report.segments_compacted, report.compacted_into = report.segments_compacted + len(group), \
                     report.compacted_into + 1
                 continue
-            done = compact(staged, source, table, group, least_run(group, least))
+            done = compact(staged, source, table, group, least)
             report.segments_compacted += sum(done)
             report.compacted_into += len(done)
 

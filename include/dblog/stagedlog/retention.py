@@ -29,6 +29,9 @@ reader lists (`staged.hidden_segments` leaves out the ones within another's rang
   as any staged chunk, holds the log from its LW (the two rules are applied to a fixpoint).
   Chunk directories ZooKeeper no longer knows (a landed repair the capture dropped, a removal
   cut short) count as finished dumps last active at their newest file's time.
+* **Shared segments** (`whole_shared`): a shared file's members go together or not at all, so a
+  table keeps its segments from the first one that is, or hides, a member of a shared file
+  another table still keeps (files are never rewritten).
 * **Compaction** (`compaction_groups`): runs of consecutive segments smaller than the target,
   all at or before the checkpoint (the capture is done with them), become one segment holding
   their union, at least `min_segments` (one, for a run holding a member of a shared segment:
@@ -103,6 +106,7 @@ class Snapshot:
     chunks: list[StagedChunk] = field(default_factory=list)
     dumps: list[DumpLife] = field(default_factory=list)
     remove_dumps: bool = True       # False (some tables only): every dump stays, and holds the log
+    shared: dict[str, frozenset[str]] = field(default_factory=dict)   # shared file -> all its members' paths
 
 
 @dataclass
@@ -186,7 +190,8 @@ def plan(snap: Snapshot, newest_commit: Callable[[Segment], float]) -> Retention
     expired = set(merged)
     while True:
         staying = [c for c in snap.chunks if c.dump_id not in expired]
-        cuts = {t: _cut(log, listings[t].shown, snap, staying, newest_commit) for t, log in snap.logs.items()}
+        cuts = whole_shared({t: _cut(log, listings[t].shown, snap, staying, newest_commit)
+                             for t, log in snap.logs.items()}, listings, snap.shared)
         oldest = {t: listings[t].shown[n].name.first for t, n in cuts.items() if listings[t].shown}
         held = {c.dump_id for c in snap.chunks if c.dump_id in expired and c.high is not None
                 and c.table in oldest and c.high >= oldest[c.table]}
@@ -200,6 +205,31 @@ def plan(snap: Snapshot, newest_commit: Callable[[Segment], float]) -> Retention
                          unmerged=sorted(set(past) - merged), held=sorted(merged - expired),
                          unfinished=sorted(d.dump_id for d in snap.dumps
                                            if d.may_stage and snap.now - d.created_at > snap.window))
+
+
+def whole_shared(cuts: dict[str, int], listings: dict[str, Listing], shared: dict[str, frozenset[str]]) -> dict[str, int]:
+    """The cuts shortened so that a shared segment's members go all at once or not at all: a
+    table keeps its segments from the first one that is, or hides, a member of a shared file some
+    other member of which stays (a file is never rewritten without some of its members). A table
+    never merged thus holds back the others' retention at the first shared file it has a member in."""
+    cuts = dict(cuts)
+    while True:
+        gone = {s.path for t, n in cuts.items() for s in _with_hidden(listings[t], listings[t].shown[:n])}
+        kept = {c for c, members in shared.items() if members & gone and not members <= gone}
+        if not kept:
+            return cuts
+        for t, n in cuts.items():
+            listing = listings[t]
+            for i, segment in enumerate(listing.shown[:n]):
+                if any(_in(p, kept) for p in [segment.path, *(h.path for h in listing.hidden
+                                                               if listing.container(h) is segment)]):
+                    cuts[t] = i
+                    break
+
+
+def _in(path: str, files: set[str]) -> bool:
+    member = parse_member(path)
+    return member is not None and member[0] in files
 
 
 def _with_hidden(listing: Listing, removed: list[Segment]) -> list[Segment]:
@@ -224,7 +254,8 @@ def compaction_groups(retained: list[Segment], checkpoint: str | None, target_by
     run: list[Segment] = []
     size = 0
     for s in retained:
-        small = checkpoint is not None and s.name.last <= checkpoint and s.size < target_bytes
+        small = checkpoint is not None and s.name.last <= checkpoint and (
+            s.size < target_bytes or parse_member(s.path) is not None)
         if not small or (run and size + s.size > target_bytes):
             if len(run) >= least_run(run, min_segments):
                 groups.append(run)

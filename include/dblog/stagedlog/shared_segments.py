@@ -14,7 +14,8 @@ format, as the bytes of its own Parquet file), and whose footer lists the member
 To readers a member is one more segment of its table (`StagedLog.segments` names it
 `{shared file}#{table dir}/{first}_{last}.parquet`), read like any other (`StagedLog.read_segment`,
 Spark's `dblog_parquet` source). `dblog maintain` compacts members into their tables' own
-segments, which hide them; a shared file goes once none of its members is left.
+segments, which hide them; a shared file is never rewritten, and goes whole once every member of
+it may go (`retention.plan` keeps a table's segments that would leave part of one behind).
 """
 from __future__ import annotations
 
@@ -83,17 +84,6 @@ def member_file(fs: pafs.FileSystem, path: str, table: str) -> pq.ParquetFile:
             raise FileNotFoundError(f"{path} holds no segment of {table}")
         blob = f.read_row_group(names.index(table), columns=["data"]).column(0)[0].as_buffer()
     return pq.ParquetFile(pa.BufferReader(blob))
-
-
-def without(fs: pafs.FileSystem, path: str, tables: set[str]) -> pa.Table | None:
-    """The shared segment without the members of `tables`; None when none would be left."""
-    container = pq.read_table(path, filesystem=fs)
-    keep = [i for i, t in enumerate(container["table"].to_pylist()) if t not in tables]
-    if not keep:
-        return None
-    kept = container.take(keep)
-    index = [m for m in members(fs, path) if m.table not in tables]
-    return _container(index, [v.as_py() for v in kept["data"]])
 
 
 def is_shared(path: str) -> bool:

@@ -80,10 +80,17 @@ def hidden_paths(names: dict[str, SegmentFile]) -> set[str]:
     return {p for p, n in names.items() if n in hidden or (n in own and parse_member(p) is not None)}
 
 
+def _first_position(path: str) -> str:
+    try:
+        return SegmentFile.parse(path).first
+    except ValueError:   # not a segment: first, in the order given
+        return ""
+
+
 def member_ref(container: str, member: shared_segments.Member) -> str:
     """How readers name a table's segment inside a shared segment: the shared file, then what a
     segment of the table's own directory would be named (so `SegmentFile.parse` reads its range)."""
-    return f"{container}#{table_dir_name(member.table)}/{SegmentFile(member.first, member.last).name}"
+    return f"{container}#{table_dir_name(member.table).replace('#', '%23')}/{SegmentFile(member.first, member.last).name}"
 
 
 def parse_member(ref: str) -> tuple[str, str] | None:
@@ -194,17 +201,24 @@ class StagedLog:
     def delete(self, paths: list[str]) -> None:
         """Remove staged files (one already gone is no error), and, on a filesystem that has
         directories, the dump and table directories of chunks left empty (merges list those).
-        Members of a shared segment go with it when none of its members is left, else it is
-        written again without them."""
+        A shared segment goes when all of its members are among `paths`; otherwise it stays
+        whole (never rewritten: the retention plan removes members only a whole file at a time,
+        `retention.plan`, and a member kept by a file that stays is hidden behind its table's
+        compacted segment)."""
         shared: dict[str, set[str]] = {}
         for path in paths:
             if (member := parse_member(path)) is not None:
                 shared.setdefault(member[0], set()).add(member[1])
+        whole = []
         for container, tables in shared.items():
-            self._drop_members(container, tables)
-        for path in paths:
-            if parse_member(path) is not None:
-                continue
+            index = self._members.get(container) or self._read_members(container)
+            if index is not None and {m.table for m in index} <= tables:
+                self._members.pop(container, None)
+                whole.append(container)
+        targets = [*whole, *(p for p in paths if parse_member(p) is None)]
+        if whole:   # in log order (a shared file at its first position): cut short, each table's log stays one stretch
+            targets.sort(key=_first_position)
+        for path in targets:
             try:
                 self.fs.delete_file(path)
             except FileNotFoundError:
@@ -218,17 +232,6 @@ class StagedLog:
                     self.fs.delete_dir(directory)
             except OSError:  # a chunk staged meanwhile, or gone already
                 pass
-
-    def _drop_members(self, container: str, tables: set[str]) -> None:
-        try:
-            rest = shared_segments.without(self.fs, container, tables)
-        except FileNotFoundError:
-            return
-        self._members.pop(container, None)
-        if rest is None:
-            self.delete([container])
-        else:   # the same name: what is left holds the same range or less
-            self._atomic_write(container, rest, shared_segments.CONTAINER_WRITE)
 
     def _atomic_write(self, path: str, table: pa.Table, options: dict = storage.PARQUET_WRITE) -> None:
         directory = path.rsplit("/", 1)[0]
@@ -280,7 +283,7 @@ class StagedLog:
         each shared file's footer read once by this object."""
         paths = self._files(self.shared_dir(source))
         listed, prefix = set(paths), f"{self.shared_dir(source)}/"
-        for gone in [p for p in self._members if p.startswith(prefix) and p not in listed]:
+        for gone in [p for p in list(self._members) if p.startswith(prefix) and p not in listed]:
             self._members.pop(gone, None)   # removed by maintenance: a long-running reader forgets it
         unknown = [p for p in paths if p not in self._members]
         if unknown:
@@ -314,7 +317,7 @@ class StagedLog:
             if path not in hidden and (low is None or name.last >= low) and (after is None or name.last > after) \
                     and (high is None or name.first <= high):
                 out.append(path)
-        return out
+        return sorted(out, key=lambda p: (names[p].first, names[p].last))   # own files and members in log order
 
     def read_log(self, source: str, table: str, low: str | None = None, high: str | None = None) -> pa.Table:
         """The table's staged events with low <= position <= high, sorted, each position once."""
