@@ -128,7 +128,7 @@ class StagedLog:
         self.fs, self.base = storage.filesystem(self.root)
         self.local = isinstance(self.fs, pafs.LocalFileSystem)
         self.direct = storage.atomic_puts(self.fs)
-        self._members: dict[str, list[shared_segments.Member]] = {}   # shared file -> its members (immutable but for `delete`)
+        self._members: dict[str, list[shared_segments.Member]] = {}   # shared file -> its members (files never change)
 
     # -- paths --------------------------------------------------------------------------------
     def log_dir(self, source: str, table: str) -> str:
@@ -405,7 +405,7 @@ class StagedLog:
                 index = self._members.get(i.path) or self._read_members(i.path) or []
                 self._members[i.path] = index
                 out.extend(StagedFile(member_ref(i.path, m), m.table, m.size, mtime) for m in index)
-            if parts[0] == "log" and len(parts) == 3:
+            elif parts[0] == "log" and len(parts) == 3:
                 out.append(StagedFile(i.path, table_from_dir(parts[1]), i.size or 0, mtime))
             elif parts[0] == "chunks" and len(parts) == 4:
                 out.append(StagedFile(i.path, table_from_dir(parts[1]), i.size or 0, mtime, parts[2]))
