@@ -125,6 +125,10 @@ class Capture:
     sync_timeout_seconds: float = setting(
         60.0, "DBLOG_SYNC_TIMEOUT", "how long `dblog sync` waits for the capture (its `--timeout`)", minimum=0,
         maximum=86_400)
+    auto_dump_new_tables: str = setting(
+        "on", "DBLOG_AUTO_DUMP_NEW_TABLES", "a table created in (or renamed into) the captured schema while the "
+        "capture runs is dumped by a repair dump, so \"all tables\" stays all tables (`off`: logged, left to you)",
+        choices=("on", "off"))
     pg_streaming: str = setting(
         "on", "DBLOG_PG_STREAMING", "PostgreSQL 14+: receive a large transaction while it is still in progress "
         "(pgoutput streaming) and decode it into a local spool (the system's temporary directory, `TMPDIR`), so "
@@ -207,6 +211,10 @@ class Warehouse:
     compact_min_files: int = setting(
         4, "DBLOG_COMPACT_MIN_FILES", "`dblog maintain` rewrites a bucket holding more data files than this "
         "as one", minimum=1, maximum=100_000)
+    keep_dropped_columns: str = setting(
+        "off", "DBLOG_KEEP_DROPPED_COLUMNS", "`on`: a column dropped in the source stays in the warehouse table "
+        "(null for rows changed since); `off`: the merge drops it from the table's current schema (older "
+        "snapshots still hold it)", choices=("on", "off"))
     maintenance_schedule: str = setting(
         "@daily", "DBLOG_MAINTENANCE_SCHEDULE", "schedule of `dblog_maintenance` (empty: trigger only)",
         accepts=CRON)

@@ -1,6 +1,7 @@
 """The repair queue in ZooKeeper: requests small enough for its nodes, turned into repair dumps."""
 import time
 
+from dblog.coordination import repair_requests
 from dblog.coordination.store import _dump
 from dblog.model.events import RepairNeed
 from dblog.snapshot import repair
@@ -10,7 +11,7 @@ from dblog.snapshot.dump import dump_status
 def test_a_large_key_list_is_queued_in_parts_that_fit_zookeeper_nodes(mariadb):
     keys = tuple((f"{i:036d}",) for i in range(5_000))  # UUID-sized keys
     with mariadb.store() as store:
-        written = repair.request(store, mariadb.source_id, [RepairNeed("db.t", "test", None, keys)])
+        written = repair_requests.request(store, mariadb.source_id, [RepairNeed("db.t", "test", None, keys)])
         queued = repair.pending(store, mariadb.source_id)
     assert written == len(queued) == 3
     assert sorted(len(r.keys) for r in queued) == [1_000, 2_000, 2_000]
@@ -20,9 +21,9 @@ def test_a_large_key_list_is_queued_in_parts_that_fit_zookeeper_nodes(mariadb):
 def test_more_keys_than_a_key_list_repair_takes_become_one_full_dump_of_the_table(mariadb):
     mariadb.workload(seed=80, rows=50).create()
     table = mariadb.table("accounts")
-    keys = tuple((i,) for i in range(repair.TABLE_ABOVE + 1))
+    keys = tuple((i,) for i in range(repair_requests.TABLE_ABOVE + 1))
     with mariadb.store() as store:
-        repair.request(store, mariadb.source_id, [RepairNeed(table, "many partial images", None, keys)])
+        repair_requests.request(store, mariadb.source_id, [RepairNeed(table, "many partial images", None, keys)])
         ran = repair.Repairer(store, mariadb.source(), mariadb.staged()).run_once()
         assert len(ran) == 1
         status = dump_status(store, mariadb.source_id, ran[0])
@@ -34,7 +35,7 @@ def test_more_keys_than_a_key_list_repair_takes_become_one_full_dump_of_the_tabl
 def test_a_repair_of_a_dropped_table_is_dropped_and_does_not_hold_up_the_others(mariadb):
     mariadb.workload(seed=81, rows=20).create()
     with mariadb.store() as store:
-        repair.request(store, mariadb.source_id, [
+        repair_requests.request(store, mariadb.source_id, [
             RepairNeed(mariadb.table("gone_table"), "test", None, ((1,),)),
             RepairNeed(mariadb.table("accounts"), "test", None, ((1,), (2,)))])
         ran = repair.Repairer(store, mariadb.source(), mariadb.staged()).run_once()
@@ -55,7 +56,7 @@ def test_a_write_logged_without_rows_after_a_repair_was_registered_gets_a_repair
         repairer = repair.Repairer(store, mariadb.source(), mariadb.staged(), warehouse=Warehouse(str(tmp_path / "w")))
         ran = []
         for i in range(3):
-            repair.request(store, mariadb.source_id, [RepairNeed(table, f"statement {i}", later)])
+            repair_requests.request(store, mariadb.source_id, [RepairNeed(table, f"statement {i}", later)])
             asked = time.time()
             (dump_id,) = repairer.run_once()
             status = dump_status(store, mariadb.source_id, dump_id)

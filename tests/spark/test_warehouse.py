@@ -244,27 +244,20 @@ def test_bad_merge_and_verify_options_fail_with_a_clear_error(bad, tmp_path):
     assert not (tmp_path / "wh").exists()
 
 
-def test_a_dropped_column_stays_null_from_then_on_and_a_renamed_one_is_dropped_plus_added(mariadb, spark, warehouse):
+def test_with_keep_dropped_columns_on_a_dropped_column_stays_in_the_table_null_for_rows_changed_since(
+        mariadb, spark, warehouse, monkeypatch):
+    monkeypatch.setenv("DBLOG_KEEP_DROPPED_COLUMNS", "on")
     mariadb.workload(seed=49, rows=200).create()
     mariadb.start_capture()
     table = mariadb.table("accounts")
     mariadb.dblog("dump", "--source", mariadb.source_id, "--table", "accounts", check=True)
     settle(mariadb)
     merge(spark, mariadb, warehouse, tables=[table])
-    mariadb.sql(f"ALTER TABLE {table} DROP COLUMN data", f"ALTER TABLE {table} RENAME COLUMN note TO remark")
-    mariadb.sql(f"UPDATE {table} SET remark = 'changed', balance = balance + 1 WHERE id <= 10")
+    mariadb.sql(f"ALTER TABLE {table} DROP COLUMN data")
+    mariadb.sql(f"UPDATE {table} SET balance = balance + 1 WHERE id <= 10")
     settle(mariadb)
     merge(spark, mariadb, warehouse, tables=[table])
-    rows = {r["id"]: r for r in warehouse_table(spark, warehouse, mariadb.source_id, table)
-            .select("id", "data", "note", "remark").collect()}
-    assert all(rows[i]["data"] is None and rows[i]["note"] is None and rows[i]["remark"] == "changed"
-               for i in range(1, 11))
+    rows = {r["id"]: r for r in warehouse_table(spark, warehouse, mariadb.source_id, table).select("id", "data").collect()}
+    assert all(rows[i]["data"] is None for i in range(1, 11))
     assert any(r["data"] is not None for i, r in rows.items() if i > 10)      # older rows keep their values
-    assert all(r["remark"] is None for i, r in rows.items() if i > 10)       # and have none under the new name
-    drift = compare_warehouse(mariadb.source(), warehouse, table)
-    assert not drift.equal and {k[0] for k in drift.different} <= set(range(11, 201))
-    # The documented repair after a rename: a dump of the table fills the new name for every row.
-    mariadb.dblog("dump", "--source", mariadb.source_id, "--table", "accounts", check=True)
-    settle(mariadb)
-    merge(spark, mariadb, warehouse, tables=[table])
     assert compare_warehouse(mariadb.source(), warehouse, table).equal

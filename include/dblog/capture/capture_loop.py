@@ -17,6 +17,7 @@ from the checkpoint and stages its events again, and a position is merged once.
 """
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -33,7 +34,7 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..coordination import changed_tables, unlogged, watermark_index
+from ..coordination import changed_tables, repair_requests, unlogged, watermark_index
 from ..coordination import store as paths
 from ..coordination.checkpoint import Checkpoint, ensure_checkpoint, load_checkpoint, save_checkpoint
 from ..coordination.health import Heartbeat
@@ -104,7 +105,7 @@ class CaptureStats:
     max_stall_s: float = 0.0       # longest time the loop did not read from the log (flushes included)
     max_lag_s: float = 0.0         # oldest commit at the time it became durable
     position: str | None = None
-    repairs: int = 0               # repair requests made (partial row images, statement-logged writes)
+    repairs: int = 0               # repair requests made (partial images, unlogged writes, schema changes)
 
 
 class Capture:
@@ -113,6 +114,8 @@ class Capture:
                  on_beat=None, repairs: bool = True, warehouse=None):
         tuned = settings().capture
         self.source, self.store, self.staged = source, store, staged
+        # A schema change made while no capture ran is found against what the staged log holds.
+        source.baseline = functools.partial(staged.last_schema, source.name)
         self.flush_rows = tuned.flush_rows if flush_rows is None else flush_rows
         self.flush_seconds = tuned.flush_seconds if flush_seconds is None else flush_seconds
         self.idle_timeout = idle_timeout
@@ -249,7 +252,7 @@ class Capture:
             # positions first: once the checkpoint passes a window holding one, a merge may take it.
             unlogged.record(self.store, lease, self.source.name, batch.repairs)
             needs = repair.coalesce(batch.repairs)
-            self.stats.repairs += repair.request(self.store, self.source.name, needs)
+            self.stats.repairs += repair_requests.request(self.store, self.source.name, needs)
             for need in needs:
                 log.warning("%s: %s at %s cannot be staged as it is (%s); %s", self.source.name, need.table,
                             need.position, need.reason, repair.plan(need))

@@ -38,14 +38,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from ..coordination import repair_requests, unlogged, watermark_index
 from ..coordination import store as paths
-from ..coordination import unlogged, watermark_index
 from ..coordination.checkpoint import checkpoint_position
 from ..coordination.store import StateStore
 from ..errors import DBLogError, TransientError
 from ..model.events import RepairNeed
 from ..model.rules import ChunkRange, blind_window, disjoint_chunks
-from ..model.staged_format import POSITION, ChunkFile, ChunkMeta, data_columns, key_columns
+from ..model.schema_changes import widens
+from ..model.staged_format import POSITION, ChunkFile, ChunkMeta, SegmentFile, data_columns, key_columns
 from ..settings import settings
 from ..snapshot import repair
 from ..snapshot.dump import dumping, finished_chunks
@@ -109,28 +110,28 @@ def _data_columns(df: DataFrame | StructType) -> list[tuple[str, str]]:
     return [(f.name, f.dataType.simpleString()) for f in schema.fields if f.name in names]
 
 
-def _widens(old: str, new: str) -> bool:
-    return old == new or (old, new) in {("tinyint", "smallint"), ("tinyint", "int"), ("smallint", "int"),
-                                        ("tinyint", "bigint"), ("smallint", "bigint"), ("int", "bigint"),
-                                        ("float", "double")}
-
-
-def _columns(state: TableState | None, found: list[tuple[str, str]], table: str) -> list[tuple[str, str]]:
-    """Warehouse columns: the existing ones (a dropped source column stays, null from then on),
-    then columns new in the source. A type the warehouse cannot widen to is an error."""
+def _columns(state: TableState | None, found: list[tuple[str, str]], table: str,
+             current: set[str] | None = None) -> list[tuple[str, str]]:
+    """Warehouse columns: the existing ones, then columns new in the source. A type the column
+    can be promoted to widens it in place; any other replaces it (a new Iceberg field: stored rows
+    read it as null until the conversion's repair re-reads them, see dblog.model.schema_changes).
+    Columns the source no longer has (`current`: the newest staged file's) are dropped unless
+    DBLOG_KEEP_DROPPED_COLUMNS is on; older snapshots keep them."""
     columns: list[tuple[str, str]] = list(state.columns) if state else []
     known = dict(columns)
     for name, spark_type in found:
         if name not in known:
             columns.append((name, spark_type))
             known[name] = spark_type
-        elif not _widens(known[name], spark_type) and not _widens(spark_type, known[name]):
-            raise MergeError(f"{table}.{name} changed type from {known[name]} to {spark_type} in the source; "
-                             f"the warehouse table cannot widen it in place. {_rebuild(state, table)} to rebuild "
-                             "it with the new type")
-        elif not _widens(spark_type, known[name]):
+        elif not widens(spark_type, known[name]):   # a wider type, or another one: the source's now
+            if not widens(known[name], spark_type):
+                log.warning("%s.%s changed type from %s to %s in the source: the warehouse column is replaced; "
+                            "its rows are re-read by the repair the capture asked for", table, name, known[name],
+                            spark_type)
             columns[[c for c, _ in columns].index(name)] = (name, spark_type)
             known[name] = spark_type
+    if current is not None and settings().warehouse.keep_dropped_columns == "off":
+        columns = [(c, t) for c, t in columns if c in current]
     return columns
 
 
@@ -138,6 +139,18 @@ def _rebuild(state: TableState | None, table: str) -> str:
     source = state.source if state else "SOURCE"
     return f"Fix: `dblog warehouse drop --source {source} --table {table}`, then `dblog dump --source {source} " \
            f"--table {table}`"
+
+
+def _newest_schema(staged: StagedLog, segments: list[str], ready: ReadyChunks | None) -> pa.Schema:
+    """The schema of the newest staged input by log position: a file is written with the table's
+    key and columns at its point of the log, so this one has them as the source has them now."""
+    candidates: list[tuple[str, Callable[[], pa.Schema]]] = []
+    if segments:
+        candidates.append((SegmentFile.parse(segments[-1]).last, lambda: staged.segment_file(segments[-1]).schema_arrow))
+    if ready is not None and ready.infos:
+        info = max(ready.infos, key=lambda i: i.meta.hw if i.meta is not None else "")
+        candidates.append((info.meta.hw if info.meta is not None else "", lambda: info.schema))
+    return max(candidates, key=lambda c: c[0])[1]()
 
 
 def _pending_chunks(store: StateStore, staged: StagedLog, source: str, table: str, state: TableState | None,
@@ -276,14 +289,15 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
     if events is None and ready is None:
         return out
     out.unique = out.unique and ready is not None and events is None and _nothing_stored(state)
-    sample = segments[0] if segments else next(iter(pending.values()))
-    out.key = key_columns(staged.segment_file(sample).schema_arrow)
+    newest = _newest_schema(staged, segments, ready)
+    out.key = key_columns(newest)
     # A first load reads the chunks' schema from one file per schema; its rows only if it falls back.
     # From the footers, as an object store's files are read (`read_files`): a Spark read of the
     # schema costs ~70 ms, a first load of a small table little more.
     chunk_columns = _data_columns(spark_schema(footer_schema(_uris(staged, _schemas(ready.infos))))) \
         if ready is not None else []
-    out.columns = _columns(state, (_data_columns(events) if events is not None else []) + chunk_columns, table)
+    out.columns = _columns(state, (_data_columns(events) if events is not None else []) + chunk_columns, table,
+                           set(data_columns(newest.names)))
 
     def compose() -> MergeInput:
         chunks = None if ready is None else \
@@ -433,7 +447,7 @@ def _ask_repairs(store: StateStore, warehouse: Warehouse, result: MergeResult, s
         if keys:
             columns = sorted({c for k in keys for c in found[k]})
             result.repairs_requested = len(keys)
-            repair.request(store, result.source, [RepairNeed(
+            repair_requests.request(store, result.source, [RepairNeed(
                 result.table, f"values the log left out and nothing older proves ({', '.join(columns)})",
                 result.upto, tuple(keys))])
     result.waiting = repair.waiting(store, result.source).get(result.table)

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from ..model.staged_format import DUMP_ID
-from ..spark.data_sources import read_files
+from ..spark.data_sources import FIELD_ID, field_ids, read_files
 from ..warehouse.commit import Pending, WrittenFile
 from ..warehouse.files import TOMBSTONE, WRITTEN, bucket_writer
 from ..warehouse.merged_state import Bucket, TableState
@@ -50,7 +50,7 @@ def rewrite(spark: SparkSession, base: TableState, pending: Pending, recs: DataF
     incoming = _count_incoming(recs, key, types, bounds, out)
     touched = set(incoming)
     old = [df.file_path for b in sorted(touched) for df in base.buckets[b].files + base.buckets[b].tombstones]
-    existing = M.align(read_files(spark, old, _stored_schema(columns)), columns) if old else None
+    existing = M.align(read_files(spark, old, _stored_schema(columns, pending)), columns) if old else None
     # Sizes are estimated (an update counts twice), so a bucket may split a little early; never late.
     estimate = {b: base.buckets[b].rows + base.buckets[b].tombstone_rows + incoming.get(b, 0) for b in touched}
     oversized = M.oversized(estimate, bucket_rows)
@@ -76,10 +76,13 @@ def rewrite(spark: SparkSession, base: TableState, pending: Pending, recs: DataF
     return out
 
 
-def _stored_schema(columns: list[tuple[str, str]]) -> StructType:
-    """The Spark schema of the table's data files (every column the table has now)."""
+def _stored_schema(columns: list[tuple[str, str]], pending: Pending) -> StructType:
+    """The Spark schema of the table's data files (every column the table has now), each column
+    with its Iceberg field id: files are read by id (`spark.session`), so a column replaced by a
+    type change reads as null in files written before, and a renamed one keeps its values."""
+    ids = field_ids(pending.schema_ipc)
     every = [*columns, *zip(META, META_TYPES), (BUCKET, "int")]
-    return StructType([StructField(name, M.spark_type(t), True) for name, t in every])
+    return StructType([StructField(name, M.spark_type(t), True, {FIELD_ID: ids[name]}) for name, t in every])
 
 
 def _count_incoming(recs: DataFrame, key: list[str], types: dict[str, str], bounds: list[list[str] | None],

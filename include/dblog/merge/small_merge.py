@@ -74,9 +74,9 @@ def local_events(staged: StagedLog, source: str, table: str, state: TableState |
         parts = [staged.read_segment(p) for p in segments]
     except FileNotFoundError:   # compacted since listed: the Spark path lists and reads again
         return None
-    if state is None and not all(p.schema.equals(parts[0].schema) for p in parts):
-        return None   # the columns changed while the table did not exist: Spark merges the schemas
-    events = pa.concat_tables(parts, promote_options="permissive")
+    if not all(p.schema.equals(parts[0].schema) for p in parts):
+        return None   # the columns changed between segments: Spark merges the schemas (`read_files`)
+    events = pa.concat_tables(parts)
     keep = pc.less_equal(events[POSITION], upto)
     if after is not None:
         keep = pc.and_(keep, pc.greater(events[POSITION], after))
@@ -216,8 +216,9 @@ def _stored(bucket: Bucket, target: pa.Schema) -> tuple[pa.Table, pa.Table] | No
             fs, path = filesystem(f.file_path)
             stored = pq.read_table(path, filesystem=fs)
             if stored.schema.names != target.names or any(
-                    not _same(stored.schema.field(c).type, target.field(c).type) for c in target.names):
-                return None
+                    not _same(stored.schema.field(c).type, target.field(c).type)
+                    or stored.schema.field(c).metadata != target.field(c).metadata for c in target.names):
+                return None   # (the metadata holds the field id: a column replaced since has another)
             out.append(stored.cast(target))
     return pa.concat_tables(parts[0] or [target.empty_table()]), pa.concat_tables(parts[1] or [target.empty_table()])
 

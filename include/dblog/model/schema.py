@@ -27,6 +27,10 @@ class Column:
     name: str
     source_type: str      # as the catalog spells it, e.g. "decimal(12,2)", "timestamp with time zone"
     arrow_type: pa.DataType
+    nullable: bool | None = True   # None: not known (a schema read back from a staged file)
+    # What the server puts in a row that names no value: a default's text, "generated: EXPR",
+    # "identity"; None for NULL. Adding such a column fills existing rows without row events.
+    default: str | None = None
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from ..errors import InvalidValue
 from .events import ChangeEvent
-from .schema import TableSchema, coerce, normalize_key
+from .schema import Column, TableSchema, coerce, normalize_key
 
 
 class Op(StrEnum):
@@ -328,6 +328,15 @@ def arrow_schema(schema: TableSchema, meta_fields: list[pa.Field]) -> pa.Schema:
     """A staged file's schema: the table's columns, then `meta_fields`, with its name and key."""
     meta = {_TABLE_META: schema.name.encode(), _KEY_META: ",".join(schema.key).encode()}
     return pa.schema(schema.arrow_fields() + meta_fields, metadata=meta)
+
+
+def table_schema_of(staged: pa.Schema) -> TableSchema:
+    """The table's schema a staged file was written with (`arrow_schema`'s inverse; a column's
+    nullability and default are not staged: unknown)."""
+    meta = staged.metadata or {}
+    columns = tuple(Column(f.name, (f.metadata or {}).get(b"dblog.source_type", b"").decode(), f.type, None)
+                    for f in staged if not f.name.startswith("_"))
+    return TableSchema(meta.get(_TABLE_META, b"").decode(), columns, tuple(key_columns(staged)))
 
 
 def build_table(schema: TableSchema, meta_fields: list[pa.Field], rows: list[dict]) -> pa.Table:

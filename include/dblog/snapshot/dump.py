@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 
-from ..coordination import changed_tables
+from ..coordination import changed_tables, repair_requests
 from ..coordination import store as paths
 from ..coordination.checkpoint import ensure_checkpoint
 from ..coordination.store import Lease, StateStore
@@ -269,6 +269,16 @@ class TableDump:
             log.info("%s: paused; waiting for resume", self.table)
             self._changed.wait(30)
 
+    def _schema_after_lw(self, schema: TableSchema) -> TableSchema:
+        """The table's schema read again. A change since the last window that rewrote rows without
+        row events (see dblog.model.schema_changes) makes the chunks read before it stale: the
+        whole table is repaired after it, as the capture does when it sees the change (on
+        PostgreSQL only at the table's next row change: a quiet table's change is found here)."""
+        needs = self.source.schema_changed(schema.name, None, before=schema)
+        if needs:
+            repair_requests.request(self.store, self.source.name, needs)
+        return self.source.table_schema(schema.name)
+
     def _chunks(self, lease: Lease) -> TableProgress:
         schema = self.source.table_schema(self.table)
         record = self.store.get(self.progress_path)
@@ -361,7 +371,7 @@ class TableDump:
         self.store.fenced_put(lease, self.progress_path, asdict(progress))  # before LW: whoever runs next closes it
         self.source.write_watermark(self.slot, plan.lw)
         # Columns added before LW are read; a write of one inside the window drops the row anyway.
-        schema = self.source.table_schema(schema.name, refresh=True)
+        schema = self._schema_after_lw(schema)
         reads = self._read(schema, keys, plan)
         crash_point("dump.after_staging")
         self.source.write_watermark(self.slot, plan.hw)

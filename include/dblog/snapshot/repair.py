@@ -24,9 +24,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..coordination import repair_requests, unlogged, watermark_index
 from ..coordination import store as paths
-from ..coordination import unlogged, watermark_index
 from ..coordination.checkpoint import checkpoint_position
+from ..coordination.repair_requests import REQUEST_KEYS, TABLE_ABOVE
 from ..coordination.store import StateStore
 from ..model.events import RepairNeed
 from ..model.rules import may_restore
@@ -61,12 +62,6 @@ class RepairRequest:
     kind: str = "keys"
 
 
-# Key lists travel through ZooKeeper nodes (1 MB at most): requests and repair dumps stay small,
-# and a table with more keys to repair than TABLE_ABOVE gets a full dump instead.
-REQUEST_KEYS = 2_000
-TABLE_ABOVE = 50_000
-
-
 def coalesce(needs: Iterable[RepairNeed]) -> list[RepairNeed]:
     """One need per table and kind: a client writing partial images all the time makes one
     request per flush, not one per rows event. A whole-table need keeps the newest position
@@ -85,25 +80,6 @@ def coalesce(needs: Iterable[RepairNeed]) -> list[RepairNeed]:
     return [*keyed.values(), *whole.values()]
 
 
-def request(store: StateStore, source: str, needs: Iterable[RepairNeed]) -> int:
-    """Queue repairs; returns how many requests were written (a key list splits at REQUEST_KEYS)."""
-    written = 0
-    for need in needs:
-        keys = None if need.keys is None else [json.loads(encode_key(k)) for k in need.keys]
-        kind = "table" if keys is None else "keys"
-        for part in [None] if keys is None else _parts(keys, REQUEST_KEYS):
-            _append(store, source, need.table, need.reason, need.position, part, kind)
-            written += 1
-    return written
-
-
-def _append(store: StateStore, source: str, table: str, reason: str, position: str | None, keys: list | None,
-            kind: str) -> None:
-    store.append(f"{paths.repairs_path(source)}/req-", {
-        "table": table, "reason": reason, "position": position, "keys": keys, "kind": kind,
-        "requested_at": time.time()})
-
-
 def plan(need: RepairNeed) -> str:
     """What the repair of `need` does, as the capture's log says it."""
     if need.keys is not None:
@@ -115,10 +91,6 @@ def plan(need: RepairNeed) -> str:
 def _chunk_name(path: str) -> tuple[str, int]:
     name = ChunkFile.parse(path)
     return name.dump_id, name.number
-
-
-def _parts(keys: list, size: int) -> list[list]:
-    return [keys[i:i + size] for i in range(0, len(keys), size)]
 
 
 def pending(store: StateStore, source: str) -> list[RepairRequest]:
@@ -315,8 +287,9 @@ class Repairer:
             if age > STUCK_AFTER_S or orphan:
                 scope = self.store.get(paths.dump_path(self.source.name, dump_id)) or {}
                 for table in scope.get("tables", []):
-                    _append(self.store, self.source.name, table, scope.get("reason") or "repair", None,
-                            scope.get("keys"), "keys" if scope.get("keys") is not None else "table")
+                    repair_requests.append(self.store, self.source.name, table, scope.get("reason") or "repair",
+                                           None, scope.get("keys"),
+                                           "keys" if scope.get("keys") is not None else "table")
                 self.store.delete(paths.dump_path(self.source.name, dump_id), recursive=True)
             return []
         if status["state"] in (DONE, CANCELLED):
@@ -326,7 +299,27 @@ class Repairer:
                 return [self._run_dump(dump_id, resumed=True)]
             except DumpError as exc:  # its old worker still holds the lease: the next round
                 log.info("%s: %s", self.source.name, exc)
+            except (_Stopped, SourceUnavailable):
+                raise
+            except Exception:
+                if not self._drop_if_gone(dump_id, list(status["tables"])):
+                    raise
         return []
+
+    def _drop_if_gone(self, dump_id: str, tables: list[str]) -> bool:
+        """Drop a failing repair dump whose table is gone from the source (dropped, or renamed:
+        the new name is dumped by a repair of its own); whether it was dropped."""
+        gone = []
+        for table in tables:
+            try:
+                self.source.table_schema(table, refresh=True)
+            except UnknownTable:
+                gone.append(table)
+        if not gone:
+            return False
+        log.warning("%s: %s no longer exists; repair dump %s is dropped", self.source.name, ", ".join(gone), dump_id)
+        self.store.delete(paths.dump_path(self.source.name, dump_id), recursive=True)
+        return True
 
     def _repair(self, table: str, requests: list[RepairRequest]) -> list[str]:
         """Dumps for one table's requests; the requests are deleted once their dumps exist (a
@@ -348,7 +341,7 @@ class Repairer:
             if whole:
                 todo.append((f"{last}-t", None, reasons))
             else:
-                todo += [(f"{last}-{i}", part, reasons) for i, part in enumerate(_parts(keys, REQUEST_KEYS))]
+                todo += [(f"{last}-{i}", part, reasons) for i, part in enumerate(repair_requests.parts(keys, REQUEST_KEYS))]
         if gone:
             # The newest the merge has passed: one removal serves every write up to it. Under a
             # steady stream of such writes the newest keeps moving, and waiting for it would hold
@@ -357,7 +350,7 @@ class Repairer:
             at = self._newest_merged(table, by_position)
             if at is not None:  # else the merge has not passed the first write yet
                 found = self._gone_keys(table)
-                parts = _parts(found, REQUEST_KEYS)
+                parts = repair_requests.parts(found, REQUEST_KEYS)
                 why = f"{len(found)} warehouse key(s) the source no longer has, after: {at.reason}"
                 # Named by content: a later round (the next parts) or a repeat finds its own dump.
                 todo += [(f"{at.node}-g{hashlib.sha1(json.dumps(part).encode()).hexdigest()[:10]}", part, why)
@@ -372,8 +365,8 @@ class Repairer:
             dump_ids.append(dump_id)
         if tables:  # then find what it deleted, once the merge has passed it
             newest = max(tables, key=lambda r: r.position or "")
-            _append(self.store, self.source.name, table, newest.reason, newest.position or self._checkpoint(), None,
-                    "gone")
+            repair_requests.append(self.store, self.source.name, table, newest.reason,
+                                   newest.position or self._checkpoint(), None, "gone")
         self._drop(handled)
         out = []
         for dump_id in dump_ids:

@@ -11,7 +11,7 @@ import abc
 import copy
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -21,6 +21,7 @@ import pyarrow as pa
 from ..errors import DBLogError, TransientError
 from ..model.events import ChangeEvent, RepairNeed
 from ..model.schema import Column, TableSchema
+from ..model.schema_changes import diff
 from ..model.staged_format import POSITION, rows_table
 from .native import NativeReads, NativeUnfit
 
@@ -31,6 +32,10 @@ WATERMARK_TABLE = f"{WATERMARK_SCHEMA}.watermarks"
 DEPLOYMENT_SEPARATOR = ":"
 
 log = logging.getLogger("dblog.source")
+
+
+def no_baseline(table: str) -> TableSchema | None:
+    return None
 
 
 def split_watermark_id(row_id: str) -> tuple[str | None, str]:
@@ -195,6 +200,9 @@ class Source(abc.ABC):
         self._lock = threading.Lock()
         self._schemas: dict[str, TableSchema] = {}
         self._known: dict[str, frozenset[str]] = {}  # table -> its columns, excluded ones included
+        # The schema a table was last staged with, when this process has not read it yet (the
+        # capture sets it to the staged log's): a change made while the capture was down is found.
+        self.baseline: Callable[[str], TableSchema | None] = no_baseline
         # Columns (personal data, say) that never reach the staged log: "schema.table" -> names.
         self.exclude: dict[str, frozenset[str]] = {}
         # Which deployment's watermarks this source writes and stages (config.deployment_id);
@@ -217,7 +225,8 @@ class Source(abc.ABC):
         """A source travels to Spark executors (a dump's split reads) without its connection,
         lock and caches: each process connects for itself."""
         state = dict(self.__dict__)
-        state.update(_conn=None, _lock=None, _schemas={}, _known={}, _native=None, _told=set(), fallbacks=0)
+        state.update(_conn=None, _lock=None, _schemas={}, _known={}, _native=None, _told=set(), fallbacks=0,
+                     baseline=no_baseline)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -312,6 +321,40 @@ class Source(abc.ABC):
         if not self._known[schema.name].issuperset(names):
             schema = self.table_schema(table, refresh=True)
         return schema
+
+    def schema_changed(self, table: str, position: str | None, before: TableSchema | None = None) -> list[RepairNeed]:
+        """After DDL (or a new Relation): the table read again from the catalog and compared with
+        the schema it had (`before`, else this process's, else the staged log's). The change is
+        logged; a change that rewrote existing rows without row events needs a whole-table repair."""
+        before = before or self._schemas.get(table) or self.baseline(table)
+        try:
+            after = self.table_schema(table, refresh=True)
+        except UnknownTable:
+            self._schemas.pop(table, None)
+            return []
+        except NoPrimaryKey as exc:
+            log.warning("%s", exc)
+            return []
+        change = diff(before, after) if before is not None else None
+        if change is None or not change.any:
+            return []
+        why = change.rewrites_rows()
+        log.info("%s: the schema of %s changed at %s (%s)%s", self.name, table, position or "a dump window",
+                 change.describe(),
+                 "; its rows are re-read: " + "; ".join(why) if why else "")
+        return [RepairNeed(table, "schema change: " + "; ".join(why), position)] if why else []
+
+    def new_tables(self, tables: Iterable[str], position: str, why: str) -> list[RepairNeed]:
+        """Tables new to the capture (created, renamed): dumped whole unless DBLOG_AUTO_DUMP_NEW_TABLES is off."""
+        from ..settings import settings
+        tables = list(tables)
+        if settings().capture.auto_dump_new_tables == "off":
+            for t in tables:
+                log.warning("%s: %s is %s; DBLOG_AUTO_DUMP_NEW_TABLES is off, so its rows not in the log reach "
+                            "the warehouse only by a dump (dblog dump --source %s --table %s)", self.name, t, why,
+                            self.name, t)
+            return []
+        return [RepairNeed(t, f"{why} (DBLOG_AUTO_DUMP_NEW_TABLES)", position) for t in tables]
 
     # set-up and checks ---------------------------------------------------------------------------
     @abc.abstractmethod

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import random
 import re
 from collections.abc import Iterator
@@ -47,6 +48,8 @@ from .base import (
 )
 from .binlog_rows import fast_rows
 from .native import MySQLNative, NativeReads
+
+log = logging.getLogger("dblog.source")
 
 _INTS = {"tinyint", "smallint", "mediumint", "int", "integer", "year"}
 _BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
@@ -123,6 +126,13 @@ def arrow_type(data_type: str, column_type: str, precision, scale) -> pa.DataTyp
     return pa.string()
 
 
+def _default(default: str | None, generated: str | None) -> str | None:
+    # MariaDB spells a NULL default as the text NULL (MySQL as SQL NULL).
+    if generated:
+        return f"generated: {generated}"
+    return None if default is None or default.upper() == "NULL" else default
+
+
 class MySQLSource(Source):
     kind = "mysql"
     dialect = MySQLDialect()
@@ -188,10 +198,11 @@ class MySQLSource(Source):
 
     def _catalog_columns(self, schema_name: str, name: str) -> list[Column]:
         cols = self._run(
-            "SELECT column_name, data_type, column_type, numeric_precision, numeric_scale "
-            "FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
-            "ORDER BY ordinal_position", [schema_name, name])
-        return [Column(c[0], c[2], arrow_type(c[1].lower(), c[2].lower(), c[3], c[4])) for c in cols]
+            "SELECT column_name, data_type, column_type, numeric_precision, numeric_scale, is_nullable, "
+            "column_default, generation_expression FROM information_schema.columns WHERE table_schema = %s "
+            "AND table_name = %s ORDER BY ordinal_position", [schema_name, name])
+        return [Column(c[0], c[2], arrow_type(c[1].lower(), c[2].lower(), c[3], c[4]), c[5] == "YES",
+                       _default(c[6], c[7])) for c in cols]
 
     def _catalog_key(self, schema_name: str, name: str) -> list[str]:
         return [r[0] for r in self._run(
@@ -351,9 +362,9 @@ class MySQLSource(Source):
                     needs.extend(self._statement_writes(reader.log_file, ev, captured))
                     continue
                 if isinstance(ev, QueryEvent) and ev.query.strip().upper() != "COMMIT":
-                    captured = self._captured_after(ev.query, captured)
-                    needs.extend(self._statement_writes(reader.log_file, ev, captured))
-                    if needs and not pending and strip_sql_comments(ev.query).strip().upper().startswith("TRUNCATE"):
+                    captured, changed = self._after_ddl(reader.log_file, ev, captured)
+                    needs.extend(changed + self._statement_writes(reader.log_file, ev, captured))
+                    if needs and not pending and _DDL_OR_TRUNCATE.match(strip_sql_comments(ev.query).strip()):
                         # DDL commits by itself (no XID follows): hand the repair over now.
                         yield Transaction([], {"log_file": reader.log_file, "log_pos": ev.packet.log_pos},
                                           dt.datetime.fromtimestamp(ev.timestamp, dt.UTC), needs)
@@ -404,12 +415,24 @@ class MySQLSource(Source):
                 f"{_COMPRESSION_FIX}, then reset the capture checkpoint (`dblog capture --reset`) and run a full "
                 "dump of every table, since the changes in compressed events are not in the staged log.")
 
-    def _captured_after(self, query: str, captured: list[str]) -> list[str]:
-        """The captured tables once `query` ran: DDL may have added, dropped or changed some."""
-        if query.strip().upper().startswith(("ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE")):
-            self._schemas.clear()  # re-read the catalog on the next event
-            return self.tables()
-        return captured
+    def _after_ddl(self, log_file: str, ev, captured: list[str]) -> tuple[list[str], list[RepairNeed]]:
+        """The captured tables once the statement `ev` ran, and the repairs its schema changes need:
+        DDL may have added, dropped, renamed or changed tables (see dblog.model.schema_changes)."""
+        query = strip_sql_comments(ev.query).strip()
+        if not _SCHEMA_DDL.match(query):
+            return captured, []
+        position = encode_position(binlog_file_index(log_file), ev.packet.log_pos, 0)
+        now = self.tables()
+        named = {t for t in {*captured, *now} if _names(query, t.partition(".")[2])}
+        needs = [n for t in sorted(named & set(captured) & set(now)) for n in self.schema_changed(t, position)]
+        renamed = sorted(named & set(now)) if _TABLE_RENAME.search(query) else []
+        fresh = sorted({t for t in now if t not in captured} | set(renamed))
+        needs += self.new_tables(fresh, position, "new in the captured database (created or renamed)")
+        for t in named - set(now):
+            self._schemas.pop(t, None)
+            log.info("%s: %s is gone from the source (dropped or renamed away); its warehouse table stays as last "
+                     "merged (`dblog warehouse drop` removes it)", self.name, t)
+        return now, needs
 
     @staticmethod
     def _commit(log_file: str, ev, pending: list[ChangeEvent], needs: list[RepairNeed]) -> Transaction:
@@ -505,6 +528,17 @@ _COMPRESSED = {40: "a MySQL transaction payload", 165: "a compressed MariaDB que
                170: "compressed MariaDB rows", 171: "compressed MariaDB rows"}
 _COMPRESSION_FIX = ("turn binlog compression off (MariaDB: SET GLOBAL log_bin_compress=OFF and in the server's "
                     "options; MySQL: binlog_transaction_compression=OFF)")
+
+_SCHEMA_DDL = re.compile(r"^(ALTER|CREATE|DROP|RENAME)\b", re.I)
+_DDL_OR_TRUNCATE = re.compile(r"^(ALTER|CREATE|DROP|RENAME|TRUNCATE)\b", re.I)
+# A table renamed (RENAME TABLE a TO b; ALTER TABLE a RENAME [TO|AS] b), not a column, index or key.
+_TABLE_RENAME = re.compile(r"\bRENAME\s+(?!(?:COLUMN|INDEX|KEY)\b)", re.I)
+
+
+def _names(query: str, table: str) -> bool:
+    """Whether `query` names `table` (bare or quoted, qualified or not)."""
+    return re.search(rf"(?<![\w$]){re.escape(table)}(?![\w$])", query, re.I) is not None
+
 
 _CONTROL = re.compile(r"^(BEGIN|COMMIT|ROLLBACK|XA|SAVEPOINT|RELEASE|START\s+TRANSACTION)\b", re.I)
 _DDL = re.compile(r"^(ALTER|CREATE|DROP|RENAME|GRANT|REVOKE|FLUSH|ANALYZE|OPTIMIZE|REPAIR|CHECK|SET|USE)\b", re.I)

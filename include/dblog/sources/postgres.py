@@ -116,6 +116,7 @@ class PostgresSource(Source):
         self._repl = self._repl_cursor = None
         self._streams: StreamedTransactions | None = None   # of the stream being read
         self._relation_schemas: dict[int, tuple[Relation, str, TableSchema]] = {}   # oid -> see _event
+        self._start_tables: set[str] = set()
         self._positions: tuple[Begin | None, Callable[[int], str]] = (None, str)    # of the last transaction seen
 
     # -- plain SQL ------------------------------------------------------------------------------
@@ -180,9 +181,11 @@ class PostgresSource(Source):
 
     def _catalog_columns(self, schema_name: str, name: str) -> list[Column]:
         cols = self._run(
-            "SELECT column_name, data_type, numeric_precision, numeric_scale FROM information_schema.columns "
+            "SELECT column_name, data_type, numeric_precision, numeric_scale, is_nullable, column_default, "
+            "generation_expression, is_identity FROM information_schema.columns "
             "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position", [schema_name, name])
-        return [Column(c[0], c[1], arrow_type(c[1], c[2], c[3])) for c in cols]
+        return [Column(c[0], c[1], arrow_type(c[1], c[2], c[3]), c[4] == "YES",
+                       f"generated: {c[6]}" if c[6] else "identity" if c[7] == "YES" else c[5]) for c in cols]
 
     def _catalog_key(self, schema_name: str, name: str) -> list[str]:
         # Real primary keys from pg_index: under REPLICA IDENTITY FULL pgoutput flags every column.
@@ -415,6 +418,7 @@ class PostgresSource(Source):
         conn, cur = self._start_replication(start)  # SlotInUse while another consumer holds the slot
         self._repl, self._repl_cursor = conn, cur
         decoder, index, piece_rows = Decoder(), 0, settings().capture.piece_rows
+        self._start_tables = set(self.tables())   # a table not among them is new (`_relation_changed`)
         pending: list[ChangeEvent] = []
         needs: list[RepairNeed] = []
         begin: Begin | None = None
@@ -539,6 +543,8 @@ class PostgresSource(Source):
                               "transaction; it has no position, so it is not staged")
         if isinstance(item, RowChange):
             if item.relation.namespace == self.schema:
+                if self._relation_schemas.get(item.relation.oid, (None,))[0] is not item.relation:
+                    needs.extend(self._relation_changed(item.relation, postgres_encode(begin.final_lsn, index)))
                 pending.append(self._event(item, begin, index))
             elif item.relation.namespace == WATERMARK_SCHEMA:
                 pending.extend(self.own_watermarks([self._event(item, begin, index)]))
@@ -549,12 +555,29 @@ class PostgresSource(Source):
             needs.extend(RepairNeed(r.qualified, "TRUNCATE (no row events in the log)", position)
                          for r in item.relations if r.namespace == self.schema)
 
+    def _relation_changed(self, rel: Relation, position: str) -> list[RepairNeed]:
+        """A Relation message: pgoutput sends one before a table's first row in a session and after
+        its schema changed (so a change to a quiet table is seen at its next row change). The
+        repairs the change needs (see dblog.model.schema_changes), and the table's schema cached."""
+        cached = self._relation_schemas.get(rel.oid)
+        if cached is not None and cached[1] != rel.qualified:
+            needs = self.new_tables([rel.qualified], position, f"renamed from {cached[1]}")
+            self.table_schema(rel.qualified, refresh=True)
+        elif cached is None and rel.qualified not in self._start_tables:
+            needs = self.new_tables([rel.qualified], position, "new in the captured schema")
+            self.table_schema(rel.qualified, refresh=True)
+        else:
+            needs = self.schema_changed(rel.qualified, position, cached[2] if cached is not None else None)
+        self._relation_schemas[rel.oid] = (rel, rel.qualified,
+                                           self.schema_for_event(rel.qualified, [c.name for c in rel.columns]))
+        return needs
+
     def _event(self, change: RowChange, begin: Begin, index: int) -> ChangeEvent:
         # A row has its relation's columns, and a changed table comes with a new Relation message
-        # before its next row: one schema check per Relation, not per row.
+        # before its next row: one schema check per Relation (`_relation_changed`), not per row.
         rel = change.relation
         cached = self._relation_schemas.get(rel.oid)
-        if cached is None or cached[0] is not rel:
+        if cached is None or cached[0] is not rel:   # the watermark table
             cached = self._relation_schemas[rel.oid] = (
                 rel, rel.qualified, self.schema_for_event(rel.qualified, [c.name for c in rel.columns]))
         _, table, schema = cached

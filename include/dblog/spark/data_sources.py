@@ -30,14 +30,43 @@ BATCH_ROWS = 65536
 _registered: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # session -> names registered
 
 
-def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+def conform(batch: pa.RecordBatch, target: pa.Schema, names: dict[str, str] | None = None) -> pa.RecordBatch:
     """The batch with exactly the declared columns and types: Spark refuses a batch whose Arrow
     schema differs at all (`large_string` for `string`, another time zone name), and a column a
-    file lacks is null."""
+    file lacks is null. `names`: the batch's column for each declared one (default: the same name)."""
     have = set(batch.schema.names)
-    arrays = [batch.column(f.name).cast(f.type) if f.name in have else pa.nulls(batch.num_rows, f.type)
-              for f in target]
+    source = names if names is not None else {f.name: f.name for f in target if f.name in have}
+    arrays = [_cast(batch.column(source[f.name]), f.type) if source.get(f.name) in have
+              else pa.nulls(batch.num_rows, f.type) for f in target]
     return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+FIELD_ID = "parquet.field.id"          # a Spark field's Iceberg field id (Spark's own metadata key)
+_ARROW_FIELD_ID = b"PARQUET:field_id"   # the same in a Parquet file's Arrow schema
+
+
+def field_ids(schema_ipc: bytes) -> dict[str, int]:
+    """Top-level field ids by name of an Arrow schema with Iceberg ids (`Pending.schema_ipc`)."""
+    schema = pa.ipc.read_schema(pa.py_buffer(schema_ipc))
+    return {f.name: int(f.metadata[_ARROW_FIELD_ID]) for f in schema if f.metadata and _ARROW_FIELD_ID in f.metadata}
+
+
+def _columns_by_id(file_schema: pa.Schema, wanted: StructType) -> dict[str, str] | None:
+    """Requested name -> the file's column holding that field id (None: the request has no ids)."""
+    ids = {f.name: f.metadata.get(FIELD_ID) for f in wanted.fields if f.metadata and FIELD_ID in f.metadata}
+    if not ids:
+        return None
+    by_id = {int(f.metadata[_ARROW_FIELD_ID]): f.name for f in file_schema
+             if f.metadata and _ARROW_FIELD_ID in f.metadata}
+    return {name: by_id[i] for name, i in ids.items() if i in by_id}
+
+
+def _cast(column: pa.Array, to: pa.DataType) -> pa.Array:
+    """`column` as `to`; null where an older file's values cannot be (a type conversion: see `footer_schema`)."""
+    try:
+        return column.cast(to)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return pa.nulls(len(column), to)
 
 
 def spark_schema(arrow: pa.Schema) -> StructType:
@@ -80,10 +109,11 @@ class ParquetReader(DataSourceReader):
         target = to_arrow_schema(self.schema, timezone="UTC")
         for uri in partition.value or []:
             f = open_file(uri)
-            have = set(f.schema_arrow.names)
-            present = [n for n in target.names if n in have]
+            by_id = _columns_by_id(f.schema_arrow, self.schema)   # a table's data files: by field id
+            names = by_id if by_id is not None else {n: n for n in target.names if n in f.schema_arrow.names}
+            present = list(dict.fromkeys(names.values()))
             for batch in f.iter_batches(BATCH_ROWS, columns=present):
-                yield conform(batch, target)
+                yield conform(batch, target, names)
 
 
 def open_file(uri: str) -> pq.ParquetFile:
@@ -94,10 +124,18 @@ def open_file(uri: str) -> pq.ParquetFile:
 
 
 def footer_schema(uris: list[str]) -> pa.Schema:
-    """The union of the files' schemas (first file's column order, then new columns), footers only."""
+    """The union of the files' schemas (first file's column order, then new columns), footers only.
+    A column whose type changed to one the older cannot be promoted to takes the last file's type
+    (files are given in log order): older files' values are cast where they can be, else null
+    (`conform`); the type conversion's repair re-reads every row after it anyway."""
     with ThreadPoolExecutor(8) as pool:   # a GET each on an object store
         schemas = list(pool.map(lambda uri: open_file(uri).schema_arrow, uris))
-    return pa.unify_schemas(schemas, promote_options="permissive")
+    try:
+        return pa.unify_schemas(schemas, promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        newest = {f.name: f for s in schemas for f in s}   # the last file's type of each column wins
+        names = list(dict.fromkeys(f.name for s in schemas for f in s))
+        return pa.schema([newest[n] for n in names], metadata=schemas[-1].metadata)
 
 
 def read_files(spark: SparkSession, uris: list[str], schema: StructType | None = None) -> DataFrame:
@@ -108,7 +146,12 @@ def read_files(spark: SparkSession, uris: list[str], schema: StructType | None =
         raise ValueError("read_files: no file to read")
     if all(is_local(u) and parse_member(u) is None for u in uris):   # Spark's own reader: about twice as fast
         reader = spark.read.schema(schema) if schema is not None else spark.read.option("mergeSchema", "true")
-        return reader.parquet(*uris)
+        try:
+            return reader.parquet(*uris)
+        except Exception as exc:   # py4j's error, raised while the schemas are merged (not lazily)
+            if schema is not None or "CANNOT_MERGE_SCHEMAS" not in str(exc):
+                raise
+            # A column's type changed between files (a source type conversion): `footer_schema`.
     return read_with_source(spark, uris, schema)
 
 

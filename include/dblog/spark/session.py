@@ -15,6 +15,9 @@ SETTINGS = {
     "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
+    # The merge reads a table's data files by Iceberg field id, as Iceberg readers do: a renamed
+    # column keeps its values, a replaced or re-added one does not take the old values back.
+    "spark.sql.parquet.fieldId.read.enabled": "true",
 }
 
 # A session that runs for hours keeps less history: Spark's UI state grows with every query.

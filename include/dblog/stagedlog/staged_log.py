@@ -45,6 +45,7 @@ from ..model.staged_format import (
     hidden_segments,
     is_staged,
     log_table,
+    table_schema_of,
     temporary_name,
 )
 from . import shared_segments
@@ -318,6 +319,19 @@ class StagedLog:
                     and (high is None or name.first <= high):
                 out.append(path)
         return sorted(out, key=lambda p: (names[p].first, names[p].last))   # own files and members in log order
+
+    def last_schema(self, source: str, table: str) -> TableSchema | None:
+        """The schema the table was last staged with: its newest segment's, else its newest dump's
+        last chunk's; None when nothing of it is staged."""
+        try:
+            found = self.segments(source, table)
+            if found:
+                return table_schema_of(self.segment_file(found[-1]).schema_arrow)
+            dumps = self.chunk_dumps(source, table)
+            chunks = self.chunk_files(source, table, dumps[-1]) if dumps else []
+            return table_schema_of(pq.read_schema(chunks[-1], filesystem=self.fs)) if chunks else None
+        except FileNotFoundError:   # removed since listed: no baseline, as for a table never staged
+            return None
 
     def read_log(self, source: str, table: str, low: str | None = None, high: str | None = None) -> pa.Table:
         """The table's staged events with low <= position <= high, sorted, each position once."""

@@ -147,8 +147,7 @@ class Warehouse:
                                   "re-run the merge")
             tx = MergeTransaction(t)
             if T.needs_evolution(t.schema(), columns):
-                with tx.update_schema() as update:
-                    T.evolve(update, t.schema(), columns)
+                T.evolve(tx, t.schema(), columns)
         metadata = tx.table_metadata
         schema_ipc = schema_to_pyarrow(metadata.schema(), include_field_ids=True).serialize().to_pybytes()
         pending = Pending(tx, metadata.location.rstrip("/"), schema_ipc)

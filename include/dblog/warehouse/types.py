@@ -28,6 +28,7 @@ from pyiceberg.types import (
 )
 
 from ..errors import WarehouseError
+from ..model.schema_changes import widens
 
 # A live row's columns whose value nothing proved yet (null meanwhile; a repair re-reads the row).
 MISSING = "_dblog_missing"
@@ -82,17 +83,27 @@ def data_columns(table_schema: Schema) -> list[tuple[str, str]]:
 
 
 def needs_evolution(table_schema: Schema, columns: list[tuple[str, str]]) -> bool:
-    have = {f.name: f.field_type for f in table_schema.fields}
-    return any(have.get(name) != iceberg_type(t) for name, t in columns)
+    have = {name: iceberg_type(t) for name, t in data_columns(table_schema)}
+    return have != {name: iceberg_type(t) for name, t in columns}
 
 
-def evolve(update, table_schema: Schema, columns: list[tuple[str, str]]) -> None:
-    """Stage on `update` (a pyiceberg UpdateSchema) the columns new in `columns` and the type
-    widenings (int -> long, float -> double; the merge decided they are widenings)."""
-    have = {f.name: f.field_type for f in table_schema.fields}
-    for name, t in columns:
-        wanted = iceberg_type(t)
-        if name not in have:
-            update.add_column((name,), wanted)   # a tuple: a name with a dot is one column
-        elif have[name] != wanted:
-            update.update_column((name,), wanted)
+def evolve(tx, table_schema: Schema, columns: list[tuple[str, str]]) -> None:
+    """Stage on the transaction `tx` the table's data columns becoming `columns` (the merge
+    decided them): new ones added, gone ones dropped, a type Iceberg can promote (int -> long,
+    float -> double, a decimal's precision) widened in place, any other type change a new field
+    of the same name (so no reader takes the old values for the new type: files are read by id)."""
+    have = dict(data_columns(table_schema))
+    wanted = dict(columns)
+    replaced = [n for n, t in columns if n in have and t != have[n] and not widens(have[n], t)]
+    with tx.update_schema() as update:
+        for name in [n for n in have if n not in wanted] + replaced:
+            update.delete_column((name,))   # a tuple: a name with a dot is one column
+        for name, t in columns:
+            if name not in have:
+                update.add_column((name,), iceberg_type(t))
+            elif name not in replaced and t != have[name]:
+                update.update_column((name,), iceberg_type(t))
+    if replaced:   # a second update: one cannot drop and add the same name
+        with tx.update_schema() as update:
+            for name in replaced:
+                update.add_column((name,), iceberg_type(wanted[name]))

@@ -97,7 +97,8 @@ class CaptureOperator(BaseOperator):
                       "longest read stall %.2fs", source.name, stats.events, stats.transactions, stats.segments,
                       after.describe(), stats.max_lag_s, stats.max_stall_s)
         if stats.repairs:
-            self.log.warning("%s: %d repair request(s) this slice (partial row images or statement-logged writes); "
+            self.log.warning("%s: %d repair request(s) this slice (partial row images, statement-logged writes, "
+                             "schema changes, new tables); "
                              "see the warnings above and `dblog status`", source.name, stats.repairs)
         return {"leader": True, **vars(stats), "lag_s": after.lag_s, "position": after.readable_position}
 

@@ -1,0 +1,107 @@
+"""Schema churn with no drift and no hand work: each change the warehouse follows, and a change
+that rewrote existing rows without row events re-reads the table by itself (a repair dump)."""
+import threading
+
+from test_merge_converges import merge
+from test_repairs import assert_equal, repairs_done, start_capture
+
+from conftest import settle, wait_for
+
+
+def ddl(src, table: str, change: str) -> str:
+    """One schema change, as each server spells it."""
+    mysql = src.kind == "mariadb"
+    return f"ALTER TABLE {table} " + {
+        "add_default": "ADD COLUMN tier VARCHAR(8) DEFAULT 'gold'",
+        "add_not_null": "ADD COLUMN flag INT NOT NULL DEFAULT 1",
+        "add_nullable": "ADD COLUMN spare VARCHAR(8)",
+        "rename": "RENAME COLUMN body TO remark",
+        "convert": "MODIFY qty VARCHAR(20)" if mysql else "ALTER COLUMN qty TYPE VARCHAR(20)",
+        "widen": "MODIFY d BIGINT DEFAULT 7" if mysql else "ALTER COLUMN d TYPE BIGINT",
+        "drop": "DROP COLUMN spare",
+    }[change]
+
+
+class Writer(threading.Thread):
+    """Updates and inserts through every change, with statements valid before and after each."""
+
+    def __init__(self, src, table: str):
+        super().__init__(daemon=True)
+        self.src, self.table, self.stop, self.writes = src, table, threading.Event(), 0
+
+    def run(self) -> None:
+        i = 0
+        while not self.stop.is_set():
+            i += 1
+            self.src.sql(f"UPDATE {self.table} SET d = d + 1 WHERE id = %s", params=[i % 150 + 1])
+            if i % 5 == 0:
+                self.src.sql(f"INSERT INTO {self.table} (id, d) VALUES (%s, %s)", params=[1000 + i, i])
+            self.writes += 1
+
+
+def make_items(src, rows: int) -> str:
+    t = src.table("items")
+    src.sql(f"CREATE TABLE {t} (id BIGINT PRIMARY KEY, qty INT, body VARCHAR(40), d INT DEFAULT 7)")
+    src.sql(f"INSERT INTO {t} (id, qty, body) " + (
+        f"SELECT seq, seq, CONCAT('body ', seq) FROM {t.rpartition('.')[0]}.seq_1_to_{rows}" if src.kind == "mariadb" else
+        f"SELECT g, g, 'body ' || g FROM generate_series(1, {rows}) g"))
+    return t
+
+
+def test_every_schema_change_under_writes_ends_with_the_warehouse_equal_to_the_source_and_no_manual_step(
+        src, spark, warehouse):
+    table = make_items(src, rows=300)
+    capture = start_capture(src, warehouse)
+    src.dblog("dump", "--source", src.source_id, "--table", "items", check=True)
+    settle(src)
+    merge(spark, src, warehouse, tables=[table])
+    writer = Writer(src, table)
+    writer.start()
+    for change in ("add_default", "add_not_null", "add_nullable", "rename", "convert", "widen", "drop"):
+        src.sql(ddl(src, table, change))
+        wait_for(lambda n=writer.writes: writer.writes > n + 3, 30, what="writes after the change")
+        merge(spark, src, warehouse, tables=[table])   # merges run between the changes, as in production
+    writer.stop.set()
+    writer.join()
+    # Rows changed without row events (the default, NOT NULL, rename, conversion) are re-read by
+    # the repairs the capture asked for by itself.
+    wait_for(lambda: repairs_done(src), 180, what="the schema changes' repair dumps")
+    settle(src)
+    merge(spark, src, warehouse, tables=[table])
+    assert_equal(src, warehouse, table)
+    t = warehouse.load(src.source_id, table)
+    fields = {f.name: str(f.field_type) for f in t.schema().fields}
+    assert {"tier", "flag", "remark"} <= set(fields) and not {"body", "spare"} & set(fields), fields
+    assert fields["qty"] == "string" and fields["d"] == "long"
+    # The column dropped from the current schema is still in older snapshots.
+    first = t.snapshots()[0]
+    assert "body" in {f.name for f in t.schemas()[t.snapshot_by_id(first.snapshot_id).schema_id].fields}
+    capture.terminate()
+    capture.wait()
+    log = capture.stderr.read()
+    assert f"the schema of {table} changed" in log and "converted from" in log, log[-3000:]
+
+
+def test_a_table_created_or_renamed_while_the_capture_runs_is_dumped_by_itself(src, spark, warehouse):
+    capture = start_capture(src, warehouse)
+    settle(src)   # the capture is streaming: the tables below are created after it started
+    created, old, renamed = src.table("created"), src.table("before_rename"), src.table("renamed")
+    src.sql(f"CREATE TABLE {old} (id INT PRIMARY KEY, v VARCHAR(10))")
+    src.sql(f"INSERT INTO {old} VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    src.sql(f"CREATE TABLE {created} (id INT PRIMARY KEY, v VARCHAR(10))", f"INSERT INTO {created} VALUES (1, 'x')")
+    settle(src)
+    # Its rows are in no log under the new name.
+    src.sql(f"ALTER TABLE {old} RENAME TO {renamed if src.kind == 'mariadb' else renamed.rpartition('.')[2]}")
+    src.sql(f"UPDATE {renamed} SET v = 'B' WHERE id = 2")
+    try:
+        wait_for(lambda: repairs_done(src, at_least=2), 120, what="the new tables' dumps")
+    except AssertionError:
+        capture.terminate()
+        raise AssertionError(capture.stderr.read()[-5000:]) from None
+    settle(src)
+    merge(spark, src, warehouse, tables=[created, renamed])
+    assert_equal(src, warehouse, created)
+    assert_equal(src, warehouse, renamed)
+    capture.terminate()
+    capture.wait()
+    assert "DBLOG_AUTO_DUMP_NEW_TABLES" in capture.stderr.read()

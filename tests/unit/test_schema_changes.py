@@ -1,0 +1,75 @@
+"""Which schema changes rewrite a table's existing rows without row events (so the table is re-read)."""
+import pyarrow as pa
+import pytest
+
+from dblog.model.schema import Column, TableSchema
+from dblog.model.schema_changes import diff, widens
+
+ID = Column("id", "int(11)", pa.int64(), False)
+
+
+def table(*columns: Column, key=("id",)) -> TableSchema:
+    return TableSchema("shop.t", (ID, *columns), key)
+
+
+def col(name, source_type, arrow=None, nullable=True, default=None):
+    return Column(name, source_type, arrow or pa.string(), nullable, default)
+
+
+NOTE = col("note", "varchar(20)")
+QTY = col("qty", "int(11)", pa.int64())
+
+
+@pytest.mark.parametrize("before, after, rereads", [
+    (table(NOTE), table(NOTE, col("tier", "varchar(8)")), False),                          # nullable, no default
+    (table(NOTE), table(NOTE, col("tier", "varchar(8)", default="'gold'")), True),         # filled with a default
+    (table(NOTE), table(NOTE, col("tier", "int(11)", pa.int64(), nullable=False)), True),  # NOT NULL: zero-filled
+    (table(NOTE), table(NOTE, col("at", "timestamp", default="current_timestamp()")), True),
+    (table(NOTE), table(NOTE, col("twice", "int(11)", pa.int64(), default="generated: qty * 2")), True),
+    (table(NOTE, QTY), table(QTY), False),                                                 # a drop
+    (table(NOTE), table(col("remark", "varchar(20)")), True),                              # a rename
+    (table(QTY), table(col("qty", "bigint(20)", pa.int64())), False),                      # INT -> BIGINT
+    (table(col("qty", "bigint(20)", pa.int64())), table(QTY), True),                       # BIGINT -> INT: clamped
+    (table(NOTE), table(col("note", "varchar(40)")), False),                               # VARCHAR(n) -> (m > n)
+    (table(NOTE), table(col("note", "varchar(5)")), True),                                 # truncated
+    (table(NOTE), table(col("note", "text")), False),
+    (table(NOTE), table(col("note", "char(20)")), True),                                   # CHAR strips spaces
+    (table(col("p", "decimal(10,2)", pa.decimal128(10, 2))),
+     table(col("p", "decimal(12,2)", pa.decimal128(12, 2))), False),                       # precision up
+    (table(col("p", "decimal(10,2)", pa.decimal128(10, 2))),
+     table(col("p", "decimal(10,3)", pa.decimal128(10, 3))), True),                        # scale: a new field
+    (table(col("f", "float", pa.float64())), table(col("f", "double", pa.float64())), False),
+    (table(NOTE), table(col("note", "int(11)", pa.int64())), True),                        # VARCHAR -> INT
+    (table(QTY), table(col("qty", "varchar(20)")), True),                                  # INT -> VARCHAR
+    (table(NOTE), table(col("note", "varchar(20)", nullable=False)), True),                # NULLs may become ''
+    (table(col("note", "varchar(20)", nullable=False)), table(NOTE), False),
+    (table(NOTE), table(col("note", "varchar(20)", default="'x'")), False),                # a new default only
+    (table(NOTE), table(NOTE, key=("id", "note")), True),                                  # a new primary key
+])
+def test_a_change_asks_for_the_table_to_be_re_read_only_when_it_changed_existing_rows_values(before, after, rereads):
+    change = diff(before, after)
+    assert bool(change.rewrites_rows()) is rereads, change.describe()
+
+
+def test_a_staged_schema_s_unknown_nullability_is_no_change():
+    staged = table(col("note", "varchar(20)", nullable=None))
+    assert not diff(staged, table(col("note", "varchar(20)", nullable=False))).any
+    assert not diff(staged, table(NOTE)).any
+
+
+def test_the_reason_names_the_columns_and_what_happened():
+    why = diff(table(NOTE, QTY), table(col("remark", "varchar(20)"), col("qty", "varchar(9)"),
+                                       col("tier", "int(11)", pa.int64(), default="1"))).rewrites_rows()
+    text = "; ".join(why)
+    assert "tier added with default 1" in text and "note gone and remark" in text and \
+        "qty converted from int(11) to varchar(9)" in text
+
+
+@pytest.mark.parametrize("old, new, promotes", [
+    ("int", "bigint", True), ("int32", "int64", True), ("bigint", "int", False), ("float", "double", True),
+    ("decimal(10,2)", "decimal(12,2)", True), ("decimal128(10, 2)", "decimal128(12, 2)", True),
+    ("decimal(10,2)", "decimal(10,3)", False), ("string", "bigint", False), ("bigint", "string", False),
+    ("string", "string", True),
+])
+def test_the_warehouse_widens_in_place_only_what_iceberg_promotes(old, new, promotes):
+    assert widens(old, new) is promotes
