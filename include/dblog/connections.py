@@ -5,6 +5,9 @@ A source is a connection id. Its URI names the database family and what to captu
     mysql://user:password@host:port/database
     postgres://user:password@host:port/database?schema=public&slot=dblog_x&publication=dblog
 
+Both take `exclude=table.column,...` (columns never staged) and `key_columns=table.column,...`
+(the columns that identify a row of a table without a primary key or unique index).
+
 ZooKeeper is the `dblog_zookeeper` connection (`zookeeper://host:port[,host:port]/chroot`), the
 staged log root is `DBLOG_STAGING` (a path or any pyarrow filesystem URI), the warehouse root
 `DBLOG_WAREHOUSE` (a POSIX path). A missing one is an error that says what to set: guessing
@@ -166,21 +169,31 @@ def source_from_uri(conn_id: str, uri: str, deployment: str | None = None) -> So
     else:
         raise ConfigError(f"connection {conn_id}: unsupported scheme {parts.scheme!r}; use mysql:// or postgres://")
     src.exclude = excluded_columns(conn_id, query.get("exclude", ""), src.namespace)
+    src.key_columns = {t: tuple(cols) for t, cols in
+                       table_columns(conn_id, "key_columns", query.get("key_columns", ""), src.namespace).items()}
     src.deployment = deployment or deployment_id()
     return src
 
 
 def excluded_columns(conn_id: str, spec: str, namespace: str) -> dict[str, frozenset[str]]:
     """`exclude=accounts.note,accounts.ssn` (or schema.table.column): columns never staged."""
-    out: dict[str, set[str]] = {}
+    return {t: frozenset(c) for t, c in table_columns(conn_id, "exclude", spec, namespace).items()}
+
+
+def table_columns(conn_id: str, name: str, spec: str, namespace: str) -> dict[str, list[str]]:
+    """A list of table.column (or schema.table.column) items as each table's columns, in the
+    order given: `exclude`, and `key_columns=events.tenant_id,events.seq` (a table's key for a
+    table without a primary key, as Debezium's message.key.columns)."""
+    out: dict[str, list[str]] = {}
     for item in filter(None, (i.strip() for i in spec.split(","))):
         parts = item.split(".")
         if len(parts) not in (2, 3) or not all(parts):
-            raise ConfigError(f"connection {conn_id}: exclude item {item!r} is not table.column or "
+            raise ConfigError(f"connection {conn_id}: {name} item {item!r} is not table.column or "
                               "schema.table.column")
         table = ".".join(parts[:-1]) if len(parts) == 3 else f"{namespace}.{parts[0]}"
-        out.setdefault(table, set()).add(parts[-1])
-    return {t: frozenset(c) for t, c in out.items()}
+        if parts[-1] not in out.setdefault(table, []):
+            out[table].append(parts[-1])
+    return out
 
 
 def source(conn_id: str) -> Source:

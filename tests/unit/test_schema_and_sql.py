@@ -86,3 +86,22 @@ def test_a_key_bound_selects_exactly_the_keys_past_it_in_key_order(dialect):
             where, params = dialect.key_bound(("a", "b", "c"), op, bound)
             found = db.execute(f"SELECT a, b, c FROM t WHERE {where.replace('%s', '?')}", params).fetchall()
             assert sorted(found) == past, (op, bound, where)
+
+
+def test_the_key_of_a_table_without_a_primary_key_is_its_smallest_unique_index_on_not_null_columns():
+    from dblog.sources.base import first_unique_key
+    rows = [("uq_alias", "alias", "YES"), ("uq_code", "code", "NO"), ("uq_pair", "a", "NO"), ("uq_pair", "b", "NO")]
+    assert first_unique_key(rows) == ("uq_code", ["code"])
+    assert first_unique_key([r for r in rows if r[0] != "uq_code"]) == ("uq_pair", ["a", "b"])
+    assert first_unique_key([("uq_alias", "alias", "YES")]) == ("", [])
+
+
+def test_key_columns_name_each_table_s_key_in_order_and_a_malformed_item_is_refused():
+    import pytest
+
+    from dblog.connections import table_columns
+    from dblog.settings import ConfigError
+    assert table_columns("c", "key_columns", "events.tenant,events.seq,other.logs.id", "shop") == {
+        "shop.events": ["tenant", "seq"], "other.logs": ["id"]}
+    with pytest.raises(ConfigError, match="key_columns item 'events' is not table.column"):
+        table_columns("c", "key_columns", "events", "shop")

@@ -39,8 +39,12 @@ def cmd_status(args) -> int:
             kept = st["staged"]
             print(f"  staged log: {kept['files']} file(s), {size_text(kept['bytes'])}, oldest retained position "
                   f"{kept['oldest'] or '-'}")
+            keys: dict[str, str] = {}
             for d in st["dumps"]:
                 print(f"  dump {d['id']}: {d['state']}; {_dump_tables(d['tables'], args.tables)}")
+                keys.update({t: p["key"] for t, p in d["tables"].items() if p and p.get("key")})
+            for table, key in sorted(keys.items()):
+                print(f"  {table} has no primary key: rows are matched by its {key}")
             repairs = list(st["repairs"].items())
             for table, w in repairs if args.tables else repairs[:SHOWN]:
                 what = "every row" if w["whole_table"] else f"{w['keys']} key(s), e.g. {w['sample'][:5]}"

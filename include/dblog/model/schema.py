@@ -37,7 +37,8 @@ class Column:
 class TableSchema:
     name: str                    # "schema.table"
     columns: tuple[Column, ...]
-    key: tuple[str, ...]         # primary key columns, in key order
+    key: tuple[str, ...]         # the key columns rows are matched by, in key order
+    key_from: str = "primary key"   # or "unique index NAME", "key_columns" (`Source.table_schema`)
 
     @functools.cached_property
     def column_names(self) -> list[str]:

@@ -101,7 +101,8 @@ def table_view(table: str, progress: dict | None, merged: dict | None, control: 
             "eta_s": 0.0 if status == DONE else eta_seconds(p["rows"], p.get("estimated_rows"), rate,
                                                             control.get("chunk_size"), control.get("delay_s"),
                                                             control.get("parallelism")),
-            "dropped": (merged or {}).get("dropped"), "merged_rows": (merged or {}).get("rows")}
+            "dropped": (merged or {}).get("dropped"), "merged_rows": (merged or {}).get("rows"),
+            "key": p.get("key")}   # set when rows are matched by a unique index or key_columns
 
 
 def dump_view(status: dict, shown: int | None = None) -> dict:

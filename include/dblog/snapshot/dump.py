@@ -64,6 +64,8 @@ class TableProgress:
     recent_chunks: list = field(default_factory=list)  # [[rows, working seconds], ...] behind it
     window: dict | None = None                # the window in flight (`windows.WindowPlan.record`)
     fallback_chunks: int = 0                  # read by the Python driver after the native reader gave up
+    key: str | None = None                    # what rows are matched by, when not the primary key:
+                                              # "unique index NAME (a, b)" or "key_columns (a, b)"
 
     @classmethod
     def load(cls, record: dict, path: str) -> TableProgress:
@@ -305,6 +307,7 @@ class TableDump:
             progress.next_chunk = (progress.chunks if progress.next_chunk is None else progress.next_chunk) + 1
         self._choose_reader(progress)
         progress.status = RUNNING
+        progress.key = None if schema.key_from == "primary key" else f"{schema.key_from} ({', '.join(schema.key)})"
         progress.started_at = progress.started_at or time.time()
         self.store.fenced_put(lease, self.progress_path, asdict(progress))  # a successor sees RUNNING
         reconnect_for = settings().dump.reconnect_seconds  # then the dump fails; a re-run resumes

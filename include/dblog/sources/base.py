@@ -187,6 +187,18 @@ class Dialect:
         return sql, [v for k in keys for v in k]
 
 
+def first_unique_key(rows: Iterable[tuple[str, str, str]]) -> tuple[str, list[str]]:
+    """From (index, column, nullable 'YES'/'NO') rows in index and column order: the unique index
+    that can serve as a key (every column NOT NULL: NULLs are never equal), the one with the fewest
+    columns, then by name; ("", []) when none can."""
+    indexes: dict[str, list[tuple[str, str]]] = {}
+    for index, column, nullable in rows:
+        indexes.setdefault(index, []).append((column, nullable))
+    usable = sorted((len(cols), index) for index, cols in indexes.items()
+                    if all(column and nullable == "NO" for column, nullable in cols))
+    return (usable[0][1], [c for c, _ in indexes[usable[0][1]]]) if usable else ("", [])
+
+
 class Source(abc.ABC):
     """A captured database: its catalog, watermark writes, chunk reads and change stream."""
 
@@ -205,6 +217,7 @@ class Source(abc.ABC):
         self.baseline: Callable[[str], TableSchema | None] = no_baseline
         # Columns (personal data, say) that never reach the staged log: "schema.table" -> names.
         self.exclude: dict[str, frozenset[str]] = {}
+        self.key_columns: dict[str, tuple[str, ...]] = {}   # table -> the columns a user named as its key
         # Which deployment's watermarks this source writes and stages (config.deployment_id);
         # None: untagged, as before deployments were told apart (a source built by hand).
         self.deployment: str | None = None
@@ -300,20 +313,43 @@ class Source(abc.ABC):
         if not columns:
             raise UnknownTable(f"{self.name}: table {schema_name}.{name} does not exist, or user {self.user} "
                                f"may not read it. Known tables: {', '.join(self.tables()) or 'none'}.")
-        key = self._catalog_key(schema_name, name)
-        if not key:
-            raise NoPrimaryKey(f"{self.name}: table {schema_name}.{name} has no primary key; watermark "
-                               "chunks need one. Add a primary key or leave the table out of the dump.")
+        key, key_from = self._key(schema_name, name, columns)
         excluded = self.exclude.get(f"{schema_name}.{name}", frozenset())
         if excluded & set(key):
             raise SourceError(f"{self.name}: cannot exclude key column(s) {', '.join(sorted(excluded & set(key)))} "
                               f"of {schema_name}.{name}: rows are matched by their key. Fix the exclude list.")
         # Excluded columns are left out of the schema, so no SELECT, segment or chunk carries them.
         columns = [c for c in columns if c.name not in excluded]
-        schema = TableSchema(f"{schema_name}.{name}", tuple(columns), tuple(key))
+        schema = TableSchema(f"{schema_name}.{name}", tuple(columns), tuple(key), key_from)
         self._schemas[schema.name] = schema
         self._known[schema.name] = schema.column_set | excluded
         return schema
+
+    def _key(self, schema_name: str, name: str, columns: list[Column]) -> tuple[list[str], str]:
+        """The columns rows are matched by, and where they come from: the connection's
+        `key_columns` for the table, else its primary key, else its first NOT NULL unique index."""
+        table = f"{schema_name}.{name}"
+        chosen = self.key_columns.get(table)
+        if chosen:
+            unknown = [c for c in chosen if c not in {col.name for col in columns}]
+            if unknown:
+                raise SourceError(f"{self.name}: key_columns names {', '.join(unknown)}, which {table} does not have "
+                                  f"(its columns: {', '.join(c.name for c in columns)}). Fix the connection's key_columns.")
+            return list(chosen), "key_columns"
+        key = self._catalog_key(schema_name, name)
+        if key:
+            return key, "primary key"
+        index, key = self._catalog_unique_key(schema_name, name)
+        if key:
+            return key, f"unique index {index}"
+        raise NoPrimaryKey(f"{self.name}: table {table} has no primary key and no unique index on NOT NULL columns; "
+                           "watermark chunks need a key. Add one, or name the columns that identify a row in the "
+                           f"connection's key_columns (key_columns={name}.COLUMN), or leave the table out of the dump.")
+
+    def _catalog_unique_key(self, schema_name: str, name: str) -> tuple[str, list[str]]:
+        """The first unique index (by column count, then name) on NOT NULL columns only: (its name,
+        its columns in index order); ("", []) if none."""
+        return "", []
 
     def schema_for_event(self, table: str, names) -> TableSchema:
         """The table's schema for a log event with these columns; re-read after a column was added."""

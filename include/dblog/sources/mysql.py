@@ -45,6 +45,7 @@ from .base import (
     SourceUnavailable,
     Transaction,
     UnreadableEvent,
+    first_unique_key,
 )
 from .binlog_rows import fast_rows
 from .native import MySQLNative, NativeReads
@@ -209,6 +210,14 @@ class MySQLSource(Source):
             "SELECT column_name FROM information_schema.key_column_usage WHERE table_schema = %s "
             "AND table_name = %s AND constraint_name = 'PRIMARY' ORDER BY ordinal_position",
             [schema_name, name])]
+
+    def _catalog_unique_key(self, schema_name: str, name: str) -> tuple[str, list[str]]:
+        rows = self._run(
+            "SELECT s.index_name, s.column_name, c.is_nullable FROM information_schema.statistics s "
+            "JOIN information_schema.columns c ON c.table_schema = s.table_schema AND c.table_name = s.table_name "
+            "AND c.column_name = s.column_name WHERE s.table_schema = %s AND s.table_name = %s AND s.non_unique = 0 "
+            "AND s.index_name <> 'PRIMARY' ORDER BY s.index_name, s.seq_in_index", [schema_name, name])
+        return first_unique_key(rows)
 
     def estimate_rows(self, schema) -> int | None:
         # InnoDB's TABLE_ROWS is its sampled statistic: off by some percent, and read without a scan.

@@ -26,6 +26,7 @@ from .base import (
     SourceError,
     SourceUnavailable,
     Transaction,
+    first_unique_key,
 )
 from .native import NativeReads, PostgresNative
 from .pgoutput import STREAM_MESSAGES, Begin, Commit, Decoder, Relation, RowChange, Truncate, stream_xid
@@ -194,6 +195,20 @@ class PostgresSource(Source):
             "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
             "WHERE i.indrelid = to_regclass(%s) AND i.indisprimary ORDER BY k.n",
             [self.dialect.table(f"{schema_name}.{name}")])]
+
+    def _catalog_unique_key(self, schema_name: str, name: str) -> tuple[str, list[str]]:
+        # Key columns only (not INCLUDE ones), of a plain unique index: no predicate, no expression.
+        rows = self._run(
+            "SELECT ci.relname, a.attname, CASE WHEN a.attnotnull THEN 'NO' ELSE 'YES' END, i.indisreplident "
+            "FROM pg_index i "
+            "JOIN pg_class ci ON ci.oid = i.indexrelid "
+            "JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, n) ON k.n <= i.indnkeyatts "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+            "WHERE i.indrelid = to_regclass(%s) AND i.indisunique AND NOT i.indisprimary AND i.indpred IS NULL "
+            "AND i.indexprs IS NULL ORDER BY ci.relname, k.n", [self.dialect.table(f"{schema_name}.{name}")])
+        # The replica identity index if it can serve: an update's old key (pgoutput's) holds its columns only.
+        identity = first_unique_key(r[:3] for r in rows if r[3])
+        return identity if identity[1] else first_unique_key(r[:3] for r in rows)
 
     def estimate_rows(self, schema) -> int | None:
         # reltuples is what the last ANALYZE / VACUUM saw, -1 if neither ran yet (0 on servers
