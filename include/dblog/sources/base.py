@@ -218,6 +218,7 @@ class Source(abc.ABC):
         # Columns (personal data, say) that never reach the staged log: "schema.table" -> names.
         self.exclude: dict[str, frozenset[str]] = {}
         self.key_columns: dict[str, tuple[str, ...]] = {}   # table -> the columns a user named as its key
+        self._keyless: set[str] = set()   # tables seen without any key (`schema_for_event`)
         # Which deployment's watermarks this source writes and stages (config.deployment_id);
         # None: untagged, as before deployments were told apart (a source built by hand).
         self.deployment: str | None = None
@@ -231,6 +232,7 @@ class Source(abc.ABC):
         this one's (the capture's repairs)."""
         other = copy.copy(self)
         other._conn, other._lock, other._schemas, other._known = None, threading.Lock(), {}, {}
+        other._keyless = set()
         other._native, other._told, other.fallbacks = None, set(), 0
         return other
 
@@ -238,7 +240,8 @@ class Source(abc.ABC):
         """A source travels to Spark executors (a dump's split reads) without its connection,
         lock and caches: each process connects for itself."""
         state = dict(self.__dict__)
-        state.update(_conn=None, _lock=None, _schemas={}, _known={}, _native=None, _told=set(), fallbacks=0,
+        state.update(_conn=None, _lock=None, _schemas={}, _known={}, _keyless=set(), _native=None, _told=set(),
+                     fallbacks=0,
                      baseline=no_baseline)
         return state
 
@@ -313,7 +316,12 @@ class Source(abc.ABC):
         if not columns:
             raise UnknownTable(f"{self.name}: table {schema_name}.{name} does not exist, or user {self.user} "
                                f"may not read it. Known tables: {', '.join(self.tables()) or 'none'}.")
-        key, key_from = self._key(schema_name, name, columns)
+        try:
+            key, key_from = self._key(schema_name, name, columns)
+        except NoPrimaryKey:
+            self._keyless.add(f"{schema_name}.{name}")
+            raise
+        self._keyless.discard(f"{schema_name}.{name}")
         excluded = self.exclude.get(f"{schema_name}.{name}", frozenset())
         if excluded & set(key):
             raise SourceError(f"{self.name}: cannot exclude key column(s) {', '.join(sorted(excluded & set(key)))} "
@@ -351,9 +359,17 @@ class Source(abc.ABC):
         its columns in index order); ("", []) if none."""
         return "", []
 
-    def schema_for_event(self, table: str, names) -> TableSchema:
-        """The table's schema for a log event with these columns; re-read after a column was added."""
-        schema = self.table_schema(table)
+    def schema_for_event(self, table: str, names) -> TableSchema | None:
+        """The table's schema for a log event with these columns; re-read after a column was added.
+        None for a table without any key: its changes are not staged (no row can be matched by
+        them; whole-table snapshots keep it in sync), said once per table until DDL gives it one."""
+        if table in self._keyless:
+            return None
+        try:
+            schema = self.table_schema(table)
+        except NoPrimaryKey as exc:
+            log.warning("%s. Its changes are not staged: whole-table snapshots (`dblog dump`) keep it in sync", exc)
+            return None
         if not self._known[schema.name].issuperset(names):
             schema = self.table_schema(table, refresh=True)
         return schema
@@ -363,6 +379,7 @@ class Source(abc.ABC):
         the schema it had (`before`, else this process's, else the staged log's). The change is
         logged; a change that rewrote existing rows without row events needs a whole-table repair."""
         before = before or self._schemas.get(table) or self.baseline(table)
+        was_keyless = table in self._keyless
         try:
             after = self.table_schema(table, refresh=True)
         except UnknownTable:
@@ -371,6 +388,8 @@ class Source(abc.ABC):
         except NoPrimaryKey as exc:
             log.warning("%s", exc)
             return []
+        if was_keyless:   # its changes were not staged until now: the table is read whole
+            return self.new_tables([table], position or "", f"given a key ({', '.join(after.key)})")
         change = diff(before, after) if before is not None else None
         if change is None or not change.any:
             return []
@@ -390,7 +409,11 @@ class Source(abc.ABC):
                             "the warehouse only by a dump (dblog dump --source %s --table %s)", self.name, t, why,
                             self.name, t)
             return []
-        return [RepairNeed(t, f"{why} (DBLOG_AUTO_DUMP_NEW_TABLES)", position) for t in tables]
+        return [RepairNeed(t, f"{why} (DBLOG_AUTO_DUMP_NEW_TABLES)", position) for t in tables if self._keyed(t)]
+
+    def _keyed(self, table: str) -> bool:
+        """Whether the table has a key (else it is said, once, and gets no watermark dump)."""
+        return self.schema_for_event(table, ()) is not None
 
     # set-up and checks ---------------------------------------------------------------------------
     @abc.abstractmethod

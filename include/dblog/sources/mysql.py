@@ -465,6 +465,8 @@ class MySQLSource(Source):
         table = f"{ev.schema}.{ev.table}"
         names = [c.name for c in ev.columns or ()]
         schema = self.schema_for_event(table, names)
+        if schema is None:
+            return [], []
         file_index, log_pos = binlog_file_index(log_file), ev.packet.log_pos
         first = absent(names, ev.columns_present_bitmap)
         second = absent(names, getattr(ev, "columns_present_bitmap2", None))

@@ -116,7 +116,7 @@ class PostgresSource(Source):
         self.publication = publication
         self._repl = self._repl_cursor = None
         self._streams: StreamedTransactions | None = None   # of the stream being read
-        self._relation_schemas: dict[int, tuple[Relation, str, TableSchema]] = {}   # oid -> see _event
+        self._relation_schemas: dict[int, tuple[Relation, str, TableSchema | None]] = {}   # oid -> see _event
         self._start_tables: set[str] = set()
         self._positions: tuple[Begin | None, Callable[[int], str]] = (None, str)    # of the last transaction seen
 
@@ -560,7 +560,8 @@ class PostgresSource(Source):
             if item.relation.namespace == self.schema:
                 if self._relation_schemas.get(item.relation.oid, (None,))[0] is not item.relation:
                     needs.extend(self._relation_changed(item.relation, postgres_encode(begin.final_lsn, index)))
-                pending.append(self._event(item, begin, index))
+                if self._relation_schemas[item.relation.oid][2] is not None:   # None: a table without a key
+                    pending.append(self._event(item, begin, index))
             elif item.relation.namespace == WATERMARK_SCHEMA:
                 pending.extend(self.own_watermarks([self._event(item, begin, index)]))
         else:
@@ -575,12 +576,12 @@ class PostgresSource(Source):
         its schema changed (so a change to a quiet table is seen at its next row change). The
         repairs the change needs (see dblog.model.schema_changes), and the table's schema cached."""
         cached = self._relation_schemas.get(rel.oid)
-        if cached is not None and cached[1] != rel.qualified:
-            needs = self.new_tables([rel.qualified], position, f"renamed from {cached[1]}")
-            self.table_schema(rel.qualified, refresh=True)
-        elif cached is None and rel.qualified not in self._start_tables:
-            needs = self.new_tables([rel.qualified], position, "new in the captured schema")
-            self.table_schema(rel.qualified, refresh=True)
+        if (cached is not None and cached[1] != rel.qualified) or \
+                (cached is None and rel.qualified not in self._start_tables):
+            self._schemas.pop(rel.qualified, None)   # (a table of that name before: another one)
+            self._keyless.discard(rel.qualified)
+            why = f"renamed from {cached[1]}" if cached is not None else "new in the captured schema"
+            needs = self.new_tables([rel.qualified], position, why)
         else:
             needs = self.schema_changed(rel.qualified, position, cached[2] if cached is not None else None)
         self._relation_schemas[rel.oid] = (rel, rel.qualified,
@@ -596,6 +597,7 @@ class PostgresSource(Source):
             cached = self._relation_schemas[rel.oid] = (
                 rel, rel.qualified, self.schema_for_event(rel.qualified, [c.name for c in rel.columns]))
         _, table, schema = cached
+        assert schema is not None, "a table without a key has no events (`_add_change`)"
         after = change.new
         image = after if after is not None else change.old
         if image is None:  # pgoutput always sends the new row or the old key; fail closed if not
