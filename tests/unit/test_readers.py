@@ -74,3 +74,33 @@ def test_the_declared_schema_is_the_union_of_the_footers_all_nullable_without_fi
     schema = spark_schema(union)
     assert [f.dataType.simpleString() for f in schema.fields] == ["bigint", "timestamp_ntz", "binary"]
     assert all(f.nullable and not f.metadata for f in schema.fields)
+
+
+def test_a_table_s_data_files_are_read_by_field_id_on_any_storage(tmp_path):
+    """dblog_parquet (object stores) reads as Spark's own reader does with field ids: a renamed
+    column keeps its values, a column replaced by another type (a new id) reads as null."""
+    from pyspark.sql.datasource import InputPartition
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from dblog.spark.data_sources import FIELD_ID, ParquetReader
+
+    def field(name, t, i):
+        return pa.field(name, t, metadata={b"PARQUET:field_id": str(i).encode()})
+    path = str(tmp_path / "f.parquet")
+    pq.write_table(pa.table({"id": [1, 2], "qty": ["5", "x"], "body": ["a", "b"]},
+                            schema=pa.schema([field("id", pa.int64(), 1), field("qty", pa.string(), 2),
+                                              field("body", pa.string(), 3)])), path)
+    wanted = StructType([StructField("id", LongType(), True, {FIELD_ID: 1}),
+                         StructField("qty", LongType(), True, {FIELD_ID: 7}),        # replaced: a new id
+                         StructField("remark", StringType(), True, {FIELD_ID: 3})])  # renamed: the same id
+    (batch,) = ParquetReader(wanted, [path], 1).read(InputPartition([path]))
+    assert batch.to_pylist() == [{"id": 1, "qty": None, "remark": "a"}, {"id": 2, "qty": None, "remark": "b"}]
+
+
+def test_files_whose_column_changed_type_read_as_the_newest_file_s_type_older_values_cast_or_null(tmp_path):
+    older, newer = str(tmp_path / "1.parquet"), str(tmp_path / "2.parquet")
+    pq.write_table(pa.table({"id": [1, 2], "qty": ["5", "x"]}), older)
+    pq.write_table(pa.table({"id": [3], "qty": [7]}), newer)
+    schema = footer_schema([older, newer])
+    assert schema.field("qty").type == pa.int64()
+    assert conform(pq.read_table(older).to_batches()[0], schema).column("qty").to_pylist() == [None, None]

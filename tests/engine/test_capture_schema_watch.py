@@ -1,0 +1,43 @@
+"""What the capture does with the source's schema: a table without any key has its changes left
+out, said where the user looks, and the capture goes on; a change made while no capture ran is
+found against the schema the staged log holds."""
+from conftest import settle
+
+
+def test_a_write_to_a_table_without_a_key_is_not_staged_and_the_capture_goes_on(src):
+    capture = src.start_capture()
+    settle(src)
+    keyless, keyed = src.table("nokey"), src.table("keyed")
+    src.sql(f"CREATE TABLE {keyless} (a INT, b TEXT)", f"INSERT INTO {keyless} VALUES (1, 'x')",
+            f"CREATE TABLE {keyed} (id INT PRIMARY KEY)", f"INSERT INTO {keyed} VALUES (1)")
+    settle(src)
+    staged = src.staged()
+    assert staged.read_log(src.source_id, keyed).num_rows == 1
+    assert not staged.segments(src.source_id, keyless)
+    capture.terminate()
+    capture.wait()
+    log = capture.stderr.read()
+    assert f"table {keyless} has no primary key and no unique index on NOT NULL columns" in log
+    assert "Its changes are not staged" in log
+
+
+def test_a_schema_change_made_while_no_capture_ran_is_found_against_the_staged_log_and_asks_for_a_re_read(src):
+    from dblog.snapshot.repair import pending
+
+    table = src.table("items")
+    src.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, qty INT)", f"INSERT INTO {table} VALUES (1, 1), (2, 2)")
+    capture = src.start_capture("--no-repair")
+    settle(src)
+    src.sql(f"UPDATE {table} SET qty = 3 WHERE id = 1")   # staged with the table's schema
+    settle(src)
+    capture.terminate()
+    capture.wait()
+    src.sql(f"ALTER TABLE {table} ADD COLUMN tier VARCHAR(8) DEFAULT 'gold'")   # existing rows filled, no row events
+    src.sql(f"UPDATE {table} SET qty = 4 WHERE id = 2")   # PostgreSQL: its Relation message comes with this row
+    restarted = src.spawn("capture", "--source", src.source_id, "--no-repair")
+    settle(src)
+    with src.store() as store:
+        asked = [r for r in pending(store, src.source_id) if r.table == table]
+    assert asked and asked[0].kind == "table" and "column tier added with default" in asked[0].reason, asked
+    restarted.terminate()
+    restarted.wait()
