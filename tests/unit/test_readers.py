@@ -103,4 +103,4 @@ def test_files_whose_column_changed_type_read_as_the_newest_file_s_type_older_va
     pq.write_table(pa.table({"id": [3], "qty": [7]}), newer)
     schema = footer_schema([older, newer])
     assert schema.field("qty").type == pa.int64()
-    assert conform(pq.read_table(older).to_batches()[0], schema).column("qty").to_pylist() == [None, None]
+    assert conform(pq.read_table(older).to_batches()[0], schema).column("qty").to_pylist() == [5, None]

@@ -88,12 +88,11 @@ def test_a_key_bound_selects_exactly_the_keys_past_it_in_key_order(dialect):
             assert sorted(found) == past, (op, bound, where)
 
 
-def test_the_key_of_a_table_without_a_primary_key_is_its_smallest_unique_index_on_not_null_columns():
-    from dblog.sources.base import first_unique_key
+def test_the_keys_a_table_without_a_primary_key_can_have_are_its_unique_indexes_on_not_null_columns_smallest_first():
+    from dblog.sources.base import unique_keys
     rows = [("uq_alias", "alias", "YES"), ("uq_code", "code", "NO"), ("uq_pair", "a", "NO"), ("uq_pair", "b", "NO")]
-    assert first_unique_key(rows) == ("uq_code", ["code"])
-    assert first_unique_key([r for r in rows if r[0] != "uq_code"]) == ("uq_pair", ["a", "b"])
-    assert first_unique_key([("uq_alias", "alias", "YES")]) == ("", [])
+    assert unique_keys(rows) == [("uq_code", ["code"]), ("uq_pair", ["a", "b"])]
+    assert unique_keys([("uq_alias", "alias", "YES")]) == []
 
 
 def test_key_columns_name_each_table_s_key_in_order_and_a_malformed_item_is_refused():

@@ -73,3 +73,22 @@ def test_the_reason_names_the_columns_and_what_happened():
 ])
 def test_the_warehouse_widens_in_place_only_what_iceberg_promotes(old, new, promotes):
     assert widens(old, new) is promotes
+
+
+@pytest.mark.parametrize("before, after, rereads", [
+    (col("at", "datetime", pa.timestamp("us")), col("at", "datetime(6)", pa.timestamp("us")), False),
+    (col("at", "datetime(6)", pa.timestamp("us")), col("at", "datetime", pa.timestamp("us")), True),   # rounded
+    (col("e", "enum('a','b')"), col("e", "enum('a','b','c')"), False),
+    (col("e", "enum('a','b')"), col("e", "enum('a','bc')"), True),
+    (col("p", "decimal(10,2) unsigned", pa.decimal128(10, 2)),
+     col("p", "decimal(12,2) unsigned", pa.decimal128(12, 2)), False),
+    (col("v", "character varying"), col("v", "text"), False),                 # PostgreSQL
+])
+def test_widenings_of_time_precision_enum_members_unsigned_decimals_and_postgres_text_keep_values(
+        before, after, rereads):
+    assert bool(diff(table(before), table(after)).rewrites_rows()) is rereads
+
+
+def test_a_column_made_not_null_is_re_read_only_where_the_server_may_have_filled_its_nulls():
+    change = diff(table(NOTE), table(col("note", "varchar(20)", nullable=False)))
+    assert change.rewrites_rows(not_null_fills=True) and not change.rewrites_rows(not_null_fills=False)

@@ -27,6 +27,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -41,6 +42,7 @@ from ..coordination.health import Heartbeat
 from ..coordination.store import Lease, StateStore
 from ..faults import crash_point
 from ..model.events import ChangeEvent, RepairNeed
+from ..model.schema import TableSchema
 from ..model.staged_format import POSITION, log_table
 from ..retry import reconnecting
 from ..settings import settings
@@ -65,15 +67,26 @@ class Batch:
     first_commit_ts: datetime | None = None
     opened: float = 0.0
     repairs: list[RepairNeed] = field(default_factory=list)
+    # Per table, where each run of its events read with one schema starts: (index in `events`,
+    # the schema). Staging happens on another thread, after the reader may have seen DDL.
+    schemas: dict[str, list[tuple[int, TableSchema]]] = field(default_factory=dict)
 
-    def add(self, txn: Transaction) -> list[ChangeEvent]:
-        """Add a transaction (or a piece of one); returns its watermark events (usually none)."""
+    def add(self, txn: Transaction, schema_of: Callable[[str], TableSchema] | None = None) -> list[ChangeEvent]:
+        """Add a transaction (or a piece of one); returns its watermark events (usually none).
+        `schema_of`: the schema the source read each table's events with, asked as they arrive."""
         if self.parts == 0:
             self.opened = time.monotonic()
         self.parts += 1
         tables, marks_before = self.events, len(self.events.get(WATERMARK_TABLE, ()))
+        starts: dict[str, int] = {}
         for e in txn.events:
-            tables[e.table].append(e)
+            held = tables[e.table]
+            starts.setdefault(e.table, len(held))
+            held.append(e)
+        for name, start in starts.items():
+            schema, runs = schema_of(name) if schema_of is not None else None, self.schemas.setdefault(name, [])
+            if schema is not None and (not runs or (runs[-1][1] is not schema and runs[-1][1] != schema)):
+                runs.append((start, schema))
         for table, rows in txn.staged.items():
             self.staged[table].append(rows)
         marks = [e for e in txn.events if e.table == WATERMARK_TABLE] \
@@ -198,7 +211,7 @@ class Capture:
             if txn is not None:
                 self.stats.max_stall_s = max(self.stats.max_stall_s, time.monotonic() - last_read)
                 # An empty piece says a transaction is being read that has nothing to stage yet.
-                marks = batch.add(txn) if txn.complete or txn.rows else []
+                marks = batch.add(txn, self.source.table_schema) if txn.complete or txn.rows else []
                 pieces = not txn.complete
                 if marks:
                     reached = reached or (until is not None and any((e.after or {}).get("value") == until
@@ -242,14 +255,11 @@ class Capture:
         if lease is None:
             raise RuntimeError("Capture._flush without the capture lease: only the leader stages")
         lease.check()  # a deposed capture must not stage (duplicates would be harmless, but noisy)
-        self._stage(batch)
-        if batch.open:
-            crash_point("capture.piece_staged")
-        # After every segment (an indexed watermark is a staged one), before the checkpoint.
-        watermark_index.record(self.store, lease, self.source.name, batch.events.get(WATERMARK_TABLE, ()))
         if batch.repairs:
-            # Before the checkpoint passes the events: a crash repeats them, never loses them. The
-            # positions first: once the checkpoint passes a window holding one, a merge may take it.
+            # Before the segments, so before the checkpoint passes the events: a crash repeats them,
+            # never loses them (a schema change is found against what the staged log holds: staged
+            # first, a crash would leave nothing to find it by). The positions first: once the
+            # checkpoint passes a window holding one, a merge may take it.
             unlogged.record(self.store, lease, self.source.name, batch.repairs)
             needs = repair.coalesce(batch.repairs)
             self.stats.repairs += repair_requests.request(self.store, self.source.name, needs)
@@ -258,6 +268,11 @@ class Capture:
                             need.position, need.reason, repair.plan(need))
             if self.repairer is not None:
                 self.repairer.wake()
+        self._stage(batch)
+        if batch.open:
+            crash_point("capture.piece_staged")
+        # After every segment (an indexed watermark is a staged one), before the checkpoint.
+        watermark_index.record(self.store, lease, self.source.name, batch.events.get(WATERMARK_TABLE, ()))
         self.stats.events += batch.count
         self.stats.transactions += batch.txns
         self.stats.flushes += 1
@@ -286,16 +301,16 @@ class Capture:
         """Write the batch's segments: a file per table, but one for the small tables of a batch
         that has many (`shared_segments`), and one per piece a source staged itself."""
         shared = self._shared(batch)
-        for table, events in batch.events.items():
+        for table in batch.events:
             if table in shared:
                 continue
-            for run in runs_around(events, batch.staged.get(table, ())):
-                self.staged.write_segment(self.source.name, self.source.table_schema(table), run)
-                self.stats.segments += 1
-                crash_point("capture.mid_flush")
+            for schema, events in self._schema_runs(batch, table):
+                for run in runs_around(events, batch.staged.get(table, ())):
+                    self.staged.write_segment(self.source.name, schema, run)
+                    self.stats.segments += 1
+                    crash_point("capture.mid_flush")
         if shared:
-            self.staged.write_shared(self.source.name, {t: log_table(self.source.table_schema(t), batch.events[t])
-                                                        for t in shared})
+            self.staged.write_shared(self.source.name, {t: log_table(*self._schema_runs(batch, t)[0]) for t in shared})
             self.stats.segments += 1
             self.stats.shared_segments += 1
             crash_point("capture.mid_flush")
@@ -310,6 +325,13 @@ class Capture:
                 self._newest[table] = max(rows[POSITION][-1].as_py(), self._newest.get(table, ""))
 
 
+    def _schema_runs(self, batch: Batch, table: str) -> list[tuple[TableSchema, list[ChangeEvent]]]:
+        """The table's events of the batch in runs read with one schema each (a segment holds one)."""
+        events = batch.events[table]
+        runs = batch.schemas.get(table) or [(0, self.source.table_schema(table))]
+        ends = [start for start, _ in runs[1:]] + [len(events)]
+        return [(schema, events[start:end]) for (start, schema), end in zip(runs, ends) if end > start]
+
     @staticmethod
     def _shared(batch: Batch) -> set[str]:
         """The tables whose events the batch stages in one shared segment: those with few events,
@@ -317,7 +339,8 @@ class Capture:
         index reads its own directory)."""
         tuned = settings().capture
         small = {t for t, events in batch.events.items()
-                 if t != WATERMARK_TABLE and t not in batch.staged and 0 < len(events) <= tuned.shared_segment_rows}
+                 if t != WATERMARK_TABLE and t not in batch.staged and 0 < len(events) <= tuned.shared_segment_rows
+                 and len(batch.schemas.get(t, ())) <= 1}
         return small if tuned.shared_segment_tables and len(small) > tuned.shared_segment_tables else set()
 
 

@@ -123,8 +123,11 @@ def split_points(samples: list[list[str]], rows: int, bucket_rows: int) -> list[
 
 def align(df: DataFrame, columns: list[tuple[str, str]]) -> DataFrame:
     """`df` with exactly the warehouse's data columns (missing ones null), metadata kept."""
-    have = set(df.columns)
-    data = [(F.col(c) if c in have else F.lit(None)).cast(t).alias(c) for c, t in columns]
+    have = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    # A column whose type was converted in the source: older values that cannot be read as the new
+    # type are null (its repair re-reads every row); Spark's ANSI cast would fail the merge.
+    data = [(F.lit(None).cast(t) if c not in have else F.col(c) if have[c] == t
+             else F.col(c).try_cast(t)).alias(c) for c, t in columns]
     return df.select(*data, *[c for c in df.columns if c.startswith("_")])
 
 

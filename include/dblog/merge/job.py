@@ -51,7 +51,7 @@ from ..settings import settings
 from ..snapshot import repair
 from ..snapshot.dump import dumping, finished_chunks
 from ..sources.base import WATERMARK_TABLE
-from ..spark.data_sources import footer_schema, read_files, spark_schema
+from ..spark.data_sources import read_files, spark_schema
 from ..stagedlog.staged_log import ChunkInfo, StagedLog
 from ..warehouse.commit import CommitError, commit
 from ..warehouse.merged_state import Bucket, TableState
@@ -110,29 +110,32 @@ def _data_columns(df: DataFrame | StructType) -> list[tuple[str, str]]:
     return [(f.name, f.dataType.simpleString()) for f in schema.fields if f.name in names]
 
 
-def _columns(state: TableState | None, found: list[tuple[str, str]], table: str,
-             current: set[str] | None = None) -> list[tuple[str, str]]:
-    """Warehouse columns: the existing ones, then columns new in the source. A type the column
-    can be promoted to widens it in place; any other replaces it (a new Iceberg field: stored rows
-    read it as null until the conversion's repair re-reads them, see dblog.model.schema_changes).
-    Columns the source no longer has (`current`: the newest staged file's) are dropped unless
-    DBLOG_KEEP_DROPPED_COLUMNS is on; older snapshots keep them."""
-    columns: list[tuple[str, str]] = list(state.columns) if state else []
-    known = dict(columns)
-    for name, spark_type in found:
-        if name not in known:
-            columns.append((name, spark_type))
-            known[name] = spark_type
-        elif not widens(spark_type, known[name]):   # a wider type, or another one: the source's now
-            if not widens(known[name], spark_type):
-                log.warning("%s.%s changed type from %s to %s in the source: the warehouse column is replaced; "
-                            "its rows are re-read by the repair the capture asked for", table, name, known[name],
-                            spark_type)
-            columns[[c for c, _ in columns].index(name)] = (name, spark_type)
-            known[name] = spark_type
-    if current is not None and settings().warehouse.keep_dropped_columns == "off":
-        columns = [(c, t) for c, t in columns if c in current]
-    return columns
+# An input's schema (position, its data columns, its key): a staged file holds the table's columns
+# as they were when it was read, which is certainly after `position`: a segment's last event, a
+# chunk's low watermark (a window reads its columns after LW).
+Seen = tuple[str, list[tuple[str, str]], list[str]]
+
+
+def _columns(state: TableState | None, seen: list[Seen], table: str) -> list[tuple[str, str]]:
+    """Warehouse columns from the inputs' schemas, newest last: each column takes the type of the
+    newest input that has it; a type the column can be promoted to widens it in place, any other
+    replaces it (a new Iceberg field: stored rows read it as null until the conversion's repair
+    re-reads them, see dblog.model.schema_changes). Columns the newest input lacks are dropped
+    unless DBLOG_KEEP_DROPPED_COLUMNS is on (older snapshots keep them). Only inputs newer than
+    what the table already holds decide: an old chunk merged late must not take a column back."""
+    columns: dict[str, str] = dict(state.columns) if state else {}
+    newer = [s for s in seen if state is None or state.log_upto is None or s[0] > state.log_upto]
+    for _, found, _ in newer:
+        columns.update(found)
+    for name, spark_type in columns.items():
+        before = dict(state.columns).get(name) if state else None
+        if before is not None and not widens(before, spark_type) and not widens(spark_type, before):
+            log.warning("%s.%s changed type from %s to %s in the source: the warehouse column is replaced; its rows "
+                        "are re-read by the repair the capture asked for", table, name, before, spark_type)
+    if newer and settings().warehouse.keep_dropped_columns == "off":
+        current = {c for c, _ in newer[-1][1]}
+        columns = {c: t for c, t in columns.items() if c in current}
+    return list(columns.items())
 
 
 def _rebuild(state: TableState | None, table: str) -> str:
@@ -141,16 +144,24 @@ def _rebuild(state: TableState | None, table: str) -> str:
            f"--table {table}`"
 
 
-def _newest_schema(staged: StagedLog, segments: list[str], ready: ReadyChunks | None) -> pa.Schema:
-    """The schema of the newest staged input by log position: a file is written with the table's
-    key and columns at its point of the log, so this one has them as the source has them now."""
-    candidates: list[tuple[str, Callable[[], pa.Schema]]] = []
-    if segments:
-        candidates.append((SegmentFile.parse(segments[-1]).last, lambda: staged.segment_file(segments[-1]).schema_arrow))
-    if ready is not None and ready.infos:
-        info = max(ready.infos, key=lambda i: i.meta.hw if i.meta is not None else "")
-        candidates.append((info.meta.hw if info.meta is not None else "", lambda: info.schema))
-    return max(candidates, key=lambda c: c[0])[1]()
+def _seen(staged: StagedLog, segments: list[str], events: DataFrame | None, ready: ReadyChunks | None) -> list[Seen]:
+    """The merge's inputs' schemas, oldest first (`Seen`): the segments' as one (their merged read
+    types the columns, the newest footer says which columns and key the table has), and each
+    distinct chunk schema at the latest low watermark it was read after. No file is read but
+    the newest segment's footer."""
+    seen: list[Seen] = []
+    if segments and events is not None:
+        last = staged.segment_file(segments[-1]).schema_arrow
+        names = set(data_columns(last.names))
+        seen.append((SegmentFile.parse(segments[-1]).last, [c for c in _data_columns(events) if c[0] in names],
+                     key_columns(last)))
+    newest: dict[pa.Schema, tuple[str, pa.Schema]] = {}
+    for info, window in zip(ready.infos, ready.windows) if ready is not None else ():
+        plain = info.schema.remove_metadata()   # each footer names its own chunk
+        if plain not in newest or (window.low or "") > newest[plain][0]:
+            newest[plain] = (window.low or "", info.schema)
+    seen += [(low, _data_columns(spark_schema(schema)), key_columns(schema)) for low, schema in newest.values()]
+    return sorted(seen, key=lambda s: s[0])
 
 
 def _pending_chunks(store: StateStore, staged: StagedLog, source: str, table: str, state: TableState | None,
@@ -229,14 +240,6 @@ def _empty_ranges(infos: list[ChunkInfo], ready: list[ChunkWindow]) -> list[Chun
             if m is not None and m.chunk < last.get(m.dump_id, -1)]
 
 
-def _schemas(infos: list[ChunkInfo]) -> list[str]:
-    """One file per distinct schema: Spark reads their schema as it would read all of them."""
-    first: dict[pa.Schema, str] = {}
-    for i in infos:
-        first.setdefault(i.schema.remove_metadata(), i.path)   # each footer names its own chunk
-    return list(first.values())
-
-
 def _dump_totals(result: MergeResult, dump_id: str) -> dict[str, int]:
     return result.dumps.setdefault(dump_id, {"chunks": 0, "rows": 0, "dropped": 0})
 
@@ -268,7 +271,7 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
         if local is not None:
             out.local, out.key = local, local.key
             out.columns = state.columns if state is not None else \
-                _columns(None, _data_columns(spark_schema(local.events.schema)), table)
+                _columns(None, [("", _data_columns(spark_schema(local.events.schema)), local.key)], table)
             result.newest_commit_ts, result.oldest_commit_ts = local.newest_commit_ts, local.oldest_commit_ts
             out.general = lambda: _spark_inputs(spark, staged, out.key, out.columns, local, done_upto, upto)
             return out
@@ -289,15 +292,11 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
     if events is None and ready is None:
         return out
     out.unique = out.unique and ready is not None and events is None and _nothing_stored(state)
-    newest = _newest_schema(staged, segments, ready)
-    out.key = key_columns(newest)
-    # A first load reads the chunks' schema from one file per schema; its rows only if it falls back.
-    # From the footers, as an object store's files are read (`read_files`): a Spark read of the
-    # schema costs ~70 ms, a first load of a small table little more.
-    chunk_columns = _data_columns(spark_schema(footer_schema(_uris(staged, _schemas(ready.infos))))) \
-        if ready is not None else []
-    out.columns = _columns(state, (_data_columns(events) if events is not None else []) + chunk_columns, table,
-                           set(data_columns(newest.names)))
+    # A first load reads the chunks' schema from their footers (read when they were listed); its
+    # rows only if it falls back.
+    seen = _seen(staged, segments, events, ready)
+    out.key = seen[-1][2]
+    out.columns = _columns(state, seen, table)
 
     def compose() -> MergeInput:
         chunks = None if ready is None else \

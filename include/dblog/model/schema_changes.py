@@ -21,6 +21,7 @@ _DECIMAL = re.compile(r"(?:decimal|numeric)\((\d+),\s*(\d+)\)")
 # Text types without a length limit, by the catalogs' spelling (MySQL column_type, PostgreSQL data_type).
 _UNBOUNDED_TEXT = ("text", "tinytext", "mediumtext", "longtext", "character varying", "varchar")
 _TEXT = ("varchar", "char", "character", "character varying", *_UNBOUNDED_TEXT)
+_PRECISION = re.compile(r"(datetime|timestamp|time)(?:\((\d)\))?")
 _FLOAT = {"float": 1, "real": 1, "double": 2, "double precision": 2}
 
 
@@ -37,8 +38,10 @@ class SchemaChange:
     def any(self) -> bool:
         return bool(self.added or self.dropped or self.retyped or self.key_changed)
 
-    def rewrites_rows(self) -> list[str]:
-        """Why existing rows' values changed without row events (empty: they did not)."""
+    def rewrites_rows(self, not_null_fills: bool = True) -> list[str]:
+        """Why existing rows' values changed without row events (empty: they did not).
+        `not_null_fills`: the server may turn NULLs into a value when a column becomes NOT NULL
+        (MySQL outside strict mode; PostgreSQL refuses instead)."""
         why = [f"column {c.name} added {_filled(c)}" for c in self.added if _filled(c)]
         if self.added and self.dropped:
             why.append(f"column(s) {', '.join(c.name for c in self.dropped)} gone and "
@@ -46,7 +49,7 @@ class SchemaChange:
         why += [f"column {a.name} converted from {b.source_type} to {a.source_type}"
                 for b, a in self.retyped if converts(b, a)]
         why += [f"column {a.name} made NOT NULL (NULLs may have become a value)"
-                for b, a in self.retyped if not converts(b, a) and b.nullable and a.nullable is False]
+                for b, a in self.retyped if not_null_fills and not converts(b, a) and b.nullable and a.nullable is False]
         if self.key_changed:
             why.append("primary key changed")
         return why
@@ -111,6 +114,13 @@ def keeps_values(b: Column, a: Column) -> bool:
     bt, at = b.source_type.lower(), a.source_type.lower()
     if bt == at:
         return True
+    if bt.endswith(" unsigned") and at.endswith(" unsigned"):
+        bt, at = bt.removesuffix(" unsigned"), at.removesuffix(" unsigned")
+    bp, ap = _PRECISION.fullmatch(bt), _PRECISION.fullmatch(at)
+    if bp and ap and bp.group(1) == ap.group(1):   # fractional seconds: more digits keep every value
+        return int(ap.group(2) or 0) >= int(bp.group(2) or 0)
+    if bt.startswith(("enum(", "set(")) and at.startswith(bt[:-1] + ","):   # members appended at the end
+        return True
     br, ar = integer_range(bt), integer_range(at)
     if br is not None and ar is not None:
         return ar[0] <= br[0] and br[1] <= ar[1]
@@ -126,6 +136,8 @@ def _text_widens(bt: str, at: str) -> bool:
     b_name, a_name = _LENGTH.sub("", bt).strip(), _LENGTH.sub("", at).strip()
     if b_name not in _TEXT or a_name not in _TEXT:
         return False
+    if (b_name, a_name) == ("character varying", "text"):   # PostgreSQL: both unbounded text
+        return True
     if (b_name in ("char", "character")) != (a_name in ("char", "character")):
         return False   # CHAR pads or strips trailing spaces: not the same values
     if not _LENGTH.search(at):

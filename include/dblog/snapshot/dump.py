@@ -282,7 +282,8 @@ class TableDump:
         return self.source.table_schema(schema.name)
 
     def _chunks(self, lease: Lease) -> TableProgress:
-        schema = self.source.table_schema(self.table)
+        # Read now, not from a cache hours old: the first window compares its columns with these.
+        schema = self.source.table_schema(self.table, refresh=True)
         record = self.store.get(self.progress_path)
         progress = TableProgress.load(record, self.progress_path)
         if progress.status == DONE:

@@ -187,16 +187,16 @@ class Dialect:
         return sql, [v for k in keys for v in k]
 
 
-def first_unique_key(rows: Iterable[tuple[str, str, str]]) -> tuple[str, list[str]]:
-    """From (index, column, nullable 'YES'/'NO') rows in index and column order: the unique index
-    that can serve as a key (every column NOT NULL: NULLs are never equal), the one with the fewest
-    columns, then by name; ("", []) when none can."""
+def unique_keys(rows: Iterable[tuple[str, str, str]]) -> list[tuple[str, list[str]]]:
+    """From (index, column, nullable 'YES'/'NO') rows in index and column order: the unique indexes
+    that can serve as a key (every column NOT NULL: NULLs are never equal), fewest columns first,
+    then by name."""
     indexes: dict[str, list[tuple[str, str]]] = {}
     for index, column, nullable in rows:
         indexes.setdefault(index, []).append((column, nullable))
     usable = sorted((len(cols), index) for index, cols in indexes.items()
                     if all(column and nullable == "NO" for column, nullable in cols))
-    return (usable[0][1], [c for c, _ in indexes[usable[0][1]]]) if usable else ("", [])
+    return [(index, [c for c, _ in indexes[index]]) for _, index in usable]
 
 
 class Source(abc.ABC):
@@ -347,17 +347,21 @@ class Source(abc.ABC):
         key = self._catalog_key(schema_name, name)
         if key:
             return key, "primary key"
-        index, key = self._catalog_unique_key(schema_name, name)
-        if key:
-            return key, f"unique index {index}"
+        excluded = self.exclude.get(table, frozenset())
+        candidates = [(i, cols) for i, cols in self._catalog_unique_keys(schema_name, name) if not excluded & set(cols)]
+        # The key the table has now, while it can serve: another index added later must not move it.
+        had = self._schemas.get(table) or self.baseline(table)
+        if candidates:
+            index, cols = ([c for c in candidates if had is not None and tuple(c[1]) == had.key] or candidates)[0]
+            return cols, f"unique index {index}"
         raise NoPrimaryKey(f"{self.name}: table {table} has no primary key and no unique index on NOT NULL columns; "
                            "watermark chunks need a key. Add one, or name the columns that identify a row in the "
                            f"connection's key_columns (key_columns={name}.COLUMN), or leave the table out of the dump.")
 
-    def _catalog_unique_key(self, schema_name: str, name: str) -> tuple[str, list[str]]:
-        """The first unique index (by column count, then name) on NOT NULL columns only: (its name,
-        its columns in index order); ("", []) if none."""
-        return "", []
+    def _catalog_unique_keys(self, schema_name: str, name: str) -> list[tuple[str, list[str]]]:
+        """The unique indexes that can serve as the table's key, best first (`unique_keys`): (name,
+        columns in index order)."""
+        return []
 
     def schema_for_event(self, table: str, names) -> TableSchema | None:
         """The table's schema for a log event with these columns; re-read after a column was added.
@@ -370,9 +374,26 @@ class Source(abc.ABC):
         except NoPrimaryKey as exc:
             log.warning("%s. Its changes are not staged: whole-table snapshots (`dblog dump`) keep it in sync", exc)
             return None
+        except UnknownTable:
+            return self._gone(table, names)
         if not self._known[schema.name].issuperset(names):
             schema = self.table_schema(table, refresh=True)
         return schema
+
+    def _gone(self, table: str, names) -> TableSchema | None:
+        """The schema for events of a table the catalog no longer has (dropped or renamed since
+        they were written: the capture is behind): the one the staged log has, if it holds their
+        columns; else they are left out, said once."""
+        staged = self.baseline(table)
+        if staged is not None and staged.column_set.issuperset(names):
+            self._schemas[table], self._known[table] = staged, staged.column_set
+            log.warning("%s: %s is gone from the source; its changes read before it went are staged with the schema "
+                        "the staged log has for it", self.name, table)
+            return staged
+        self._keyless.add(table)   # (left out as a table without a key is, until DDL names it again)
+        log.warning("%s: %s is gone from the source and nothing of it is staged: its changes read before it went "
+                    "are left out", self.name, table)
+        return None
 
     def schema_changed(self, table: str, position: str | None, before: TableSchema | None = None) -> list[RepairNeed]:
         """After DDL (or a new Relation): the table read again from the catalog and compared with
@@ -386,14 +407,17 @@ class Source(abc.ABC):
             self._schemas.pop(table, None)
             return []
         except NoPrimaryKey as exc:
-            log.warning("%s", exc)
+            if not was_keyless:
+                log.warning("%s", exc)
             return []
-        if was_keyless:   # its changes were not staged until now: the table is read whole
-            return self.new_tables([table], position or "", f"given a key ({', '.join(after.key)})")
+        if was_keyless:   # its changes were not staged until now: the table is read whole, whatever the setting
+            log.info("%s: %s has a key now (%s): its rows are read whole", self.name, table, ", ".join(after.key))
+            return [RepairNeed(table, f"given a key ({', '.join(after.key)}): its changes were not staged before",
+                               position)]
         change = diff(before, after) if before is not None else None
         if change is None or not change.any:
             return []
-        why = change.rewrites_rows()
+        why = change.rewrites_rows(not_null_fills=self.kind == "mysql")
         log.info("%s: the schema of %s changed at %s (%s)%s", self.name, table, position or "a dump window",
                  change.describe(),
                  "; its rows are re-read: " + "; ".join(why) if why else "")

@@ -45,7 +45,7 @@ from .base import (
     SourceUnavailable,
     Transaction,
     UnreadableEvent,
-    first_unique_key,
+    unique_keys,
 )
 from .binlog_rows import fast_rows
 from .native import MySQLNative, NativeReads
@@ -211,13 +211,13 @@ class MySQLSource(Source):
             "AND table_name = %s AND constraint_name = 'PRIMARY' ORDER BY ordinal_position",
             [schema_name, name])]
 
-    def _catalog_unique_key(self, schema_name: str, name: str) -> tuple[str, list[str]]:
+    def _catalog_unique_keys(self, schema_name: str, name: str) -> list[tuple[str, list[str]]]:
         rows = self._run(
             "SELECT s.index_name, s.column_name, c.is_nullable FROM information_schema.statistics s "
             "JOIN information_schema.columns c ON c.table_schema = s.table_schema AND c.table_name = s.table_name "
             "AND c.column_name = s.column_name WHERE s.table_schema = %s AND s.table_name = %s AND s.non_unique = 0 "
             "AND s.index_name <> 'PRIMARY' ORDER BY s.index_name, s.seq_in_index", [schema_name, name])
-        return first_unique_key(rows)
+        return unique_keys(rows)
 
     def estimate_rows(self, schema) -> int | None:
         # InnoDB's TABLE_ROWS is its sampled statistic: off by some percent, and read without a scan.
@@ -426,19 +426,42 @@ class MySQLSource(Source):
 
     def _after_ddl(self, log_file: str, ev, captured: list[str]) -> tuple[list[str], list[RepairNeed]]:
         """The captured tables once the statement `ev` ran, and the repairs its schema changes need:
-        DDL may have added, dropped, renamed or changed tables (see dblog.model.schema_changes)."""
+        DDL may have added, dropped, renamed, re-created or changed tables (see
+        dblog.model.schema_changes). Which tables a statement names is read from the statement
+        itself: the catalog may already be past later DDL when the capture is behind."""
         query = strip_sql_comments(ev.query).strip()
-        if not _SCHEMA_DDL.match(query):
+        kind = _SCHEMA_DDL.match(query)
+        if not kind:
             return captured, []
         position = encode_position(binlog_file_index(log_file), ev.packet.log_pos, 0)
+        default = ev.schema.decode() if isinstance(ev.schema, bytes) else (ev.schema or "")
         now = self.tables()
-        named = {t for t in {*captured, *now} if _names(query, t.partition(".")[2])}
-        needs = [n for t in sorted(named & set(captured) & set(now)) for n in self.schema_changed(t, position)]
-        renamed = sorted(named & set(now)) if _TABLE_RENAME.search(query) else []
-        fresh = sorted({t for t in now if t not in captured} | set(renamed))
-        needs += self.new_tables(fresh, position, "new in the captured database (created or renamed)")
-        for t in named - set(now):
-            self._schemas.pop(t, None)
+        known = {*captured, *now}
+
+        def named(text: str) -> set[str]:
+            bare = [t.partition(".")[2] for t in known]
+            return {f"{self.database}.{t}" for t in statement_tables(text, default, self.database, bare)}
+
+        needs: list[RepairNeed] = []
+        created, dropped = _CREATED.match(query), _DROPPED.match(query)
+        if created or dropped:   # what it dropped or replaced is another table from now on
+            gone = named(created.group(1)) if created else named(query[dropped.end():]) if dropped else set()
+            for t in gone:
+                self._schemas.pop(t, None)
+                self._keyless.discard(t)
+            fresh = sorted({*(t for t in gone if created and t in now), *(t for t in now if t not in captured)})
+        else:
+            touched = named(query)
+            renamed = sorted(touched & set(now)) if _TABLE_RENAME.search(query) else []
+            if _PARTITION_WRITE.search(query):   # rows gone or swapped in, without row events
+                needs += [RepairNeed(t, f"partition DDL (no row events): {query[:120]}", position)
+                          for t in sorted(touched & set(now) & set(captured))]
+            needs += [n for t in sorted(touched & set(captured) & set(now)) if t not in renamed
+                      for n in self.schema_changed(t, position)]
+            fresh = sorted({*(t for t in now if t not in captured), *renamed})
+            gone = touched - set(now)
+        needs += self.new_tables(fresh, position, "new in the captured database (created, re-created or renamed)")
+        for t in sorted(gone - set(fresh)):
             log.info("%s: %s is gone from the source (dropped or renamed away); its warehouse table stays as last "
                      "merged (`dblog warehouse drop` removes it)", self.name, t)
         return now, needs
@@ -464,10 +487,14 @@ class MySQLSource(Source):
     def _row_events(self, log_file: str, ev) -> tuple[list[ChangeEvent], list[RepairNeed]]:
         table = f"{ev.schema}.{ev.table}"
         names = [c.name for c in ev.columns or ()]
+        file_index, log_pos = binlog_file_index(log_file), ev.packet.log_pos
+        # First sight of the table in this process: the catalog may be past DDL the log holds
+        # further on (the capture is behind), so compare with what the staged log has now.
+        changed = self.schema_changed(table, encode_position(file_index, log_pos, 0)) \
+            if table not in self._schemas and table not in self._keyless else []
         schema = self.schema_for_event(table, names)
         if schema is None:
-            return [], []
-        file_index, log_pos = binlog_file_index(log_file), ev.packet.log_pos
+            return [], changed
         first = absent(names, ev.columns_present_bitmap)
         second = absent(names, getattr(ev, "columns_present_bitmap2", None))
         if isinstance(ev, PartialUpdateRowsEvent):
@@ -506,7 +533,7 @@ class MySQLSource(Source):
                 partial.append(event)
         # The merge fills what it can from the row's previous version; a repair dump re-reads the
         # rows, so no value rests on a guess.
-        needs = []
+        needs = changed
         if partial:
             needs.append(RepairNeed(table, f"partial row image (binlog_row_image MINIMAL or NOBLOB in the writing "
                                            f"session): {', '.join(partial[0].unchanged)} not in the event",
@@ -542,13 +569,15 @@ _COMPRESSION_FIX = ("turn binlog compression off (MariaDB: SET GLOBAL log_bin_co
 
 _SCHEMA_DDL = re.compile(r"^(ALTER|CREATE|DROP|RENAME)\b", re.I)
 _DDL_OR_TRUNCATE = re.compile(r"^(ALTER|CREATE|DROP|RENAME|TRUNCATE)\b", re.I)
-# A table renamed (RENAME TABLE a TO b; ALTER TABLE a RENAME [TO|AS] b), not a column, index or key.
-_TABLE_RENAME = re.compile(r"\bRENAME\s+(?!(?:COLUMN|INDEX|KEY)\b)", re.I)
-
-
-def _names(query: str, table: str) -> bool:
-    """Whether `query` names `table` (bare or quoted, qualified or not)."""
-    return re.search(rf"(?<![\w$]){re.escape(table)}(?![\w$])", query, re.I) is not None
+_NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[\w$]+))?"
+# A table created, or replaced: CREATE [OR REPLACE] TABLE [IF NOT EXISTS] name (not TEMPORARY:
+# a temporary table never reaches a row-based binlog).
+_CREATED = re.compile(rf"^CREATE\s+(?:OR\s+REPLACE\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?({_NAME})", re.I)
+_DROPPED = re.compile(r"^DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?", re.I)
+# A table renamed (RENAME TABLE a TO b; ALTER TABLE a RENAME [TO|AS] b), not a column, index or
+# key; (?=\S) makes \s+ take all the blanks, so the look-ahead sees the next word.
+_TABLE_RENAME = re.compile(r"\bRENAME\s+(?=\S)(?!(?:COLUMN|INDEX|KEY)\b)", re.I)
+_PARTITION_WRITE = re.compile(r"\b(?:DROP|TRUNCATE|EXCHANGE)\s+PARTITION\b", re.I)
 
 
 _CONTROL = re.compile(r"^(BEGIN|COMMIT|ROLLBACK|XA|SAVEPOINT|RELEASE|START\s+TRANSACTION)\b", re.I)

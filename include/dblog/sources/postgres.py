@@ -26,7 +26,7 @@ from .base import (
     SourceError,
     SourceUnavailable,
     Transaction,
-    first_unique_key,
+    unique_keys,
 )
 from .native import NativeReads, PostgresNative
 from .pgoutput import STREAM_MESSAGES, Begin, Commit, Decoder, Relation, RowChange, Truncate, stream_xid
@@ -118,6 +118,7 @@ class PostgresSource(Source):
         self._streams: StreamedTransactions | None = None   # of the stream being read
         self._relation_schemas: dict[int, tuple[Relation, str, TableSchema | None]] = {}   # oid -> see _event
         self._start_tables: set[str] = set()
+        self._oids: dict[str, int] = {}   # table -> the oid its last Relation message had
         self._positions: tuple[Begin | None, Callable[[int], str]] = (None, str)    # of the last transaction seen
 
     # -- plain SQL ------------------------------------------------------------------------------
@@ -196,7 +197,7 @@ class PostgresSource(Source):
             "WHERE i.indrelid = to_regclass(%s) AND i.indisprimary ORDER BY k.n",
             [self.dialect.table(f"{schema_name}.{name}")])]
 
-    def _catalog_unique_key(self, schema_name: str, name: str) -> tuple[str, list[str]]:
+    def _catalog_unique_keys(self, schema_name: str, name: str) -> list[tuple[str, list[str]]]:
         # Key columns only (not INCLUDE ones), of a plain unique index: no predicate, no expression.
         rows = self._run(
             "SELECT ci.relname, a.attname, CASE WHEN a.attnotnull THEN 'NO' ELSE 'YES' END, i.indisreplident "
@@ -205,10 +206,10 @@ class PostgresSource(Source):
             "JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, n) ON k.n <= i.indnkeyatts "
             "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
             "WHERE i.indrelid = to_regclass(%s) AND i.indisunique AND NOT i.indisprimary AND i.indpred IS NULL "
-            "AND i.indexprs IS NULL ORDER BY ci.relname, k.n", [self.dialect.table(f"{schema_name}.{name}")])
-        # The replica identity index if it can serve: an update's old key (pgoutput's) holds its columns only.
-        identity = first_unique_key(r[:3] for r in rows if r[3])
-        return identity if identity[1] else first_unique_key(r[:3] for r in rows)
+            "AND i.indexprs IS NULL AND i.indisvalid AND i.indisready ORDER BY ci.relname, k.n",
+            [self.dialect.table(f"{schema_name}.{name}")])
+        # The replica identity index first: an update's old key (pgoutput's) holds its columns only.
+        return unique_keys(r[:3] for r in rows if r[3]) + unique_keys(r[:3] for r in rows if not r[3])
 
     def estimate_rows(self, schema) -> int | None:
         # reltuples is what the last ANALYZE / VACUUM saw, -1 if neither ran yet (0 on servers
@@ -576,11 +577,14 @@ class PostgresSource(Source):
         its schema changed (so a change to a quiet table is seen at its next row change). The
         repairs the change needs (see dblog.model.schema_changes), and the table's schema cached."""
         cached = self._relation_schemas.get(rel.oid)
-        if (cached is not None and cached[1] != rel.qualified) or \
+        recreated = self._oids.get(rel.qualified, rel.oid) != rel.oid   # dropped and created again
+        self._oids[rel.qualified] = rel.oid
+        if (cached is not None and cached[1] != rel.qualified) or recreated or \
                 (cached is None and rel.qualified not in self._start_tables):
             self._schemas.pop(rel.qualified, None)   # (a table of that name before: another one)
             self._keyless.discard(rel.qualified)
-            why = f"renamed from {cached[1]}" if cached is not None else "new in the captured schema"
+            why = f"renamed from {cached[1]}" if cached is not None else \
+                "dropped and created again" if recreated else "new in the captured schema"
             needs = self.new_tables([rel.qualified], position, why)
         else:
             needs = self.schema_changed(rel.qualified, position, cached[2] if cached is not None else None)

@@ -22,6 +22,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from ..errors import WarehouseError
+from ..model.schema_changes import widens
 from ..stagedlog import shared_segments
 from ..stagedlog.staged_log import parse_member
 from ..storage import filesystem, is_local
@@ -62,11 +63,22 @@ def _columns_by_id(file_schema: pa.Schema, wanted: StructType) -> dict[str, str]
 
 
 def _cast(column: pa.Array, to: pa.DataType) -> pa.Array:
-    """`column` as `to`; null where an older file's values cannot be (a type conversion: see `footer_schema`)."""
+    """`column` as `to`. Only where a column's type was converted in the source (`footer_schema`:
+    an older file's type is not one `to` promotes) is a value that cannot be read as `to` null;
+    any other failure is an error, never a silent null."""
     try:
         return column.cast(to)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return pa.nulls(len(column), to)
+        if widens(str(column.type), str(to)) or column.type in (pa.large_string(), pa.large_binary()):
+            raise
+        return pa.array([_value_as(v, to) for v in column.to_pylist()], type=to)
+
+
+def _value_as(value, to: pa.DataType):
+    try:
+        return pa.scalar(value).cast(to).as_py() if value is not None else None
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
 
 
 def spark_schema(arrow: pa.Schema) -> StructType:
