@@ -68,3 +68,22 @@ def test_a_table_dropped_and_created_again_is_read_whole_even_when_the_capture_r
                                                    "created again" in asked[0].reason), asked
     capture.terminate()
     capture.wait()
+
+
+def test_a_column_dropped_and_added_again_under_its_name_asks_for_a_re_read(src):
+    from dblog.snapshot.repair import pending
+
+    table = src.table("items")
+    src.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(10))", f"INSERT INTO {table} VALUES (1, 'a'), (2, 'b')")
+    capture = src.start_capture("--no-repair")
+    settle(src)
+    src.sql(f"UPDATE {table} SET v = 'c' WHERE id = 1")
+    settle(src)
+    # Same name, same type: the catalog looks as before, while every value is gone.
+    src.sql(f"ALTER TABLE {table} DROP COLUMN v, ADD COLUMN v VARCHAR(10)", f"UPDATE {table} SET v = 'd' WHERE id = 1")
+    settle(src)
+    with src.store() as store:
+        asked = [r for r in pending(store, src.source_id) if r.table == table]
+    assert asked and "column(s) v gone and v added" in asked[0].reason, asked
+    capture.terminate()
+    capture.wait()

@@ -92,3 +92,13 @@ def test_widenings_of_time_precision_enum_members_unsigned_decimals_and_postgres
 def test_a_column_made_not_null_is_re_read_only_where_the_server_may_have_filled_its_nulls():
     change = diff(table(NOTE), table(col("note", "varchar(20)", nullable=False)))
     assert change.rewrites_rows(not_null_fills=True) and not change.rewrites_rows(not_null_fills=False)
+
+
+def test_a_column_dropped_and_added_again_under_its_name_is_re_read_by_its_ident_or_the_statement():
+    old_v, new_v = col("v", "varchar(10)"), col("v", "varchar(10)")
+    assert not diff(table(old_v), table(new_v)).rewrites_rows()
+    assert diff(table(old_v), table(new_v), readded=frozenset({"v"})).rewrites_rows()       # MySQL: the statement
+    pg_old = Column("v", "character varying", pa.string(), True, None, 2)
+    pg_new = Column("v", "character varying", pa.string(), True, None, 4)                  # PostgreSQL: a new attnum
+    assert diff(table(pg_old), table(pg_new)).rewrites_rows()
+    assert not diff(table(pg_old), table(pg_old)).any

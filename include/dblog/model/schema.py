@@ -21,6 +21,8 @@ import pyarrow as pa
 
 from ..errors import InvalidValue
 
+IDENT = b"dblog.column_id"   # a staged field's `Column.ident`
+
 
 @dataclass(frozen=True)
 class Column:
@@ -31,6 +33,9 @@ class Column:
     # What the server puts in a row that names no value: a default's text, "generated: EXPR",
     # "identity"; None for NULL. Adding such a column fills existing rows without row events.
     default: str | None = None
+    # A number the source keeps for the column while it exists (PostgreSQL's attnum; None where
+    # there is none): a column dropped and added again under its name gets another one.
+    ident: int | None = None
 
 
 @dataclass(frozen=True)
@@ -75,7 +80,8 @@ class TableSchema:
 
     def arrow_fields(self) -> list[pa.Field]:
         """Arrow fields, each carrying the column's type as the source's catalog spells it."""
-        return [pa.field(c.name, c.arrow_type, metadata={b"dblog.source_type": c.source_type.encode()})
+        return [pa.field(c.name, c.arrow_type, metadata={b"dblog.source_type": c.source_type.encode(),
+                                                          **({} if c.ident is None else {IDENT: str(c.ident).encode()})})
                 for c in self.columns]
 
     @functools.cached_property

@@ -45,7 +45,8 @@ class SchemaChange:
         why = [f"column {c.name} added {_filled(c)}" for c in self.added if _filled(c)]
         if self.added and self.dropped:
             why.append(f"column(s) {', '.join(c.name for c in self.dropped)} gone and "
-                       f"{', '.join(c.name for c in self.added)} added (a rename keeps the rows' values)")
+                       f"{', '.join(c.name for c in self.added)} added (a rename keeps the rows' values, a column "
+                       "added again under its name loses them)")
         why += [f"column {a.name} converted from {b.source_type} to {a.source_type}"
                 for b, a in self.retyped if converts(b, a)]
         why += [f"column {a.name} made NOT NULL (NULLs may have become a value)"
@@ -60,15 +61,22 @@ class SchemaChange:
         return ", ".join(parts + (["key changed"] if self.key_changed else [])) or "no column change"
 
 
-def diff(old: TableSchema, new: TableSchema) -> SchemaChange:
-    before = {c.name: c for c in old.columns}
+def diff(old: TableSchema, new: TableSchema, readded: frozenset[str] = frozenset()) -> SchemaChange:
+    """`readded`: columns the DDL dropped and added again under the same name (from the statement;
+    on PostgreSQL the column's `ident` tells)."""
     after = {c.name: c for c in new.columns}
+    before = {c.name: c for c in old.columns
+              if c.name not in readded and (c.name not in after or not _other_column(c, after[c.name]))}
     return SchemaChange(
         new.name,
         added=tuple(c for c in new.columns if c.name not in before),
-        dropped=tuple(c for c in old.columns if c.name not in after),
+        dropped=tuple(c for c in old.columns if c.name not in before or c.name not in after),
         retyped=tuple((before[c.name], c) for c in new.columns if c.name in before and _differs(before[c.name], c)),
         key_changed=old.key != new.key)
+
+
+def _other_column(b: Column, a: Column) -> bool:
+    return b.ident is not None and a.ident is not None and b.ident != a.ident
 
 
 def _differs(b: Column, a: Column) -> bool:

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from ..errors import InvalidValue
 from .events import ChangeEvent
-from .schema import Column, TableSchema, coerce, normalize_key
+from .schema import IDENT, Column, TableSchema, coerce, normalize_key
 
 
 class Op(StrEnum):
@@ -334,8 +334,11 @@ def table_schema_of(staged: pa.Schema) -> TableSchema:
     """The table's schema a staged file was written with (`arrow_schema`'s inverse; a column's
     nullability and default are not staged: unknown)."""
     meta = staged.metadata or {}
-    columns = tuple(Column(f.name, (f.metadata or {}).get(b"dblog.source_type", b"").decode(), f.type, None)
-                    for f in staged if not f.name.startswith("_"))
+    def ident(f: pa.Field) -> int | None:
+        value = (f.metadata or {}).get(IDENT)
+        return int(value) if value else None
+    columns = tuple(Column(f.name, (f.metadata or {}).get(b"dblog.source_type", b"").decode(), f.type, None,
+                           ident=ident(f)) for f in staged if not f.name.startswith("_"))
     return TableSchema(meta.get(_TABLE_META, b"").decode(), columns, tuple(key_columns(staged)))
 
 

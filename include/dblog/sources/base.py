@@ -395,7 +395,8 @@ class Source(abc.ABC):
                     "are left out", self.name, table)
         return None
 
-    def schema_changed(self, table: str, position: str | None, before: TableSchema | None = None) -> list[RepairNeed]:
+    def schema_changed(self, table: str, position: str | None, before: TableSchema | None = None,
+                       readded: frozenset[str] = frozenset()) -> list[RepairNeed]:
         """After DDL (or a new Relation): the table read again from the catalog and compared with
         the schema it had (`before`, else this process's, else the staged log's). The change is
         logged; a change that rewrote existing rows without row events needs a whole-table repair."""
@@ -414,7 +415,7 @@ class Source(abc.ABC):
             log.info("%s: %s has a key now (%s): its rows are read whole", self.name, table, ", ".join(after.key))
             return [RepairNeed(table, f"given a key ({', '.join(after.key)}): its changes were not staged before",
                                position)]
-        change = diff(before, after) if before is not None else None
+        change = diff(before, after, readded) if before is not None else None
         if change is None or not change.any:
             return []
         why = change.rewrites_rows(not_null_fills=self.kind == "mysql")

@@ -456,8 +456,9 @@ class MySQLSource(Source):
             if _PARTITION_WRITE.search(query):   # rows gone or swapped in, without row events
                 needs += [RepairNeed(t, f"partition DDL (no row events): {query[:120]}", position)
                           for t in sorted(touched & set(now) & set(captured))]
+            readded = frozenset(name.strip("`").replace("``", "`") for name in _DROPPED_COLUMN.findall(query))
             needs += [n for t in sorted(touched & set(captured) & set(now)) if t not in renamed
-                      for n in self.schema_changed(t, position)]
+                      for n in self.schema_changed(t, position, readded=readded)]
             fresh = sorted({*(t for t in now if t not in captured), *renamed})
             gone = touched - set(now)
         needs += self.new_tables(fresh, position, "new in the captured database (created, re-created or renamed)")
@@ -577,6 +578,10 @@ _DROPPED = re.compile(r"^DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?", re.I)
 # A table renamed (RENAME TABLE a TO b; ALTER TABLE a RENAME [TO|AS] b), not a column, index or
 # key; (?=\S) makes \s+ take all the blanks, so the look-ahead sees the next word.
 _TABLE_RENAME = re.compile(r"\bRENAME\s+(?=\S)(?!(?:COLUMN|INDEX|KEY)\b)", re.I)
+# ALTER TABLE ... DROP [COLUMN] [IF EXISTS] name: a column of that name still there was added again.
+_DROPPED_COLUMN = re.compile(r"\bDROP\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?(?=\S)"
+                             r"(?!(?:INDEX|KEY|PRIMARY|FOREIGN|CONSTRAINT|PARTITION|CHECK|SYSTEM|PERIOD|IF)\b)"
+                             r"(`(?:[^`]|``)+`|[\w$]+)", re.I)
 _PARTITION_WRITE = re.compile(r"\b(?:DROP|TRUNCATE|EXCHANGE)\s+PARTITION\b", re.I)
 
 

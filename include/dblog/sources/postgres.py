@@ -184,10 +184,12 @@ class PostgresSource(Source):
     def _catalog_columns(self, schema_name: str, name: str) -> list[Column]:
         cols = self._run(
             "SELECT column_name, data_type, numeric_precision, numeric_scale, is_nullable, column_default, "
-            "generation_expression, is_identity FROM information_schema.columns "
+            "generation_expression, is_identity, ordinal_position FROM information_schema.columns "
             "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position", [schema_name, name])
+        # ordinal_position is the column's attnum (gaps where columns were dropped): its `ident`.
         return [Column(c[0], c[1], arrow_type(c[1], c[2], c[3]), c[4] == "YES",
-                       f"generated: {c[6]}" if c[6] else "identity" if c[7] == "YES" else c[5]) for c in cols]
+                       f"generated: {c[6]}" if c[6] else "identity" if c[7] == "YES" else c[5], int(c[8]))
+                for c in cols]
 
     def _catalog_key(self, schema_name: str, name: str) -> list[str]:
         # Real primary keys from pg_index: under REPLICA IDENTITY FULL pgoutput flags every column.
