@@ -100,6 +100,7 @@ class CaptureOperator(BaseOperator):
             self.log.warning("%s: %d repair request(s) this slice (partial row images, statement-logged writes, "
                              "schema changes, new tables); "
                              "see the warnings above and `dblog status`", source.name, stats.repairs)
+            metrics.incr("capture.repair_requests", stats.repairs, (source.name,), source=source.name)
         return {"leader": True, **vars(stats), "lag_s": after.lag_s, "position": after.readable_position}
 
     def _reporter(self, source: str):
