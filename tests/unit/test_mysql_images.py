@@ -6,7 +6,8 @@ import pytest
 from dblog.model.schema import Column, TableSchema
 from dblog.model.staged_format import Op
 from dblog.sources.base import UnreadableEvent
-from dblog.sources.mysql import row_event, statement_writes, strip_sql_comments
+from dblog.sources.mysql import row_event
+from dblog.sources.mysql_statements import statement_writes, strip_sql_comments
 
 SCHEMA = TableSchema("shop.items", (Column("id", "bigint", pa.int64()), Column("qty", "int", pa.int64()),
                                     Column("body", "text", pa.string())), ("id",))

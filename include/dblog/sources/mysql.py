@@ -48,6 +48,7 @@ from .base import (
     unique_keys,
 )
 from .binlog_rows import fast_rows
+from .mysql_statements import commits_by_itself, read_ddl, statement_writes, strip_sql_comments
 from .native import MySQLNative, NativeReads
 
 log = logging.getLogger("dblog.source")
@@ -373,7 +374,7 @@ class MySQLSource(Source):
                 if isinstance(ev, QueryEvent) and ev.query.strip().upper() != "COMMIT":
                     captured, changed = self._after_ddl(reader.log_file, ev, captured)
                     needs.extend(changed + self._statement_writes(reader.log_file, ev, captured))
-                    if needs and not pending and _DDL_OR_TRUNCATE.match(strip_sql_comments(ev.query).strip()):
+                    if needs and not pending and commits_by_itself(strip_sql_comments(ev.query).strip()):
                         # DDL commits by itself (no XID follows): hand the repair over now.
                         yield Transaction([], {"log_file": reader.log_file, "log_pos": ev.packet.log_pos},
                                           dt.datetime.fromtimestamp(ev.timestamp, dt.UTC), needs)
@@ -430,37 +431,27 @@ class MySQLSource(Source):
         dblog.model.schema_changes). Which tables a statement names is read from the statement
         itself: the catalog may already be past later DDL when the capture is behind."""
         query = strip_sql_comments(ev.query).strip()
-        kind = _SCHEMA_DDL.match(query)
-        if not kind:
+        now = self.tables()
+        default = ev.schema.decode() if isinstance(ev.schema, bytes) else (ev.schema or "")
+        ddl = read_ddl(query, default, self.database, {*captured, *now})
+        if ddl is None:
             return captured, []
         position = encode_position(binlog_file_index(log_file), ev.packet.log_pos, 0)
-        default = ev.schema.decode() if isinstance(ev.schema, bytes) else (ev.schema or "")
-        now = self.tables()
-        known = {*captured, *now}
-
-        def named(text: str) -> set[str]:
-            bare = [t.partition(".")[2] for t in known]
-            return {f"{self.database}.{t}" for t in statement_tables(text, default, self.database, bare)}
-
         needs: list[RepairNeed] = []
-        created, dropped = _CREATED.match(query), _DROPPED.match(query)
-        if created or dropped:   # what it dropped or replaced is another table from now on
-            gone = named(created.group(1)) if created else named(query[dropped.end():]) if dropped else set()
-            for t in gone:
+        if ddl.replaced:   # what it dropped or replaced is another table from now on
+            for t in ddl.replaced:
                 self._schemas.pop(t, None)
                 self._keyless.discard(t)
-            fresh = sorted({*(t for t in gone if created and t in now), *(t for t in now if t not in captured)})
+            fresh = sorted({*(ddl.created & set(now)), *(t for t in now if t not in captured)})
+            gone = ddl.replaced
         else:
-            touched = named(query)
-            renamed = sorted(touched & set(now)) if _TABLE_RENAME.search(query) else []
-            if _PARTITION_WRITE.search(query):   # rows gone or swapped in, without row events
-                needs += [RepairNeed(t, f"partition DDL (no row events): {query[:120]}", position)
-                          for t in sorted(touched & set(now) & set(captured))]
-            readded = frozenset(name.strip("`").replace("``", "`") for name in _DROPPED_COLUMN.findall(query))
-            needs += [n for t in sorted(touched & set(captured) & set(now)) if t not in renamed
-                      for n in self.schema_changed(t, position, readded=readded)]
+            renamed = ddl.renamed & set(now)
+            changed = sorted(ddl.named & set(captured) & set(now) - renamed)
+            if ddl.partition_write:   # rows gone or swapped in, without row events
+                needs += [RepairNeed(t, f"partition DDL (no row events): {query[:120]}", position) for t in changed]
+            needs += [n for t in changed for n in self.schema_changed(t, position, readded=ddl.readded)]
             fresh = sorted({*(t for t in now if t not in captured), *renamed})
-            gone = touched - set(now)
+            gone = ddl.named - set(now)
         needs += self.new_tables(fresh, position, "new in the captured database (created, re-created or renamed)")
         for t in sorted(gone - set(fresh)):
             log.info("%s: %s is gone from the source (dropped or renamed away); its warehouse table stays as last "
@@ -567,69 +558,6 @@ _COMPRESSED = {40: "a MySQL transaction payload", 165: "a compressed MariaDB que
                170: "compressed MariaDB rows", 171: "compressed MariaDB rows"}
 _COMPRESSION_FIX = ("turn binlog compression off (MariaDB: SET GLOBAL log_bin_compress=OFF and in the server's "
                     "options; MySQL: binlog_transaction_compression=OFF)")
-
-_SCHEMA_DDL = re.compile(r"^(ALTER|CREATE|DROP|RENAME)\b", re.I)
-_DDL_OR_TRUNCATE = re.compile(r"^(ALTER|CREATE|DROP|RENAME|TRUNCATE)\b", re.I)
-_NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[\w$]+))?"
-# A table created, or replaced: CREATE [OR REPLACE] TABLE [IF NOT EXISTS] name (not TEMPORARY:
-# a temporary table never reaches a row-based binlog).
-_CREATED = re.compile(rf"^CREATE\s+(?:OR\s+REPLACE\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?({_NAME})", re.I)
-_DROPPED = re.compile(r"^DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?", re.I)
-# A table renamed (RENAME TABLE a TO b; ALTER TABLE a RENAME [TO|AS] b), not a column, index or
-# key; (?=\S) makes \s+ take all the blanks, so the look-ahead sees the next word.
-_TABLE_RENAME = re.compile(r"\bRENAME\s+(?=\S)(?!(?:COLUMN|INDEX|KEY)\b)", re.I)
-# ALTER TABLE ... DROP [COLUMN] [IF EXISTS] name: a column of that name still there was added again.
-_DROPPED_COLUMN = re.compile(r"\bDROP\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?(?=\S)"
-                             r"(?!(?:INDEX|KEY|PRIMARY|FOREIGN|CONSTRAINT|PARTITION|CHECK|SYSTEM|PERIOD|IF)\b)"
-                             r"(`(?:[^`]|``)+`|[\w$]+)", re.I)
-_PARTITION_WRITE = re.compile(r"\b(?:DROP|TRUNCATE|EXCHANGE)\s+PARTITION\b", re.I)
-
-
-_CONTROL = re.compile(r"^(BEGIN|COMMIT|ROLLBACK|XA|SAVEPOINT|RELEASE|START\s+TRANSACTION)\b", re.I)
-_DDL = re.compile(r"^(ALTER|CREATE|DROP|RENAME|GRANT|REVOKE|FLUSH|ANALYZE|OPTIMIZE|REPAIR|CHECK|SET|USE)\b", re.I)
-
-
-def statement_writes(query: str, default_schema: str, database: str, tables: list[str]) -> list[str]:
-    """The captured tables a logged statement (comments stripped) may have written. Anything
-    but transaction control and DDL that reaches the binlog as SQL text wrote something (SELECTs
-    are not logged; `SELECT f()` and `CALL` are when they write). What it names counts; a write
-    into the captured database that names no captured table (a stored function, a view) counts
-    for every table: a needless repair dump is harmless, a missed write is not."""
-    if not query or _CONTROL.match(query) or _DDL.match(query):  # TRUNCATE is not in _DDL: it deletes rows
-        return []
-    named = statement_tables(query, default_schema, database, tables)
-    if named:
-        return named
-    # Names another database's table: its write, not ours (`INSERT INTO other.t`, `TRUNCATE other.t`).
-    qualified = {m.group(1) or m.group(2) for m in re.finditer(
-        r"\b(?:INTO|UPDATE|FROM|JOIN|TABLE|TRUNCATE)\s+(?:`((?:[^`]|``)+)`|([A-Za-z_$][\w$]*))\s*\.\s*[`A-Za-z_$]", query, re.I)}
-    if any(q.lower() != database.lower() for q in qualified):
-        return []
-    touches = default_schema.lower() == database.lower() or qualified
-    return list(tables) if touches else []
-
-
-def strip_sql_comments(query: str) -> str:
-    return re.sub(r"/\*.*?\*/|--[^\n]*|#[^\n]*", " ", query, flags=re.S)
-
-
-def statement_tables(query: str, default_schema: str, database: str, tables: list[str]) -> list[str]:
-    """The tables of `database` a DML statement names (qualified, or unqualified with `database`
-    as the session's default). Conservative: a table the statement only reads counts too, since
-    telling targets from sources needs a full SQL parser, and a needless repair dump is harmless."""
-    named = re.findall(r"(?:`((?:[^`]|``)+)`|(\w+))\s*\.\s*(?:`((?:[^`]|``)+)`|(\w+))|`((?:[^`]|``)+)`|(\w+)", query)
-    found = []
-    for q1, q2, t1, t2, b, w in named:
-        if q1 or q2:
-            schema_name, name = (q1 or q2).replace("``", "`"), (t1 or t2).replace("``", "`")
-        else:
-            schema_name, name = default_schema, (b or w).replace("``", "`")
-        # Case-insensitively: with lower_case_table_names a statement may spell names either way.
-        match = next((t for t in tables if t.lower() == name.lower()), None)
-        if schema_name.lower() == database.lower() and match is not None and match not in found:
-            found.append(match)
-    return found
-
 
 def absent(names: list[str], bitmap) -> set[str]:
     """Columns a rows event's image leaves out (its columns-present bitmap; FULL images carry all)."""
