@@ -3,6 +3,7 @@ project's DAGs and plugins, and connections that point at the test's own sources
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -152,6 +153,11 @@ class Standalone:
     started: str = ""  # ISO time it answered: what it did since then, the late tests count
     probe: object = None  # soak.CaptureProbe over its capture, sampling for its whole life
 
+    def lineage(self) -> list[dict]:
+        """The OpenLineage events the deployment's tasks sent so far (its file transport)."""
+        path = self.log_dir.parent.parent / "lineage.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
     def api(self, method: str, path: str, **kwargs):
         import requests
         return requests.request(method, f"{self.url}/api/v2{path}", timeout=30,
@@ -235,7 +241,10 @@ def standalone(services, airflow_home, tmp_path_factory):
            "DBLOG_VERIFY_SCHEDULE": "", "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT / 'include'}",
            "DBLOG_CAPTURE_SLICE_SECONDS": str(SLICE_SECONDS), "DBLOG_CAPTURE_WAIT_TIMEOUT": "900",
            "DBLOG_CAPTURE_STOPPED_GRACE_SECONDS": str(3 * SLICE_SECONDS),
-           "DBLOG_MERGE_SLICE_SECONDS": str(MERGE_SLICE_SECONDS),
+           "DBLOG_MERGE_SLICE_SECONDS": str(MERGE_SLICE_SECONDS), "DBLOG_CHANGE_TABLES": src.table("accounts"),
+           # OpenLineage's provider, through its file transport: a JSON event per line
+           "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "append": True,
+                                                          "log_file_path": str(base / "lineage.jsonl")}),
            "AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
            "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port)}
     airflow = str(Path(sys.executable).parent / "airflow")

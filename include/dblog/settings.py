@@ -215,9 +215,31 @@ class Warehouse:
         "off", "DBLOG_KEEP_DROPPED_COLUMNS", "`on`: a column dropped in the source stays in the warehouse table "
         "(null for rows changed since); `off`: the merge drops it from the table's current schema (older "
         "snapshots still hold it)", choices=("on", "off"))
+    soft_delete_tables: str = setting(
+        "", "DBLOG_SOFT_DELETE_TABLES", "tables whose deleted rows stay in the warehouse table with "
+        "`_dblog_deleted = true` and the delete's position (empty: none, deletes remove rows; `*`: every table); "
+        "set before a table's first merge (docs/warehouse.md)",
+        accepts="`*` or comma-separated table names (`shop.orders`)")
+    change_tables: str = setting(
+        "", "DBLOG_CHANGE_TABLES", "tables that also get an append-only change table `{table}` in the namespace "
+        "`{source}__changes`: every change merged (op, row, position, commit time, transaction id), partitioned by "
+        "day (empty: none; `*`: every table)",
+        accepts="`*` or comma-separated table names (`shop.orders`)")
     maintenance_schedule: str = setting(
         "@daily", "DBLOG_MAINTENANCE_SCHEDULE", "schedule of `dblog_maintenance` (empty: trigger only)",
         accepts=CRON)
+
+    def soft_deletes(self, table: str) -> bool:
+        return _listed(self.soft_delete_tables, table)
+
+    def change_table(self, table: str) -> bool:
+        return _listed(self.change_tables, table)
+
+
+def _listed(listing: str, table: str) -> bool:
+    """Whether a `*`-or-names setting names `table`."""
+    names = {n.strip() for n in listing.split(",") if n.strip()}
+    return "*" in names or table in names
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from dblog.warehouse import change_tables
 from dblog.warehouse.tables import Warehouse
 
 from airflow_fixtures import MERGE_SLICE_SECONDS
@@ -57,7 +58,7 @@ def test_the_continuous_merge_runs_slice_after_slice_and_a_change_is_visible_wit
     wait_for(freshness_reported, 4 * MERGE_SLICE_SECONDS, interval=2,
              what="a finished slice that merged log events to report how long they waited")
     assert not _runs(standalone, "failed", since)
-    done, with_events = _runs(standalone, "success", since), 0
+    done, with_events, ranges = _runs(standalone, "success", since), 0, []
     for run in done:
         log = standalone.task_log(DAG_ID, run["dag_run_id"], "merge")
         assert "slice done:" in log, log[-3000:]
@@ -68,4 +69,28 @@ def test_the_continuous_merge_runs_slice_after_slice_and_a_change_is_visible_wit
         assert not per_table or max(per_table.values()) == 1, per_table   # one event per table per slice
         assert all(e["extra"]["snapshot_id"] and e["extra"]["upto"] for e in events)
         with_events += bool(events)
+        ranges += [e["extra"]["changes"] for e in events
+                   if e["extra"]["identifier"][1] == table and "changes" in e["extra"]]
     assert with_events, "no slice under the writes sent an asset event"
+    # The deployment keeps a change table for accounts: its events say which snapshots are new.
+    changes = change_tables.load(warehouse, src.source_id, table)
+    snapshots = {s.snapshot_id: s for s in changes.metadata.snapshots}
+    assert ranges and all(r["upto_snapshot_id"] in snapshots and r["rows"] > 0 for r in ranges), ranges
+    newest = max(ranges, key=lambda r: snapshots[r["upto_snapshot_id"]].timestamp_ms)
+    added, sid = 0, newest["upto_snapshot_id"]
+    while sid != newest["after_snapshot_id"]:   # the range's snapshots hold exactly the rows it names
+        added += int(snapshots[sid].summary.get("added-records", 0))
+        sid = snapshots[sid].parent_snapshot_id
+    assert added == newest["rows"], (added, newest)
+
+    # Lineage, through Airflow's OpenLineage provider: the slices' merge tasks report the source
+    # table into its Iceberg table and its change table, each with its columns.
+    merged = [e for e in standalone.lineage() if e["eventType"] == "COMPLETE" and e["job"]["name"] == f"{DAG_ID}.merge"
+              and any(d["name"] == table for d in e["inputs"])]
+    assert merged, "no slice's merge task reported the table's lineage"
+    written = {d["facets"]["symlinks"]["identifiers"][0]["name"]: d for d in merged[-1]["outputs"]}
+    t = warehouse.load(src.source_id, table)
+    into = written[f"{src.source_id}.{table}"]
+    assert (into["namespace"], into["name"]) == ("file", t.metadata.location.removeprefix("file://"))
+    assert {"id", "_dblog_position"} <= {f["name"] for f in into["facets"]["schema"]["fields"]}
+    assert f"{change_tables.C.changes_namespace(src.source_id)}.{table}" in written, written.keys()

@@ -31,7 +31,7 @@ def test_a_dump_triggered_over_the_rest_api_lands_a_warehouse_table_equal_to_its
     from dblog.warehouse.tables import Warehouse
     from dblog_airflow import metrics
 
-    from conftest import wait_for
+    from conftest import PORTS, wait_for
     src = standalone.src
     sent = metrics.name("dump.rows", src.source_id, src.table("order_lines"))
     earlier = sum(standalone.statsd.values(sent))  # other tests' dumps of the table, on the same standalone
@@ -49,6 +49,15 @@ def test_a_dump_triggered_over_the_rest_api_lands_a_warehouse_table_equal_to_its
     wait_for(lambda: sum(standalone.statsd.values(sent)) - earlier == rows, 30,
              what=f"{sent} to add up to this dump's {rows} rows")
 
+    # Lineage, through Airflow's OpenLineage provider: the dump read the source table, with its
+    # columns (what the merges write: tests/e2e/test_merge_under_the_scheduler.py).
+    def read() -> list[dict]:
+        return [d for e in standalone.lineage() if e["eventType"] == "COMPLETE"
+                and e["job"]["name"] == f"dblog_dump.{src.source_id}.dump_table" for d in e["inputs"]]
+    wait_for(read, 60, what="the dump task's OpenLineage event")
+    assert any(d["namespace"] == f"mysql://127.0.0.1:{PORTS['MARIADB']}" and d["name"] == src.table("order_lines")
+               and {"order_id", "line_no"} <= {f["name"] for f in d["facets"]["schema"]["fields"]} for d in read()), \
+        read()
 
 def test_a_chunk_size_of_zero_over_the_rest_api_fails_the_run_at_start_saying_what_to_set(standalone):
     src = standalone.src

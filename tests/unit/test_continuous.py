@@ -243,3 +243,14 @@ def wait_until(condition, timeout: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < end, "the condition did not hold in time"
         time.sleep(0.01)
+
+
+def test_a_slice_reports_its_change_table_range_from_before_its_first_append_to_its_last():
+    total = C.TableSlice(MergeResult("s", "t"))
+    for after, upto, rows in ((None, 11, 3), (None, None, 0), (11, 12, 2), (12, 13, 4)):
+        total.add(MergeResult("s", "t", changes=rows, changes_after=after, changes_upto=upto))
+    got = total.result()
+    assert (got.changes_after, got.changes_upto, got.changes) == (None, 13, 9)
+    later = C.TableSlice(MergeResult("s", "t"))
+    later.add(MergeResult("s", "t", changes=1, changes_after=13, changes_upto=14))
+    assert (later.result().changes_after, later.result().changes_upto) == (13, 14)

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from ..model.staged_format import DUMP_ID, OP, TOMBSTONES
 from ..spark.data_sources import conform
 from ..storage import filesystem
-from ..warehouse.files import DataFiles
+from ..warehouse.files import DataFiles, as_target
 from ..warehouse.types import BUCKET, META
 
 
@@ -46,8 +46,7 @@ def bucket_loader(location: str, schema_ipc: bytes, spark_ipc: bytes, key: list[
                         [(False, rows.filter(pc.invert(dead))), (True, rows.filter(dead))]
                     for tomb, part in parts:
                         if part.num_rows and not (tomb and purge):
-                            files.write(bucket, tomb, pa.Table.from_arrays(part.select(target.names).cast(target)
-                                                                           .columns, schema=target))
+                            files.write(bucket, tomb, as_target(part, target))
                 written = files.written()
                 if written is not None:
                     yield _with_bounds(written, pa.concat_tables(keys), key, values)

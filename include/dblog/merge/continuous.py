@@ -57,7 +57,7 @@ FULL_PASS_S = 30.0      # a source is merged at least this often, even if its ch
 # left for ever. At 1,000 tables it costs about a cycle of up-to-date checks every ten minutes.
 BACKSTOP_S = 600.0
 _SUMMED = ("log_events", "chunks", "chunk_rows", "survivors", "buckets_written", "seconds", "commit_seconds",
-           "repairs_requested", "blind_chunks", "blind_rows", "snapshots_expired")
+           "repairs_requested", "blind_chunks", "blind_rows", "snapshots_expired", "changes")
 _LATEST = ("snapshot_id", "upto", "buckets", "rows", "tombstones", "missing_rows", "waiting", "note", "chunks_waiting")
 
 
@@ -80,6 +80,10 @@ class TableSlice:
             totals = self.total.dumps.setdefault(dump_id, {"chunks": 0, "rows": 0, "dropped": 0})
             for k in totals:
                 totals[k] += merged.get(k, 0)
+        if r.changes_upto is not None:   # the slice's range: before its first append, to its last
+            if self.total.changes_upto is None:
+                self.total.changes_after = r.changes_after
+            self.total.changes_upto = r.changes_upto
         if r.newest_commit_ts is not None:
             self.total.newest_commit_ts = max(self.total.newest_commit_ts or 0.0, r.newest_commit_ts)
         if r.committed_at is not None:

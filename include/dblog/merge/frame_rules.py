@@ -81,7 +81,8 @@ def latest(recs: DataFrame, key: list[str], columns: list[str], carry: tuple[str
         filled = [F.last(carrier(c), ignorenulls=True).over(history).alias(f"_f{i}") for i, c in enumerate(values)]
         recs = recs.select(*within, *key, *meta, *prio, *filled)
         known = [F.coalesce(F.col(f"_f{i}.k"), F.lit(False)) for i in range(len(values))]
-        value_cols: list[Column | str] = [F.when(k, F.col(f"_f{i}.v")).alias(c)
+        # A tombstone keeps the values its delete carried (a soft-delete table shows them).
+        value_cols: list[Column | str] = [F.when(k | tomb, F.col(f"_f{i}.v")).alias(c)
                                           for i, (c, k) in enumerate(zip(values, known))]
         unknown = F.array_compact(F.array(*[F.when(~k, F.lit(c)) for c, k in zip(values, known)])) if values \
             else F.array().cast("array<string>")

@@ -26,6 +26,7 @@ the table's merge lock (fenced), so a dump run can report its own chunks whichev
 """
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import socket
@@ -57,6 +58,7 @@ from ..warehouse.commit import CommitError, commit
 from ..warehouse.merged_state import Bucket, TableState
 from ..warehouse.tables import Warehouse, table_state
 from . import bucket_merge as M
+from . import change_table
 from .first_load import LoadChunk, first_load
 from .merge_inputs import ChunkWindow, MergeInput, chunk_windows, merge_input, with_windows
 from .merge_result import MergeResult
@@ -339,6 +341,7 @@ def merge_table(spark: SparkSession, store: StateStore, staged: StagedLog, wareh
                          "wait for it, or check `dblog status` for a stuck worker") from exc
     try:
         state = _merge(spark, store, staged, warehouse, result, bucket_rows, lease)
+        _record_changes(warehouse, staged, result, state)
         _ask_repairs(store, warehouse, result, state)
     finally:
         lease.release()
@@ -373,10 +376,8 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
     columns = inputs.columns or (state.columns if state else [])
     base = state or TableState(source, table, key, columns, [Bucket(0, None)])
     base.key, base.columns = key, columns
-    try:
-        pending = warehouse.begin(source, table, key, columns, state)
-    except CommitError as exc:
-        raise MergeError(str(exc)) from exc
+    pending = _begin(warehouse, base, state)
+    purge = purge and not pending.soft_deletes
     new = TableState(source, table, key, columns, base.buckets, log_upto=max(upto, base.log_upto or ""),
                      chunks=dict(base.chunks), chunk_counts={**base.chunk_counts, **inputs.chunk_counts},
                      merged_at=time.time())
@@ -407,6 +408,41 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
     return committed
 
 
+def _begin(warehouse: Warehouse, base: TableState, state: TableState | None):
+    """The merge's open transaction; first, the table's change table if it gets one (see
+    `change_table.ensure`), and this merge's tombstones kept for it to read after the commit."""
+    try:
+        pending = warehouse.begin(base.source, base.table, base.key, base.columns, state)
+    except CommitError as exc:
+        raise MergeError(str(exc)) from exc
+    if settings().warehouse.change_table(base.table):
+        started = dt.datetime.now(dt.UTC)   # rows this merge writes are merged after it
+        change_table.ensure(warehouse, base.source, base.table, base.columns, state.log_upto if state else None,
+                            started)
+        pending.keep_new_tombstones = True
+    return pending
+
+
+def _record_changes(warehouse: Warehouse, staged: StagedLog, result: MergeResult, state: TableState | None) -> None:
+    """Append to the table's change table, when it has one, what the table took since the change
+    table's reach (after the commit: a crash or a failure in between leaves it behind, and the
+    next merge of the table, even one with nothing to merge, catches it up; see `change_table`).
+    A failure here is said, not raised: the table's own commit stands."""
+    if state is None or state.log_upto is None or not settings().warehouse.change_table(result.table):
+        return
+    try:
+        committed = warehouse.load(result.source, result.table)   # (a first merge's commit is not scannable)
+        changes = change_table.record(warehouse, staged, result.source, result.table, committed, state.log_upto,
+                                      took_chunks=bool(result.commits and result.chunks))
+    except Exception as exc:  # noqa: BLE001 - the merge committed; the next one catches the change table up
+        log.warning("%s/%s: the change table was not appended (%s); the next merge of the table catches it up",
+                    result.source, result.table, exc)
+        result.note = "; ".join(filter(None, [result.note, f"change table behind: {exc}"]))
+        return
+    if changes is not None:
+        result.changes, result.changes_after, result.changes_upto = changes.rows, changes.after, changes.upto
+
+
 def _write(spark: SparkSession, base: TableState, pending, inputs: MergeInputs, upto: str, purge: bool,
            bucket_rows: int, result: MergeResult) -> Rewritten | None:
     """The merged buckets' new files: a small merge on the driver, a first load straight from its
@@ -417,7 +453,7 @@ def _write(spark: SparkSession, base: TableState, pending, inputs: MergeInputs, 
             result.note = "merged without Spark (small)"
             return done
     elif inputs.general is not None:
-        done = first_load(spark, base, pending, inputs.loads, purge, bucket_rows)
+        done = first_load(spark, base, pending, inputs.loads, purge and not pending.keep_new_tombstones, bucket_rows)
         if done is not None:
             result.note = "first load: chunks written straight into their buckets" + (
                 ", on the driver (small)" if done.without_spark else "")

@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ..model.rules import ChunkRange, chunk_ready
-from ..model.staged_format import CHUNK, COMMIT_TS, DUMP_ID, HW, LW, OLD_KEY, OP, POSITION, UNCHANGED, Op
+from ..model.staged_format import BEFORE, CHUNK, COMMIT_TS, DUMP_ID, HW, LW, OLD_KEY, OP, POSITION, UNCHANGED, Op
 from ..stagedlog.staged_log import ChunkInfo
 from .frame_rules import WINDOW, window_dropped, window_survivors
 
@@ -105,8 +105,12 @@ def _no_dump():
 def log_records(log: DataFrame, key: list[str], columns: list[str]) -> DataFrame:
     """Log events as records (`_origin` log); a key update also leaves a tombstone at its old key."""
     events = log.select(*columns, POSITION, OP, UNCHANGED, F.lit("log").alias("_origin"), _no_dump())
+    # The old key's tombstone keeps the row's values before the update (a soft-delete table shows them).
+    before = {f.name for f in log.schema[BEFORE].dataType} if BEFORE in log.columns else set()  # type: ignore[attr-defined]
     moved = (log.where(F.col(OLD_KEY).isNotNull())
-             .select(*[F.col(f"{OLD_KEY}.{k}").alias(k) if k in key else F.lit(None).alias(k) for k in columns],
+             .select(*[F.col(f"{OLD_KEY}.{k}").alias(k) if k in key
+                       else F.col(BEFORE)[k].try_cast(log.schema[k].dataType).alias(k) if k in before
+                       else F.lit(None).alias(k) for k in columns],
                      POSITION, F.lit(Op.DELETE).alias(OP), _no_unchanged(), F.lit("log").alias("_origin"),
                      _no_dump()))
     return events.unionByName(moved, allowMissingColumns=True)

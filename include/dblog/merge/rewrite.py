@@ -62,10 +62,14 @@ def rewrite(spark: SparkSession, base: TableState, pending: Pending, recs: DataF
         labels.append(base.buckets[was].id if was is not None else fresh)
         fresh += was is None
     pieces = sum(1 for _, was in entries if was is None or was in touched)
-    merged = M.merge_records(existing, recs, key, names, dt.datetime.now(dt.UTC), fill_unchanged,
+    now = dt.datetime.now(dt.UTC)
+    merged = M.merge_records(existing, recs, key, names, now, fill_unchanged,
                              M.bucket_of(key, types, [lo for lo, _ in entries]), max(1, pieces), unique)
     if purge:
-        merged = merged.where(~(M.is_tombstone() & (F.col("_dblog_position") <= upto)))
+        gone = M.is_tombstone() & (F.col("_dblog_position") <= upto)
+        if pending.keep_new_tombstones:
+            gone = gone & (F.col("_dblog_merged_at") < F.lit(now).cast("timestamp"))
+        merged = merged.where(~gone)
     rows = (merged.withColumn(BUCKET, F.element_at(F.array(*[F.lit(x) for x in labels]), F.col("_b") + 1))
             .withColumn(MISSING, F.to_json(MISSING))   # crosses to Python as text: see warehouse.files
             .withColumn(TOMBSTONE, F.coalesce(M.is_tombstone(), F.lit(False))).drop("_b"))

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-from ..model.staged_format import COMMIT_TS, OLD_KEY, OP, POSITION, TOMBSTONES, UNCHANGED, Op, key_columns
+from ..model.staged_format import BEFORE, COMMIT_TS, OLD_KEY, OP, POSITION, TOMBSTONES, UNCHANGED, Op, key_columns
 from ..stagedlog.staged_log import StagedLog
 from ..storage import filesystem
 from ..warehouse import types as T
@@ -163,10 +163,11 @@ def rewrite_locally(base: TableState, pending: Pending, local: LocalEvents, upto
     merged_at = dt.datetime.now(dt.UTC)
     key = base.key
     offers: list[tuple[dict, int]] = []   # (record, priority: a stored row, 0, wins a tie)
-    for e in events.select([*data, POSITION, OP, *[c for c in (UNCHANGED, OLD_KEY) if c in events.column_names]]) \
+    for e in events.select([*data, POSITION, OP, *[c for c in (UNCHANGED, OLD_KEY, BEFORE) if c in events.column_names]]) \
             .to_pylist():
         if e.get(OLD_KEY) is not None:   # a key update: the old key's row is gone (`merge_inputs.log_records`)
-            old = {c: (e[OLD_KEY][c] if c in key else None) for c in data}
+            was = e.get(BEFORE) or {}
+            old = {c: (e[OLD_KEY][c] if c in key else was.get(c)) for c in data}
             offers.append((_record(old, e[POSITION], Op.DELETE, None, merged_at), 1))
         dead = e[OP] in TOMBSTONES
         offers.append((_record({c: e[c] for c in data}, e[POSITION], e[OP], None if dead else e.get(UNCHANGED),
@@ -182,7 +183,8 @@ def rewrite_locally(base: TableState, pending: Pending, local: LocalEvents, upto
     live, dead = (part.filter(pc.invert(hit)) for part, hit in zip(stored, at))
     if purge:
         dead = dead.filter(pc.greater(dead[_POSITION], upto))
-    return _write(base, pending, target, (live, dead), [r for _, _, r in best.values()], upto, purge, len(offers))
+    return _write(base, pending, target, (live, dead), [r for _, _, r in best.values()], upto,
+                  purge and not pending.keep_new_tombstones, len(offers))
 
 
 def _record(values: dict, position: str, op: str, missing, merged_at: dt.datetime) -> dict:

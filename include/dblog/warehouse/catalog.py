@@ -131,6 +131,11 @@ def identifier(catalog, source: str, table: str) -> tuple[str, str]:
     return (source, slug(table) if is_rest(catalog) else table)
 
 
+def changes_namespace(source: str) -> str:
+    """The namespace of a source's change tables (`merge.change_table`), beside the source's own."""
+    return f"{source}__changes"
+
+
 def location(root: str, source: str, table: str) -> str:
     cleaned = re.sub(r"[^a-z0-9_]+", "_", table.lower()).strip("_")[:60] or "t"
     return f"{warehouse_uri(root)}/{source}/{cleaned}-{_digest(table)[:10]}"

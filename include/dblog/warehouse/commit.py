@@ -53,6 +53,8 @@ class Pending:
     branch: dict[int, list] = field(default_factory=dict)     # ... on the tombstone branch
     committed: object = None
     expired: int = 0     # snapshots the commit expired (`history`)
+    soft_deletes: bool = False   # deleted rows stay on main, flagged (`files.DataFiles`), never purged
+    keep_new_tombstones: bool = False   # the merge's own tombstones outlive its purge (a change table reads them)
 
     @property
     def io(self):
@@ -130,7 +132,7 @@ def commit(pending: Pending, written: list[WrittenFile], touched: set[int], prop
                 ow.delete_data_file(df)
             for df in new_dead:
                 ow.append_data_file(df)
-    _thin_history(pending)
+    pending.expired = thin_history(tx)
     crash_point("merge.before_commit")   # manifests written, the catalog not swapped yet
     try:
         pending.committed = tx.commit_transaction()  # type: ignore[attr-defined]
@@ -140,13 +142,14 @@ def commit(pending: Pending, written: list[WrittenFile], touched: set[int], prop
     return time.monotonic() - started
 
 
-def _thin_history(pending: Pending) -> None:
-    """Expire, in the merge's own commit, the snapshots the history rule lets go (`history`): the
-    metadata every commit rewrites stays bounded however often the table is merged."""
+def thin_history(tx, by_count: bool = True) -> int:
+    """Expire, in the transaction's own commit, the snapshots the history rule lets go (`history`):
+    the metadata every commit rewrites stays bounded however often the table is merged (`by_count`
+    False: only those past the keep window). Returns how many."""
     tuned = settings().warehouse
-    tx = pending.tx
-    old = history.to_expire(tx.table_metadata, int(time.time() * 1000), tuned.keep_seconds,  # type: ignore[attr-defined]
-                            tuned.keep_snapshots, tuned.keep_all_seconds)
+    keep = tuned.keep_snapshots if by_count else 2**62
+    old = history.to_expire(tx.table_metadata, int(time.time() * 1000), tuned.keep_seconds, keep,
+                            tuned.keep_all_seconds)
     if old:
-        tx._apply((RemoveSnapshotsUpdate(snapshot_ids=sorted(old)),))  # type: ignore[attr-defined,call-arg]
-        pending.expired = len(old)
+        tx._apply((RemoveSnapshotsUpdate(snapshot_ids=sorted(old)),))  # type: ignore[call-arg]
+    return len(old)

@@ -17,8 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..model.staged_format import TOMBSTONES
 from ..storage import PARQUET_WRITE, atomic_puts, filesystem
-from .types import BUCKET, MISSING
+from .types import BUCKET, DELETED, MISSING
 
 TOMBSTONE = "_t"            # routing column: the row is a tombstone (goes to the tombstone branch)
 WRITTEN = "uri string, bucket int, tombstone boolean, rows long, missing long"   # one row per file
@@ -38,6 +39,15 @@ def missing_count(column: pa.Array) -> int:
     """Rows listing at least one column whose value nothing proved."""
     lengths = pc.fill_null(pc.list_value_length(column), 0)
     return int(pc.sum(pc.greater(lengths, 0)).as_py() or 0)
+
+
+def flag_deleted(part: pa.Table, target: pa.Schema) -> pa.Table:
+    """`part` as `target` with `_dblog_deleted` set from each row's op (a tombstone is a deleted row)."""
+    flag = pc.is_in(part["_dblog_op"], value_set=pa.array([str(op) for op in TOMBSTONES]))
+    columns = {n: part[n] for n in part.column_names if n != DELETED}
+    columns[DELETED] = flag
+    loose = pa.Table.from_arrays([columns[f.name] for f in target], names=target.names)
+    return pa.Table.from_arrays(loose.cast(target).columns, schema=target)
 
 
 def data_path(location: str, bucket: int, name: str) -> str:
@@ -64,17 +74,23 @@ class DataFiles:
     chunk or an Arrow batch's share of a bucket (20,000 rows, often far fewer), and a row group
     each made files a third larger and slower to write and gave readers dozens of row groups to
     plan per file (docs/performance.md). When the task's buffers pass ROW_GROUP_BYTES, the
-    largest is written as a row group of its own."""
+    largest is written as a row group of its own.
+
+    A soft-delete table (its schema has `_dblog_deleted`) keeps its deleted rows on main, flagged:
+    every row goes to a main file, the flag computed here from `_dblog_op`."""
 
     def __init__(self, location: str, target: pa.Schema, prefix: str):
         self.location, self.target, self.prefix = location, target, f"{prefix}-{uuid.uuid4().hex[:8]}"
+        self.soft = DELETED in target.names
         self.fs = filesystem(location)[0]
         self.open: dict[tuple[int, bool], _OpenFile] = {}
         self.done: list[_OpenFile] = []
         self.buffered = 0
 
     def write(self, bucket: int, dead: bool, part: pa.Table) -> None:
-        """Append `part` (exactly the target schema) to the bucket's open file."""
+        """Append `part` (the target schema; `_dblog_deleted` may be left out) to the bucket's open file."""
+        if self.soft:
+            part, dead = flag_deleted(part, self.target), False
         entry = self.open.get((bucket, dead)) or self._open(bucket, dead)
         entry.parts.append(part)
         entry.buffered += part.nbytes
@@ -136,10 +152,16 @@ def bucket_writer(location: str, schema_ipc: bytes, merge_id: str) -> Callable[[
             groups = data.group_by([BUCKET, TOMBSTONE], use_threads=False).aggregate([])
             for bucket, dead in zip(groups.column(BUCKET).to_pylist(), groups.column(TOMBSTONE).to_pylist()):
                 part = data.filter(pc.and_(pc.equal(data[BUCKET], bucket), pc.equal(data[TOMBSTONE], dead)))
-                files.write(bucket, dead, pa.Table.from_arrays(part.select(target.names).cast(target).columns,
-                                                               schema=target))
+                files.write(bucket, dead, as_target(part, target))
         written = files.written()
         if written is not None:
             yield written
 
     return write
+
+
+def as_target(part: pa.Table, target: pa.Schema) -> pa.Table:
+    """A batch's rows as the target schema (`_dblog_deleted` the writer derives: see DataFiles)."""
+    if DELETED in target.names and DELETED not in part.column_names:
+        return part.select([n for n in target.names if n != DELETED])
+    return pa.Table.from_arrays(part.select(target.names).cast(target).columns, schema=target)

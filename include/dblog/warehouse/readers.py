@@ -62,11 +62,15 @@ def duckdb_connect(root: str):
 
 
 def duckdb_read(warehouse, source: str, table: str) -> pa.Table | None:
-    """The live rows of the table's current snapshot, read by DuckDB (None before the first merge)."""
+    """The rows of the table's current snapshot, read by DuckDB (None before the first merge): a
+    soft-delete table's deleted rows too, flagged `_dblog_deleted`."""
     t = warehouse.load(source, table)
-    if t is None:
-        return None
-    con = duckdb_connect(warehouse.root)
+    return None if t is None else duckdb_scan(warehouse.root, t)
+
+
+def duckdb_scan(root: str, t) -> pa.Table:
+    """Every row of a loaded Iceberg table's current snapshot (a change table's too), read by DuckDB."""
+    con = duckdb_connect(root)
     try:
         return con.execute("SELECT * FROM iceberg_scan(?)", [t.metadata_location]).to_arrow_table()
     finally:

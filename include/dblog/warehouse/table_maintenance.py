@@ -9,11 +9,15 @@
    references. Every file under the table's location that the table no longer reaches and that
    is older than the grace is deleted (a running merge's files are young and unreferenced).
 
+A table's change table (`change_tables`) loses the days older than the staged log's retention,
+then is expired and swept the same way.
+
 The merge lease serializes maintenance with merges of the same table: the sweep never sees a
 merge's files between their write and its commit, and a compaction never races a merge's commit.
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import socket
@@ -34,7 +38,7 @@ from ..coordination import store as paths
 from ..errors import DBLogError
 from ..settings import settings
 from ..storage import PARQUET_WRITE, atomic_puts, filesystem
-from . import history
+from . import change_tables, history
 from .catalog import BRANCH
 from .commit import Pending, WrittenFile, data_files, overwrite
 from .files import data_path
@@ -122,8 +126,27 @@ def maintain(warehouse, source: str, table: str, *, keep_seconds: float | None =
     t = warehouse.load(source, table)
     # A dry run expired nothing: leave out what the expiry would have removed.
     report.files_removed, report.bytes_removed = sweep(t, grace, dry_run, expired if dry_run else set())
+    _maintain_changes(warehouse, source, table, report, keep, grace)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _maintain_changes(warehouse, source: str, table: str, report: MaintenanceReport, keep: float,
+                      grace: float) -> None:
+    """The table's change table, if it has one: days older than the staged log's retention
+    deleted, then its snapshots expired and its files swept as the table's (counted with them)."""
+    changes = change_tables.load(warehouse, source, table)
+    if changes is None:
+        return
+    if not report.dry_run:
+        retention = settings().retention.window_seconds
+        change_tables.expire_days(changes, dt.datetime.now(dt.UTC) - dt.timedelta(seconds=retention))
+        changes = change_tables.load(warehouse, source, table)
+    expired = expire(changes, keep, report.dry_run)
+    report.snapshots_expired += len(expired)
+    files, size = sweep(change_tables.load(warehouse, source, table), grace, report.dry_run,
+                        expired if report.dry_run else set())
+    report.files_removed, report.bytes_removed = report.files_removed + files, report.bytes_removed + size
 
 
 # -- expiry ------------------------------------------------------------------------------------

@@ -7,20 +7,24 @@ one identity partition `_dblog_bucket` per key range. Tombstones live on the bra
 from __future__ import annotations
 
 import json
+import logging
 
 import pyarrow as pa
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-from pyiceberg.expressions import AlwaysTrue, In
+from pyiceberg.expressions import AlwaysTrue, And, EqualTo, In
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.transforms import IdentityTransform
 
 from ..errors import WarehouseError
+from ..settings import settings
 from . import catalog as C
 from . import history
 from . import types as T
 from .commit import CommitError, MergeTransaction, Pending
 from .merged_state import Bucket, TableState
+
+log = logging.getLogger("dblog.warehouse")
 
 
 class Warehouse:
@@ -72,13 +76,16 @@ class Warehouse:
                 "missing_rows": state.missing_rows}
 
     def read(self, source: str, table: str, columns: list[str], buckets: list[int] | None = None) -> pa.Table | None:
-        """The live rows of the current snapshot (pyiceberg, no Spark); columns the table does not
-        have are null. None before the first merge."""
+        """The live rows of the current snapshot (pyiceberg, no Spark): soft-deleted rows left out;
+        columns the table does not have are null. None before the first merge."""
         t = self.load(source, table)
         if t is None:
             return None
-        present = [c for c in columns if c in {f.name for f in t.schema().fields}]
+        names = {f.name for f in t.schema().fields}
+        present = [c for c in columns if c in names]
         where = In(T.BUCKET, set(buckets)) if buckets is not None else AlwaysTrue()  # type: ignore[call-arg,arg-type]
+        if T.DELETED in names:
+            where = And(where, EqualTo(T.DELETED, False))  # type: ignore[call-arg,arg-type,assignment]
         data = t.scan(selected_fields=tuple(present) or ("*",), row_filter=where).to_arrow()
         for c in columns:
             if c not in data.column_names:
@@ -128,9 +135,10 @@ class Warehouse:
         """Open a merge's transaction: the table (created with it on the first merge, invisible
         until the commit) with the columns new in `columns` added."""
         t = self.load(source, table) if state is not None else None
+        soft = settings().warehouse.soft_deletes(table)
         if t is None:
             self._namespace(source)
-            schema = T.schema(columns)
+            schema = T.schema(columns, soft)
             spec = PartitionSpec(PartitionField(source_id=schema.find_field(T.BUCKET).field_id, field_id=1000,
                                                 transform=IdentityTransform(), name=T.BUCKET))
             props = {**C.PROPERTIES, "dblog.source": source, "dblog.table": table, "dblog.key": json.dumps(key)}
@@ -145,12 +153,17 @@ class Warehouse:
             if heads != now:   # another writer committed since the merge read the table
                 raise CommitError(f"{source}/{table} changed while the merge read it (another writer?); "
                                   "re-run the merge")
+            if soft != (T.DELETED in {f.name for f in t.schema().fields}):
+                soft = not soft   # the table's own mode: its rows cannot be re-marked in place
+                if (source, table) not in _TOLD:
+                    _TOLD.add((source, table))
+                    log.warning(_soft_switched(source, table, soft))
             tx = MergeTransaction(t)
             if T.needs_evolution(t.schema(), columns):
                 T.evolve(tx, t.schema(), columns)
         metadata = tx.table_metadata
         schema_ipc = schema_to_pyarrow(metadata.schema(), include_field_ids=True).serialize().to_pybytes()
-        pending = Pending(tx, metadata.location.rstrip("/"), schema_ipc)
+        pending = Pending(tx, metadata.location.rstrip("/"), schema_ipc, soft_deletes=soft)
         if state is not None:
             for b in state.buckets:
                 pending.main[b.id], pending.branch[b.id] = b.files, b.tombstones
@@ -170,6 +183,17 @@ class Warehouse:
         except FileNotFoundError:
             pass
         return True
+
+
+_TOLD: set[tuple[str, str]] = set()   # tables whose setting and mode differ, said once per process
+
+
+def _soft_switched(source: str, table: str, soft: bool) -> str:
+    now, kept = ("no longer names", "soft deletes") if soft else ("names", "hard deletes")
+    return (f"{source}/{table}: DBLOG_SOFT_DELETE_TABLES {now} the table, but its warehouse table was created with "
+            f"{kept}, which its merges keep: its rows cannot be re-marked in place. To change it, rebuild the table "
+            f"under the new setting: `dblog warehouse drop --source {source} --table {table}`, then `dblog dump "
+            f"--source {source} --table {table}`")
 
 
 def table_state(t, source: str, table: str, files: bool = False) -> TableState:

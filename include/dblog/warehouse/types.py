@@ -35,6 +35,9 @@ MISSING = "_dblog_missing"
 BUCKET = "_dblog_bucket"   # the key-range bucket: the table's identity partition
 META = ("_dblog_position", "_dblog_op", "_dblog_origin", "_dblog_dump_id", "_dblog_merged_at", MISSING)
 META_TYPES = ("string", "string", "string", "string", "timestamp", "array<string>")
+# Soft-delete tables only (`DBLOG_SOFT_DELETE_TABLES`): a deleted row stays, flagged. Derived from
+# `_dblog_op` by the file writer (`files.DataFiles`), so no merge path computes it.
+DELETED = "_dblog_deleted"
 
 _SIMPLE: dict[str, IcebergType] = {
     "bigint": LongType(), "int": IntegerType(), "smallint": IntegerType(), "tinyint": IntegerType(),
@@ -68,9 +71,9 @@ def spark_type(t: IcebergType) -> str:
     raise WarehouseError(f"Iceberg type {t} is not one dblog writes")
 
 
-def schema(columns: list[tuple[str, str]]) -> Schema:
+def schema(columns: list[tuple[str, str]], soft_deletes: bool = False) -> Schema:
     """A new table's schema: the data columns, then the metadata columns and the bucket."""
-    every = [*columns, *zip(META, META_TYPES), (BUCKET, "int")]
+    every = [*columns, *zip(META, META_TYPES), *([(DELETED, "boolean")] if soft_deletes else []), (BUCKET, "int")]
     nested = iter(range(len(every) + 1, 2 * len(every) + 2))   # a list's element id follows the top level
     return Schema(*[NestedField(i, name, iceberg_type(t, lambda: next(nested)), required=False)
                     for i, (name, t) in enumerate(every, 1)])
@@ -78,7 +81,7 @@ def schema(columns: list[tuple[str, str]]) -> Schema:
 
 def data_columns(table_schema: Schema) -> list[tuple[str, str]]:
     """(name, Spark type) of the table's data columns, in table order."""
-    hidden = set(META) | {BUCKET}
+    hidden = set(META) | {BUCKET, DELETED}
     return [(f.name, spark_type(f.field_type)) for f in table_schema.fields if f.name not in hidden]
 
 

@@ -145,6 +145,16 @@ class DumpTableOperator(BaseOperator):
             raise AirflowSkipException(f"dump {self.dump_id} was cancelled")
         return asdict(result)
 
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """The table read and the warehouse table it lands in (`dblog_airflow.lineage`)."""
+        from dblog_airflow.lineage import dump_lineage
+        hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
+        source = hook.get_source()
+        try:
+            return dump_lineage(source, hook.warehouse(), hook.source_uri(), self.table)
+        finally:
+            source.close()
+
 
 class DumpControlOperator(BaseOperator):
     """Pause, resume, cancel or re-throttle a running dump (its table tasks obey within a chunk),

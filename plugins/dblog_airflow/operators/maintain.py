@@ -72,7 +72,14 @@ class MaintainOperator(BaseOperator):
             self.log.info("%s", staged.line())
         if not self.only_report:
             self._send(reports, staged)
+        self._maintained = [(r.source, r.table) for r in reports if not r.dry_run]
         return {"tables": [asdict(r) for r in reports], "staged_log": asdict(staged)}
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """The warehouse tables (and change tables) it compacted and expired, read and rewritten."""
+        from dblog_airflow.lineage import warehouse_lineage
+        return warehouse_lineage(DBLogHook(self.source_conn_id, self.zookeeper_conn_id).warehouse(),
+                                 getattr(self, "_maintained", []), {}, rewritten=True)
 
     @staticmethod
     def _send(reports: list, staged) -> None:

@@ -49,6 +49,16 @@ appender.stderr.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
 """
 
 
+def _change_range(r) -> dict:
+    """The asset event's word on the table's change table: which of its snapshots are new, so a
+    downstream job reads the increment (Iceberg's incremental read from `after`, exclusive, to `upto`)."""
+    if r.changes_upto is None:
+        return {}
+    from dblog.warehouse.catalog import changes_namespace
+    return {"changes": {"identifier": [changes_namespace(r.source), r.table], "after_snapshot_id": r.changes_after,
+                        "upto_snapshot_id": r.changes_upto, "rows": r.changes}}
+
+
 def warehouse_asset(source: str, table: str) -> Asset:
     """The Asset of one warehouse table (the same name and URI the merge task emits): the Iceberg
     table `(source, table)` of the configured catalog."""
@@ -147,7 +157,7 @@ class MergeOperator(SparkSubmitOperator):
             if r.snapshot_id is not None and r.commits:
                 alias.add(warehouse_asset(r.source, r.table),
                           extra={"identifier": [r.source, r.table], "snapshot_id": r.snapshot_id,
-                                 "rows": r.rows, "upto": r.upto,
+                                 "rows": r.rows, "upto": r.upto, **_change_range(r),
                                  "dag_id": self.dag_id, "run_id": context["run_id"], "task_id": self.task_id})
         # The warehouse has committed and the asset events are set: reporting must not fail the task
         # (a retry would find nothing new to merge, and downstream DAGs would never hear of it).
@@ -165,7 +175,16 @@ class MergeOperator(SparkSubmitOperator):
                 self.log.warning("%s %s: %d row(s) hold values nothing proved yet (null, listed in _dblog_missing); "
                                  "%d key(s) sent to repair now; waiting for a repair: %s", r.source, r.table,
                                  r.missing_rows, r.repairs_requested, r.waiting)
+        self._committed = [(r.source, r.table) for r in results if r.commits]
         return [r.to_json() for r in results]   # XCom: the report's rows
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """Each source table merged into its warehouse table (and change table), for the tables
+        that committed (`dblog_airflow.lineage`)."""
+        from dblog_airflow.lineage import warehouse_lineage
+        committed = getattr(self, "_committed", [])
+        uris = {s: DBLogHook(s, self.zookeeper_conn_id).source_uri() for s in {s for s, _ in committed}}
+        return warehouse_lineage(DBLogHook.warehouse(), committed, uris)
 
     def prepare_submit(self, tmp: str, sources: list[str]) -> str:
         """Set what spark-submit gets (application args, conf, environment) and write the job's
