@@ -88,7 +88,11 @@ def dump_lineage(source, warehouse, source_uri: str, table: str):
     """A dump of `table` from the engine's `source`: the source table, with its columns as the
     source declares them, into its warehouse table (when it has one yet: a first dump's table
     appears with its merge, which reports it)."""
-    schema = source.table_schema(table)
+    from dblog.sources.base import NoPrimaryKey
+    try:
+        schema = source.table_schema(table)
+    except NoPrimaryKey:   # read whole
+        schema = source.keyless_schema(table)
     read = source_dataset(source_uri, table, [(c.name, c.source_type) for c in schema.columns])
     t = warehouse.load(source.name, table)
     return lineage([read], [warehouse_dataset(t, source.name, table)] if t is not None else [])

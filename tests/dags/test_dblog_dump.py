@@ -16,12 +16,12 @@ def test_bad_input_fails_the_run_at_once_and_writes_nothing(mariadb, deploy):
     assert not (mariadb.staging / mariadb.source_id / "chunks").exists(), "a chunk was staged"
 
 
-def test_a_table_without_primary_key_and_malformed_keys_fail_with_the_reason(mariadb, deploy, capfd):
+def test_a_key_list_of_a_table_without_key_and_malformed_keys_fail_with_the_reason(mariadb, deploy, capfd):
     mariadb.workload(seed=3, rows=50).create()
     mariadb.sql(f"CREATE TABLE {mariadb.table('nokey')} (a INT)")
     mariadb.start_capture()
     airflow = deploy(mariadb)
-    for conf, reason in (({"tables": ["nokey"]}, "primary key"),
+    for conf, reason in (({"tables": ["nokey"], "keys": [1]}, "primary key"),
                          ({"tables": ["accounts"], "keys": [["x", "y"]]}, "malformed key list")):
         states, run = airflow.run("dblog_dump", {"source": mariadb.source_id, **conf})
         assert states[f"{mariadb.source_id}.start"] == "failed", states
@@ -162,18 +162,17 @@ def test_a_null_or_out_of_range_key_fails_the_start_task_with_the_column_and_wri
         assert store.get(f"/{mariadb.source_id}/capture/checkpoint") is None
 
 
-def test_a_run_over_every_table_skips_a_table_without_key_leaves_out_excluded_ones_and_logs_each(
+def test_a_run_over_every_table_dumps_a_table_without_key_whole_leaves_out_excluded_ones_and_logs_each(
         mariadb, deploy, capfd):
     mariadb.workload(seed=3, rows=30).create()
-    mariadb.sql(f"CREATE TABLE {mariadb.table('nokey')} (a INT)")
+    mariadb.sql(f"CREATE TABLE {mariadb.table('nokey')} (a INT)", f"INSERT INTO {mariadb.table('nokey')} VALUES (1), (1)")
     mariadb.start_capture()
     sid = mariadb.source_id
     states, run = deploy(mariadb).run("dblog_dump", {"source": sid, "exclude": ["order_lines"], "chunk_size": 50})
     assert str(run.state) == "success", states
     dump = xcom(run, f"{sid}.start", "dump")
-    assert dump["tables"] == [mariadb.table("accounts")], dump
-    assert [s["table"] for s in dump["skipped"]] == [mariadb.table("nokey"), mariadb.table("order_lines")], dump
-    assert dump["summary"].endswith(f"; skipped {mariadb.table('nokey')}, {mariadb.table('order_lines')}")
-    warnings = [line for line in capfd.readouterr().out.splitlines()
-                if "[warning" in line and f"skipped {mariadb.table('nokey')}: " in line]
-    assert warnings and "has no primary key" in warnings[0], warnings
+    assert dump["tables"] == [mariadb.table("accounts"), mariadb.table("nokey")], dump
+    assert [s["table"] for s in dump["skipped"]] == [mariadb.table("order_lines")], dump
+    assert dump["summary"].endswith(f"; skipped {mariadb.table('order_lines')}")
+    said = [line for line in capfd.readouterr().out.splitlines() if f"{mariadb.table('nokey')}: done after" in line]
+    assert said and "1 chunks, 2 rows" in said[0], said   # read whole (the dump task's log line)

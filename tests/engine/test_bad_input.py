@@ -235,19 +235,18 @@ def test_a_table_outside_the_captured_namespace_is_refused_naming_the_namespace(
         src.sql(f"DROP {drop} IF EXISTS {src.namespace}_other" + ("" if src.kind == "mariadb" else " CASCADE"))
 
 
-def test_dump_all_dumps_what_it_can_and_lists_each_table_it_skipped_with_why(src):
+def test_dump_all_dumps_a_table_without_any_key_whole_and_status_says_so(src):
     src.workload(rows=40).create()
-    src.sql(f"CREATE TABLE {src.namespace}.no_pk (a INT, b TEXT)")
+    src.sql(f"CREATE TABLE {src.namespace}.no_pk (a INT, b TEXT)", f"INSERT INTO {src.namespace}.no_pk VALUES (1, 'x')")
     src.dblog("capture", "--init", "--source", src.source_id, check=True)
     result = src.dblog("dump", "--source", src.source_id, "--all", "--chunk-size", "25")
     assert result.returncode == 0, result.stderr
-    no_pk = src.table("no_pk")
-    assert f"dblog: skipped {no_pk}: {src.source_id}: table {no_pk} has no primary key" in result.stderr
     out = json.loads(result.stdout)
-    assert out["state"] == "done" and set(out["tables"]) == {src.table("accounts"), src.table("order_lines")}
-    assert [s["table"] for s in out["skipped"]] == [no_pk] and "no primary key" in out["skipped"][0]["reason"]
-    status = json.loads(src.dblog("status", "--source", src.source_id, "--json", check=True).stdout)
-    assert [s["table"] for d in status[src.source_id]["dumps"] for s in d["skipped"]] == [no_pk]
+    no_pk = src.table("no_pk")
+    assert out["state"] == "done" and set(out["tables"]) == {src.table("accounts"), src.table("order_lines"), no_pk}
+    assert out["skipped"] == []
+    status = src.dblog("status", "--source", src.source_id, check=True).stdout
+    assert f"{no_pk} has no key at all: each dump replaces its warehouse table whole" in status, status
 
 
 def test_dump_all_leaves_out_excluded_tables_and_refuses_an_exclude_that_matches_none(src):
@@ -265,9 +264,9 @@ def test_dump_all_leaves_out_excluded_tables_and_refuses_an_exclude_that_matches
 
 def test_dump_all_with_no_dumpable_table_is_an_error_that_registers_nothing(src):
     src.sql(f"CREATE TABLE {src.namespace}.no_pk (a INT, b TEXT)", f"CREATE TABLE {src.namespace}.k (id INT PRIMARY KEY)")
-    result = src.dblog("dump", "--source", src.source_id, "--all", "--exclude", "k")
+    result = src.dblog("dump", "--source", src.source_id, "--all", "--exclude", "k", "--exclude", "no_pk")
     refused(result, f"no table of {src.source_id} can be dumped", f"{src.table('k')}: excluded",
-            f"{src.table('no_pk')}: {src.source_id}: table {src.table('no_pk')} has no primary key")
+            f"{src.table('no_pk')}: excluded")
     assert registered(src) == (False, [])
 
 

@@ -1,7 +1,9 @@
 """What the capture does with the source's schema: a table without any key has its changes left
 out, said where the user looks, and the capture goes on; a change made while no capture ran is
 found against the schema the staged log holds."""
-from conftest import settle
+from dblog.stagedlog import whole_tables
+
+from conftest import settle, wait_for
 
 
 def test_a_write_to_a_table_without_a_key_is_not_staged_and_the_capture_goes_on(src):
@@ -14,6 +16,10 @@ def test_a_write_to_a_table_without_a_key_is_not_staged_and_the_capture_goes_on(
     staged = src.staged()
     assert staged.read_log(src.source_id, keyed).num_rows == 1
     assert not staged.segments(src.source_id, keyless)
+    # ... and, new in the captured schema, it is read whole (DBLOG_AUTO_DUMP_NEW_TABLES).
+    wait_for(lambda: whole_tables.newest(staged, src.source_id, keyless) is not None, 60,
+             what="the new keyless table's whole-table snapshot")
+    assert whole_tables.newest(staged, src.source_id, keyless).rows == 1
     capture.terminate()
     capture.wait()
     log = capture.stderr.read()

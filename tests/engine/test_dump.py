@@ -39,7 +39,7 @@ def chunk_metas(env, table) -> list[ChunkMeta]:
 
 @pytest.mark.parametrize("args, message", [
     (["--table", "nosuch"], "table t_{tag}.nosuch does not exist"),
-    (["--table", "no_pk"], "has no primary key"),
+    (["--table", "no_pk", "--keys", "[1]"], "has no primary key"),   # a key list needs a key
     (["--table", "accounts", "--keys", "[1, 2"], "--keys is not valid JSON"),
     (["--table", "accounts", "--keys", '["abc"]'], "malformed key list for t_{tag}.accounts: 'abc' is not an integer"),
     (["--table", "order_lines", "--keys", "[1]"], "has a key of 2 column(s): (order_id, line_no)"),

@@ -23,18 +23,22 @@ def ddl(src, table: str, change: str) -> str:
 
 
 class Writer(threading.Thread):
-    """Updates and inserts through every change, with statements valid before and after each."""
+    """Updates and inserts through every change, with statements valid before and after each
+    (`bodies`: inserted rows have a `body` of their own, for when it becomes the key)."""
 
-    def __init__(self, src, table: str):
+    def __init__(self, src, table: str, bodies: bool = False):
         super().__init__(daemon=True)
-        self.src, self.table, self.stop, self.writes = src, table, threading.Event(), 0
+        self.src, self.table, self.stop, self.writes, self.bodies = src, table, threading.Event(), 0, bodies
 
     def run(self) -> None:
         i = 0
         while not self.stop.is_set():
             i += 1
             self.src.sql(f"UPDATE {self.table} SET d = d + 1 WHERE id = %s", params=[i % 150 + 1])
-            if i % 5 == 0:
+            if i % 5 == 0 and self.bodies:
+                self.src.sql(f"INSERT INTO {self.table} (id, body, d) VALUES (%s, %s, %s)",
+                             params=[1000 + i, f"new-{i}", i])
+            elif i % 5 == 0:
                 self.src.sql(f"INSERT INTO {self.table} (id, d) VALUES (%s, %s)", params=[1000 + i, i])
             self.writes += 1
 
@@ -48,13 +52,19 @@ def make_items(src, rows: int) -> str:
     return t
 
 
-def test_every_schema_change_under_writes_ends_with_the_warehouse_equal_to_the_source_and_no_manual_step(
-        src, spark, warehouse):
-    table = make_items(src, rows=300)
+def merged_items(src, spark, warehouse, rows: int):
+    """The items table dumped and merged, and the capture running."""
+    table = make_items(src, rows)
     capture = start_capture(src, warehouse)
     src.dblog("dump", "--source", src.source_id, "--table", "items", check=True)
     settle(src)
     merge(spark, src, warehouse, tables=[table])
+    return table, capture
+
+
+def test_every_schema_change_under_writes_ends_with_the_warehouse_equal_to_the_source_and_no_manual_step(
+        src, spark, warehouse):
+    table, capture = merged_items(src, spark, warehouse, rows=300)
     writer = Writer(src, table)
     writer.start()
     for change in ("add_default", "add_not_null", "add_nullable", "rename", "convert", "widen", "drop"):
@@ -105,3 +115,31 @@ def test_a_table_created_or_renamed_while_the_capture_runs_is_dumped_by_itself(s
     capture.terminate()
     capture.wait()
     assert "DBLOG_AUTO_DUMP_NEW_TABLES" in capture.stderr.read()
+
+
+def test_a_table_whose_primary_key_changed_under_writes_is_rebuilt_under_the_new_one_in_one_commit(src, spark,
+                                                                                                  warehouse):
+    table, capture = merged_items(src, spark, warehouse, rows=200)
+    writer = Writer(src, table, bodies=True)
+    writer.start()
+    pk = "DROP PRIMARY KEY" if src.kind == "mariadb" else f"DROP CONSTRAINT {table.rpartition('.')[2]}_pkey"
+    src.sql(f"ALTER TABLE {table} MODIFY body VARCHAR(40) NOT NULL" if src.kind == "mariadb" else
+            f"ALTER TABLE {table} ALTER COLUMN body SET NOT NULL")
+    src.sql(f"ALTER TABLE {table} {pk}, ADD PRIMARY KEY (body)")
+    # An update that moves a row under the new key: under the old one it stayed the same row.
+    src.sql(f"UPDATE {table} SET body = 'moved' WHERE id = 5")
+    wait_for(lambda n=writer.writes: writer.writes > n + 3, 30, what="writes after the change")
+    merges = merge(spark, src, warehouse, tables=[table])   # waits for the full dump, or rebuilds
+    writer.stop.set()
+    writer.join()
+    wait_for(lambda: repairs_done(src), 180, what="the key change's full dump")
+    settle(src)
+    merges += merge(spark, src, warehouse, tables=[table])
+    assert any("rebuilt under its new key (body)" in r.note for r in merges), [r.note for r in merges]
+    t = warehouse.load(src.source_id, table)
+    assert t.properties["dblog.key"] == '["body"]'
+    assert_equal(src, warehouse, table)
+    stored = warehouse.read(src.source_id, table, ["body"])["body"].to_pylist()
+    assert "moved" in stored and "body 5" not in stored
+    capture.terminate()
+    capture.wait()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from dblog.model.schema import Column, TableSchema, decode_key
+from dblog.model.schema import WHOLE_TABLE, Column, TableSchema, decode_key
 from dblog.model.staged_format import ChunkMeta, Op
 from dblog.snapshot.dump import control_changes
 from dblog.snapshot.dump_spec import DumpError, DumpSpec, check_chunk_size, check_delay, validate
@@ -94,6 +94,9 @@ class StubSource:
             raise found
         return found
 
+    def keyless_schema(self, name: str) -> TableSchema:
+        return TableSchema(name, (Column("a", "int", pa.int64()),), (), WHOLE_TABLE)
+
     def check_readable(self, schema: TableSchema) -> None:
         pass
 
@@ -107,11 +110,13 @@ SOURCE = StubSource({"app.a": keyed("app.a"), "app.b": keyed("app.b"),
                      "app.secret": SourceError("s: cannot read app.secret (denied). Fix: GRANT SELECT ...")})
 
 
-def test_a_dump_of_every_table_skips_the_ones_it_cannot_dump_and_says_why():
+def test_a_dump_of_every_table_skips_the_ones_it_cannot_read_says_why_and_takes_one_without_key_whole():
     plan = validate(SOURCE, DumpSpec())
-    assert [s.name for s in plan.schemas] == ["app.a", "app.b"]
-    assert [(s.table, s.reason.split(";")[0].split(" (")[0]) for s in plan.skipped] == [
-        ("app.no_pk", "s: table app.no_pk has no primary key"), ("app.secret", "s: cannot read app.secret")]
+    assert [(s.name, s.key_from) for s in plan.schemas] == [
+        ("app.a", "primary key"), ("app.b", "primary key"), ("app.no_pk", WHOLE_TABLE)]
+    assert [(s.table, s.reason.split(" (")[0]) for s in plan.skipped] == [("app.secret", "s: cannot read app.secret")]
+    with pytest.raises(NoPrimaryKey, match="app.no_pk has no primary key"):   # a key list needs a key
+        validate(SOURCE, DumpSpec(tables=["no_pk"], keys=[1]))
 
 
 def test_an_exclude_list_leaves_tables_out_and_a_name_matching_no_table_is_refused():
@@ -127,8 +132,9 @@ def test_an_exclude_list_leaves_tables_out_and_a_name_matching_no_table_is_refus
 
 
 def test_a_dump_with_no_table_it_can_dump_is_an_error_listing_each_reason():
-    with pytest.raises(DumpError, match="no table of s can be dumped: app.a: excluded; app.b: excluded; app.no_pk: "):
-        validate(SOURCE, DumpSpec(exclude=["a", "b"]))
+    with pytest.raises(DumpError, match="no table of s can be dumped: app.a: excluded; app.b: excluded; app.no_pk: "
+                                        "excluded; app.secret: s: cannot read"):
+        validate(SOURCE, DumpSpec(exclude=["a", "b", "no_pk"]))
 
 
 def test_an_unreachable_server_fails_a_dump_of_every_table_instead_of_skipping_them_all():

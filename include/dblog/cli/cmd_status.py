@@ -13,7 +13,7 @@ from ..coordination.checkpoint import checkpoint_position, ensure_checkpoint
 from ..model.positions import Position
 from ..operations.export import export
 from ..operations.staged_maintenance import size_text
-from ..operations.status import source_status
+from ..operations.status import key_text, source_status
 from ..settings import ConfigError
 from ..snapshot.dump import DONE
 from ..snapshot.dump_spec import qualified
@@ -44,7 +44,7 @@ def cmd_status(args) -> int:
                 print(f"  dump {d['id']}: {d['state']}; {_dump_tables(d['tables'], args.tables)}")
                 keys.update({t: p["key"] for t, p in d["tables"].items() if p and p.get("key")})
             for table, key in sorted(keys.items()):
-                print(f"  {table} has no primary key: rows are matched by its {key}")
+                print(f"  {table} {key_text(key)}")
             repairs = list(st["repairs"].items())
             for table, w in repairs if args.tables else repairs[:SHOWN]:
                 what = "every row" if w["whole_table"] else f"{w['keys']} key(s), e.g. {w['sample'][:5]}"

@@ -27,6 +27,7 @@ the table's merge lock (fenced), so a dump run can report its own chunks whichev
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
 import socket
@@ -53,17 +54,19 @@ from ..snapshot import repair
 from ..snapshot.dump import dumping, finished_chunks
 from ..sources.base import WATERMARK_TABLE
 from ..spark.data_sources import read_files, spark_schema
+from ..stagedlog import whole_tables
 from ..stagedlog.staged_log import ChunkInfo, StagedLog
 from ..warehouse.commit import CommitError, commit
 from ..warehouse.merged_state import Bucket, TableState
 from ..warehouse.tables import Warehouse, table_state
 from . import bucket_merge as M
-from . import change_table
+from . import change_table, rebuild
 from .first_load import LoadChunk, first_load
 from .merge_inputs import ChunkWindow, MergeInput, chunk_windows, merge_input, with_windows
 from .merge_result import MergeResult
 from .rewrite import Rewritten, rewrite
 from .small_merge import LocalEvents, local_events, rewrite_locally
+from .whole_table import WholeTableError, merge_whole
 
 log = logging.getLogger("dblog.merge")
 
@@ -126,7 +129,8 @@ def _columns(state: TableState | None, seen: list[Seen], table: str) -> list[tup
     unless DBLOG_KEEP_DROPPED_COLUMNS is on (older snapshots keep them). Only inputs newer than
     what the table already holds decide: an old chunk merged late must not take a column back."""
     columns: dict[str, str] = dict(state.columns) if state else {}
-    newer = [s for s in seen if state is None or state.log_upto is None or s[0] > state.log_upto]
+    # (A state without columns, a rebuild's, is composed from every input.)
+    newer = [s for s in seen if state is None or not state.columns or state.log_upto is None or s[0] > state.log_upto]
     for _, found, _ in newer:
         columns.update(found)
     for name, spark_type in columns.items():
@@ -357,6 +361,10 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
     purge = not dumping(store, source, table)   # decided before chunks are listed: see module doc
     upto = checkpoint_position(store, source)
     state = warehouse.state(source, table, files=True)
+    # A table with no key is synced by whole-table snapshots; one with a key only once it lost it (below).
+    whole = _whole(store, staged, warehouse, result, state, upto, lease) if state is None or not state.key else None
+    if whole is not None:
+        return whole
     if state is not None:
         _report(result, state)
         if state.log_upto is not None and (upto is None or upto < state.log_upto):
@@ -368,23 +376,40 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
     inputs = merge_inputs(spark, store, staged, source, table, state, upto, result, bucket_rows)
     if inputs.records is None and inputs.general is None and not inputs.ready:
         result.note = "up to date"
-        return state
+        return (_whole(store, staged, warehouse, result, state, upto, lease) if state is not None and state.key
+                else None) or state
+    fresh = None
     if state is not None and inputs.key and state.key != inputs.key:
-        raise MergeError(f"the primary key of {table} changed from {state.key} to {inputs.key}. "
-                         f"{_rebuild(state, table)} to rebuild it")
-    key = inputs.key or (state.key if state else [])
-    columns = inputs.columns or (state.columns if state else [])
-    base = state or TableState(source, table, key, columns, [Bucket(0, None)])
-    base.key, base.columns = key, columns
+        planned = rebuild.fresh_state(store, staged, state, inputs.key, upto)
+        if isinstance(planned, str):   # the key changed: the table waits for its rebuild, readable as it was
+            log.warning("%s/%s: %s", source, table, planned)
+            result.__dict__.update(vars(MergeResult(source, table, upto=upto)), note=planned)
+            _report(result, state)
+            return state
+        fresh = planned
+        result.__dict__.update(vars(MergeResult(source, table, upto=upto)))   # counted again below
+        inputs = merge_inputs(spark, store, staged, source, table, fresh, upto, result, bucket_rows)
+    return _apply(spark, store, warehouse, result, state, fresh, inputs, purge, bucket_rows, lease)
+
+
+def _apply(spark: SparkSession, store: StateStore, warehouse: Warehouse, result: MergeResult, state: TableState | None,
+           fresh: TableState | None, inputs: MergeInputs, purge: bool, bucket_rows: int, lease) -> TableState | None:
+    """Merge `inputs` into the table and commit. `fresh`: the table is rebuilt under a new key
+    (`rebuild`): composed on that state, every file the table had replaced, the old dumps kept merged."""
+    source, table, upto = result.source, result.table, result.upto or ""
+    base = _base(fresh or state, inputs, source, table)
+    key, columns = base.key, base.columns
     pending = _begin(warehouse, base, state)
     purge = purge and not pending.soft_deletes
+    old = state if fresh is not None else None
     new = TableState(source, table, key, columns, base.buckets, log_upto=max(upto, base.log_upto or ""),
-                     chunks=dict(base.chunks), chunk_counts={**base.chunk_counts, **inputs.chunk_counts},
+                     chunks=dict((old or base).chunks),
+                     chunk_counts={**base.chunk_counts, **(old.chunk_counts if old else {}), **inputs.chunk_counts},
                      merged_at=time.time())
-    files, touched = [], set()
+    files, touched = [], {b.id for b in old.buckets} if old else set()
     done = _write(spark, base, pending, inputs, upto, purge, bucket_rows, result)
     if done is not None:
-        files, touched, new.buckets = done.files, done.touched, done.buckets
+        files, touched, new.buckets = done.files, touched | done.touched, done.buckets
         result.buckets_written, result.log_events, result.survivors = done.written, done.log_events, \
             done.survivors_total
     for dump_id, totals in result.dumps.items():
@@ -402,10 +427,40 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
         result.committed_at, result.commits, result.snapshots_expired = time.time(), 1, pending.expired
     except CommitError as exc:
         raise MergeError(f"{source}/{table}: {exc}") from exc
+    if old is not None:
+        result.note = "; ".join(filter(None, [f"rebuilt under its new key ({', '.join(key)}), replacing the rows "
+                                              f"stored under ({', '.join(old.key)})", result.note]))
+        log.warning("%s/%s: %s", source, table, result.note)
     _record_dumps(store, lease, result)
     committed = table_state(pending.committed, source, table)   # as committed: no second catalog load
     _report(result, committed)
     return committed
+
+
+def _whole(store: StateStore, staged: StagedLog, warehouse: Warehouse, result: MergeResult, state: TableState | None,
+           upto: str | None, lease) -> TableState | None:
+    """The table after taking its newest whole-table snapshot (`whole_table`); None: none to take."""
+    try:
+        whole = merge_whole(staged, warehouse, result, state, upto, lease)
+    except WholeTableError as exc:
+        raise MergeError(str(exc)) from exc
+    if whole is not None:
+        _record_dumps(store, lease, result)   # (a repair's whole re-read lands with it)
+        _report(result, whole)
+    return whole
+
+
+def _base(state: TableState | None, inputs: MergeInputs, source: str, table: str) -> TableState:
+    """What the merge starts from: the table's state (a new one's: one empty bucket) with the key
+    and columns of its inputs."""
+    if state is not None and inputs.key and state.key != inputs.key:
+        raise MergeError(f"the primary key of {table} changed from {state.key} to {inputs.key}. "
+                         f"{_rebuild(state, table)} to rebuild it")
+    key = inputs.key or (state.key if state else [])
+    columns = inputs.columns or (state.columns if state else [])
+    base = state or TableState(source, table, key, columns, [Bucket(0, None)])
+    base.key, base.columns = key, columns
+    return base
 
 
 def _begin(warehouse: Warehouse, base: TableState, state: TableState | None):
@@ -415,6 +470,8 @@ def _begin(warehouse: Warehouse, base: TableState, state: TableState | None):
         pending = warehouse.begin(base.source, base.table, base.key, base.columns, state)
     except CommitError as exc:
         raise MergeError(str(exc)) from exc
+    if state is not None and state.key != base.key:   # a rebuild under a new key (`rebuild`)
+        pending.tx.set_properties(**{"dblog.key": json.dumps(base.key)})  # type: ignore[attr-defined]
     if settings().warehouse.change_table(base.table):
         started = dt.datetime.now(dt.UTC)   # rows this merge writes are merged after it
         change_table.ensure(warehouse, base.source, base.table, base.columns, state.log_upto if state else None,
@@ -506,8 +563,9 @@ def _record_dumps(store: StateStore, lease, result: MergeResult) -> None:
 
 
 def staged_tables(staged: StagedLog, source: str) -> list[str]:
-    """Every table with a staged log or staged chunks, the watermark table aside."""
-    return sorted((set(staged.tables(source)) | set(staged.chunk_tables(source))) - {WATERMARK_TABLE})
+    """Every table with a staged log, staged chunks or whole-table snapshots, the watermark table aside."""
+    return sorted((set(staged.tables(source)) | set(staged.chunk_tables(source))
+                   | set(whole_tables.tables(staged, source))) - {WATERMARK_TABLE})
 
 
 def merge_source(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse: Warehouse, source: str,

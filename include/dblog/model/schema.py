@@ -38,12 +38,15 @@ class Column:
     ident: int | None = None
 
 
+WHOLE_TABLE = "no key: whole-table snapshots"   # a TableSchema's key_from when it has no key at all
+
+
 @dataclass(frozen=True)
 class TableSchema:
     name: str                    # "schema.table"
     columns: tuple[Column, ...]
     key: tuple[str, ...]         # the key columns rows are matched by, in key order
-    key_from: str = "primary key"   # or "unique index NAME", "key_columns" (`Source.table_schema`)
+    key_from: str = "primary key"   # or "unique index NAME", "key_columns" (`Source.table_schema`), WHOLE_TABLE
 
     @functools.cached_property
     def column_names(self) -> list[str]:

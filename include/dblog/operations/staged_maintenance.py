@@ -22,6 +22,7 @@ grace. A reader of the watermark log that lists a segment just removed lists aga
 """
 from __future__ import annotations
 
+import datetime as dt
 import os
 import socket
 import time
@@ -39,6 +40,7 @@ from ..model.staged_format import COMMIT_TS, POSITION, ChunkFile
 from ..settings import settings
 from ..snapshot.dump import CANCELLED, DONE, FAILED, dump_status
 from ..sources.base import WATERMARK_TABLE
+from ..stagedlog import whole_tables
 from ..stagedlog.retention import (
     DumpLife,
     Listing,
@@ -305,6 +307,7 @@ def maintain_staged(store, staged: StagedLog, warehouse, source: str, *, tables:
         _retain(store, staged, source, decided, report)
         _compact(staged, source, snap, decided, report, target, least)
         _replaced(staged, source, tables, report, grace, snap.logs if dry_run else None)
+        _whole_tables(store, staged, warehouse, source, tables, report)
     finally:
         lease.release()
     after = staged_usage(staged, source)
@@ -312,6 +315,27 @@ def maintain_staged(store, staged: StagedLog, warehouse, source: str, *, tables:
     report.unmerged, report.held, report.unfinished = decided.unmerged, decided.held, decided.unfinished
     report.seconds = time.monotonic() - started
     return report
+
+
+def _whole_tables(store, staged: StagedLog, warehouse, source: str, tables: list[str] | None,
+                  report: StagedLogReport) -> None:
+    """Whole-table snapshots a newer one replaced, all of them once the table is merged keyed
+    again, and the parts of dump runs that died (`whole_tables.outdated`), counted with the dumps'
+    chunk files."""
+    def running(dump_id: str) -> bool:
+        return dump_life(store, source, dump_id).may_stage
+
+    for table in whole_tables.tables(staged, source):
+        if tables is not None and table not in tables:
+            continue
+        state = warehouse.state(source, table)
+        keyed_since = dt.datetime.fromtimestamp(state.merged_at or 0, dt.UTC) if state is not None and state.key \
+            else None
+        gone = whole_tables.outdated(staged, source, table, running, keyed_since)
+        report.chunk_files_removed += len(gone)
+        report.bytes_removed += sum(f.size or 0 for f in gone)
+        if gone and not report.dry_run:
+            staged.delete([f.path for f in gone])
 
 
 def _retain(store, staged: StagedLog, source: str, decided: RetentionPlan, report: StagedLogReport) -> None:

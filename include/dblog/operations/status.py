@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from ..coordination import store as paths
 from ..coordination.health import LAG_SAMPLE_S, capture_health
 from ..coordination.store import StateStore
+from ..model.schema import WHOLE_TABLE
 from ..snapshot.dump import CANCELLED, DONE, RUNNING, dump_status
 from ..snapshot.repair import waiting
 from ..sources.base import Source
@@ -102,7 +103,17 @@ def table_view(table: str, progress: dict | None, merged: dict | None, control: 
                                                             control.get("chunk_size"), control.get("delay_s"),
                                                             control.get("parallelism")),
             "dropped": (merged or {}).get("dropped"), "merged_rows": (merged or {}).get("rows"),
-            "key": p.get("key")}   # set when rows are matched by a unique index or key_columns
+            "key": key_text(p.get("key"))}   # set when rows are not matched by the primary key
+
+
+def key_text(key: str | None) -> str | None:
+    """How a dumped table's rows are matched, when not by its primary key (`TableProgress.key`),
+    as `dblog status` and the DBLog page say it."""
+    if key is None:
+        return None
+    if key == WHOLE_TABLE:
+        return "has no key at all: each dump replaces its warehouse table whole, its changes are not captured"
+    return f"has no primary key: rows are matched by its {key}"
 
 
 def dump_view(status: dict, shown: int | None = None) -> dict:

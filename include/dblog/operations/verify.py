@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -16,7 +17,7 @@ from ..model.rules import visible_rows
 from ..model.schema import TableSchema, dumps_json, encode_key
 from ..model.staged_format import rows_table
 from ..settings import settings
-from ..sources.base import Source
+from ..sources.base import NoPrimaryKey, Source
 from ..stagedlog.staged_log import StagedLog
 from .reconcile import rebuild
 
@@ -68,6 +69,7 @@ class Diff:
     missing: list = field(default_factory=list)     # in the source, not in the copy
     extra: list = field(default_factory=list)       # in the copy, not in the source
     different: list = field(default_factory=list)   # both, other values
+    whole: bool = False     # a table with no key: rows compared as a multiset, repaired by a whole dump
 
     @property
     def equal(self) -> bool:
@@ -83,7 +85,7 @@ class Diff:
         if self.equal:
             return None
         keys = self.keys()
-        if len(keys) > settings().dump.max_keys:
+        if self.whole or len(keys) > settings().dump.max_keys:
             return {"tables": [self.table], "keys": None}
         return {"tables": [self.table], "keys": [json.loads(encode_key(k)) for k in keys]}
 
@@ -137,11 +139,27 @@ def compare_warehouse(source: Source, warehouse, table: str, page: int | None = 
                       on_rows: Callable[[int, int], None] | None = None) -> Diff:
     """Source against its warehouse table (`dblog.warehouse.tables.Warehouse`); `on_rows(source
     rows compared, warehouse rows)` after each key range: the warehouse's count is the estimate."""
-    schema = source.table_schema(table, refresh=True)
+    try:
+        schema = source.table_schema(table, refresh=True)
+    except NoPrimaryKey:
+        return _compare_whole(source, warehouse, source.keyless_schema(table), page)
     data = warehouse.read(source.name, schema.name, schema.column_names)
     copy = {schema.key_of(r): r for r in data.to_pylist()} if data is not None else {}
     pages = source_pages(source, schema, page)
     return compare_rows(schema, pages if on_rows is None else _counted(pages, len(copy), on_rows), copy)
+
+
+def _compare_whole(source: Source, warehouse, schema: TableSchema, page: int | None) -> Diff:
+    """A table with no key against its warehouse table, as multisets of rows (one read of each:
+    it is synced whole, `stagedlog.whole_tables`); a row missing or extra is listed as its values."""
+    columns = schema.column_names
+    data = warehouse.read(source.name, schema.name, columns)
+    copy = Counter(dumps_json([r[c] for c in columns]) for r in (data.to_pylist() if data is not None else []))
+    rows = Counter(dumps_json([r[c] for c in columns]) for part in source.whole_table(schema, page or
+                                                                                          settings().verify.page_rows)
+                   for r in part.to_pylist())
+    return Diff(schema.name, source_rows=sum(rows.values()), staged_rows=sum(copy.values()), ranges=1,
+                missing=sorted((rows - copy).elements()), extra=sorted((copy - rows).elements()), whole=True)
 
 
 def _counted(pages: Iterator[list[dict]], estimated: int, on_rows: Callable[[int, int], None]) -> Iterator[list[dict]]:

@@ -25,11 +25,12 @@ from ..coordination import store as paths
 from ..coordination.checkpoint import ensure_checkpoint
 from ..coordination.store import Lease, StateStore
 from ..faults import crash_point
-from ..model.schema import TableSchema, decode_key, encode_key, normalize_key
-from ..model.staged_format import ChunkMeta, Op, absent_row
+from ..model.schema import WHOLE_TABLE, TableSchema, decode_key, encode_key, normalize_key
+from ..model.staged_format import ChunkMeta, Op, absent_row, rows_table
 from ..retry import reconnecting
 from ..settings import settings
-from ..sources.base import Source
+from ..sources.base import NoPrimaryKey, Source
+from ..stagedlog import whole_tables
 from ..stagedlog.staged_log import StagedLog, StagingError
 from .dump_spec import DumpError, DumpSpec, check_chunk_size, check_delay, check_parallelism, validate
 from .windows import SplitRead, SplitStaging, WindowPlan, WindowReader, WindowReads, plan_window, steps_next
@@ -254,7 +255,7 @@ class TableDump:
                             "(or a crashed one whose ZooKeeper session has not expired yet; retry shortly)")
         self.store.watch(self.control_path, self._changed.set)
         try:
-            return self._chunks(lease)
+            return self._dump(lease)
         finally:
             self.reader.close()
             lease.release()
@@ -281,9 +282,17 @@ class TableDump:
             repair_requests.request(self.store, self.source.name, needs)
         return self.source.table_schema(schema.name)
 
-    def _chunks(self, lease: Lease) -> TableProgress:
-        # Read now, not from a cache hours old: the first window compares its columns with these.
-        schema = self.source.table_schema(self.table, refresh=True)
+    def _dump(self, lease: Lease) -> TableProgress:
+        try:
+            # Read now, not from a cache hours old: the first window compares its columns with these.
+            schema = self.source.table_schema(self.table, refresh=True)
+        except NoPrimaryKey:
+            if self.scope["keys"] is not None:
+                raise
+            return self._whole(lease)
+        return self._chunks(lease, schema)
+
+    def _chunks(self, lease: Lease, schema: TableSchema) -> TableProgress:
         record = self.store.get(self.progress_path)
         progress = TableProgress.load(record, self.progress_path)
         if progress.status == DONE:
@@ -342,6 +351,52 @@ class TableDump:
             if control["delay_s"] > 0:
                 self._changed.wait(control["delay_s"])
         self.store.fenced_put(lease, self.progress_path, asdict(progress))
+        return progress
+
+    def _whole(self, lease: Lease) -> TableProgress:
+        """A table with no key at all: one read of every row (one statement: one consistent
+        snapshot, no watermark: no row of it can be matched to a log event), staged in parts of the
+        chunk size in a directory of this run's own, then marked complete for the merge, which
+        replaces the warehouse table with it (`stagedlog.whole_tables`). A re-run after a crash
+        reads it again from the start. The read is one statement, so a pause or a throttle takes
+        effect after it; a cancel stops it between parts."""
+        schema = self.source.keyless_schema(self.table)
+        progress = TableProgress.load(self.store.get(self.progress_path), self.progress_path)
+        if progress.status == DONE:
+            return progress
+        progress.status, progress.key, progress.rows, progress.chunks = RUNNING, WHOLE_TABLE, 0, 0
+        progress.started_at = progress.started_at or time.time()
+        self.store.fenced_put(lease, self.progress_path, asdict(progress))
+        attempt, read_at, since = whole_tables.new_attempt(), dt.datetime.now(dt.UTC), time.monotonic()
+        reads = self.source.whole_table(schema, self._control()["chunk_size"])
+        try:
+            for rows in reads:
+                whole_tables.write_part(self.staged, self.source.name, self.table, self.dump_id, attempt,
+                                        progress.chunks, rows)
+                progress.chunks, progress.rows = progress.chunks + 1, progress.rows + rows.num_rows
+                record_chunk_rate(progress, rows.num_rows, time.monotonic() - since)
+                since = time.monotonic()
+                self.store.fenced_put(lease, self.progress_path, asdict(progress))
+                if self.on_chunk is not None:
+                    self.on_chunk(progress, rows.num_rows)
+                if (self.store.get(self.control_path) or {}).get("state") == CANCELLED:
+                    progress.status = CANCELLED
+                    self.store.fenced_put(lease, self.progress_path, asdict(progress))
+                    return progress
+        finally:
+            reads.close()   # the read's connection, at once
+        if not progress.chunks:   # an empty table: a part still says which columns it has
+            whole_tables.write_part(self.staged, self.source.name, self.table, self.dump_id, attempt, 0,
+                                    rows_table(schema, [], []))
+            progress.chunks = 1
+        lease.check()   # a worker that lost the table to another marks nothing complete
+        whole_tables.finish(self.staged, self.source.name, self.table, self.dump_id, attempt, progress.chunks,
+                            progress.rows, read_at)
+        progress.status, progress.finished_at = DONE, time.time()
+        self.store.fenced_put(lease, self.progress_path, asdict(progress))
+        changed_tables.mark_chunk(self.store, self.source.name, self.table)
+        log.info("%s has no key: read whole, %d rows; the merge replaces its warehouse table with them", self.table,
+                 progress.rows)
         return progress
 
     def _choose_reader(self, progress: TableProgress) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ..errors import DBLogError
 from ..model.schema import TableSchema, decode_key, normalize_key
 from ..settings import DUMP_ID, settings
-from ..sources.base import WATERMARK_TABLE, Source, SourceError, SourceUnavailable
+from ..sources.base import WATERMARK_TABLE, NoPrimaryKey, Source, SourceError, SourceUnavailable
 
 
 class DumpError(DBLogError, ValueError):
@@ -87,8 +87,9 @@ def check_delay(value) -> None:
 def validate(source: Source, spec: DumpSpec) -> DumpPlan:
     """Check everything before anything is written; DumpError / SourceError say what to fix.
 
-    A dump of every table leaves out (`DumpPlan.skipped`) the tables it cannot dump, such as one
-    without a primary key, and those in `spec.exclude`; named tables must all be dumpable."""
+    A dump of every table leaves out (`DumpPlan.skipped`) the tables it cannot dump (one it may not
+    read) and those in `spec.exclude`; named tables must all be dumpable. A table with no key at
+    all is dumped whole, except by a key list."""
     check_chunk_size(spec.chunk_size)
     check_parallelism(spec.parallelism)
     check_delay(spec.delay_s)
@@ -96,9 +97,9 @@ def validate(source: Source, spec: DumpSpec) -> DumpPlan:
     named = _tables_named(source, spec)
     skipped: list[Skipped] = []
     if spec.tables:
-        schemas = _named_schemas(source, named)
+        schemas = _named_schemas(source, named, spec.keys is not None)
     else:
-        schemas, skipped = _dumpable_schemas(source, named, spec.exclude)
+        schemas, skipped = _dumpable_schemas(source, named, spec.exclude, spec.keys is not None)
     keys = None if spec.keys is None else _key_list(spec.keys, schemas)
     return DumpPlan(schemas, keys, skipped)
 
@@ -123,16 +124,27 @@ def _tables_named(source: Source, spec: DumpSpec) -> list[str]:
     return named
 
 
-def _named_schemas(source: Source, tables: list[str]) -> list[TableSchema]:
+def _named_schemas(source: Source, tables: list[str], keyed: bool) -> list[TableSchema]:
     """Tables named by the user must all be dumpable: any that is not fails the dump."""
-    schemas = [source.table_schema(t) for t in tables]  # UnknownTable / NoPrimaryKey
+    schemas = [_schema(source, t, keyed) for t in tables]  # UnknownTable / NoPrimaryKey
     for s in schemas:
         source.check_readable(s)
     return schemas
 
 
-def _dumpable_schemas(source: Source, tables: list[str],
-                      exclude: list[str]) -> tuple[list[TableSchema], list[Skipped]]:
+def _schema(source: Source, table: str, keyed: bool) -> TableSchema:
+    """The table's schema; one with no key at all is dumped whole (`stagedlog.whole_tables`),
+    unless the dump needs a key (a key list: NoPrimaryKey says what to do)."""
+    try:
+        return source.table_schema(table)
+    except NoPrimaryKey:
+        if keyed:
+            raise
+        return source.keyless_schema(table)
+
+
+def _dumpable_schemas(source: Source, tables: list[str], exclude: list[str],
+                      keyed: bool) -> tuple[list[TableSchema], list[Skipped]]:
     """Every table but the excluded and the undumpable, which are skipped with the reason."""
     excluded = {qualified(source, t) for t in exclude}
     # A name in another database / schema addresses another source (a run over every source
@@ -148,11 +160,11 @@ def _dumpable_schemas(source: Source, tables: list[str],
             skipped.append(Skipped(t, "excluded"))
             continue
         try:
-            schema = source.table_schema(t)
+            schema = _schema(source, t, keyed)
             source.check_readable(schema)
         except SourceUnavailable:
             raise  # the server, not the table: nothing can be dumped now
-        except SourceError as exc:  # no primary key, not readable, dropped since listed
+        except SourceError as exc:  # not readable, dropped since listed
             skipped.append(Skipped(t, str(exc)))
             continue
         schemas.append(schema)

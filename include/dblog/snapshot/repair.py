@@ -33,7 +33,7 @@ from ..model.events import RepairNeed
 from ..model.rules import may_restore
 from ..model.schema import encode_key, normalize_key
 from ..model.staged_format import ChunkFile
-from ..sources.base import Source, SourceError, SourceUnavailable, UnknownTable
+from ..sources.base import NoPrimaryKey, Source, SourceError, SourceUnavailable, UnknownTable
 from ..stagedlog.staged_log import StagedLog
 from .dump import CANCELLED, DONE, create_dump, dump_status, run_dump
 from .dump_spec import DumpError, DumpSpec
@@ -396,7 +396,7 @@ class Repairer:
             return []  # nothing merged: no row to remove
         try:
             schema = self.source.table_schema(table, refresh=True)
-        except UnknownTable:
+        except (UnknownTable, NoPrimaryKey):   # (a table with no key: its whole re-read replaces every row)
             return []
         present = {key_id(normalize_key(k, schema)) for k in self.source.keys(schema)}
         _, covered_keys = covered(self.store, self.source.name, table)
@@ -461,6 +461,10 @@ class Repairer:
             return None
         except SourceUnavailable:
             raise
+        except NoPrimaryKey:   # no key to name its rows by: a table without any is read whole
+            if keys is None:
+                raise
+            return self._create(table, name, None, f"{reasons}; it has no key, so it is read whole")
         except (DumpError, SourceError) as exc:
             log.error("%s: %s cannot be repaired (%s): %s. Its rows may differ from the source: fix the table, "
                       "then run a full dump of it", self.source.name, table, reasons, exc)

@@ -11,7 +11,7 @@ import abc
 import copy
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from ..errors import DBLogError, TransientError
 from ..model.events import ChangeEvent, RepairNeed
-from ..model.schema import Column, TableSchema
+from ..model.schema import WHOLE_TABLE, Column, TableSchema
 from ..model.schema_changes import diff
 from ..model.staged_format import POSITION, rows_table
 from .native import NativeReads, NativeUnfit
@@ -123,9 +123,10 @@ class Dialect:
         cols = cols or self.select_list(schema)
         where, params = self._key_range(schema, after_key, upto_key)
         keys = ", ".join(self.quote(c) for c in schema.key)
+        order = f" ORDER BY {keys}" if keys else ""   # (a table with no key: only a LIMIT 0 check reads it so)
         if limit is None:
-            return f"SELECT {cols} FROM {self.table(schema.name)}{where} ORDER BY {keys}", params
-        return f"SELECT {cols} FROM {self.table(schema.name)}{where} ORDER BY {keys} LIMIT %s", [*params, int(limit)]
+            return f"SELECT {cols} FROM {self.table(schema.name)}{where}{order}", params
+        return f"SELECT {cols} FROM {self.table(schema.name)}{where}{order} LIMIT %s", [*params, int(limit)]
 
     def boundary_query(self, schema: TableSchema, after_key: tuple | None, upto_key: tuple | None,
                        rows: int) -> tuple[str, list]:
@@ -333,6 +334,35 @@ class Source(abc.ABC):
         self._known[schema.name] = schema.column_set | excluded
         return schema
 
+    def keyless_schema(self, table: str) -> TableSchema:
+        """A table with no key at all (`table_schema` raises NoPrimaryKey for it): its columns and
+        an empty key. Whole-table snapshots keep it in sync (`stagedlog.whole_tables`)."""
+        schema_name, _, name = table.partition(".")
+        if not name:
+            schema_name, name = self.namespace, table
+        excluded = self.exclude.get(f"{schema_name}.{name}", frozenset())
+        columns = [c for c in self._catalog_columns(schema_name, name) if c.name not in excluded]
+        if not columns:
+            raise UnknownTable(f"{self.name}: table {schema_name}.{name} does not exist, or user {self.user} "
+                               f"may not read it. Known tables: {', '.join(self.tables()) or 'none'}.")
+        return TableSchema(f"{schema_name}.{name}", tuple(columns), (), WHOLE_TABLE)
+
+    def whole_table(self, schema: TableSchema, batch_rows: int) -> Generator[pa.Table, None, None]:
+        """Every row of the table in one statement, so in one consistent snapshot of it, in
+        batches of staged rows. On a connection of its own: the streaming cursor holds it to the end."""
+        conn = self.connect()
+        try:
+            cur = self._streaming_cursor(conn)
+            cur.execute(f"SELECT {self.dialect.select_list(schema)} FROM {self.dialect.table(schema.name)}")
+            while rows := cur.fetchmany(batch_rows):
+                yield rows_table(schema, [], list(rows))
+        finally:   # (the caller closes the generator early on a cancel, or on an error: see TableDump._whole)
+            conn.close()
+
+    def _streaming_cursor(self, conn):
+        """A cursor that fetches rows as they are asked for, not the whole result at once."""
+        return conn.cursor()
+
     def _key(self, schema_name: str, name: str, columns: list[Column]) -> tuple[list[str], str]:
         """The columns rows are matched by, and where they come from: the connection's
         `key_columns` for the table, else its primary key, else its first NOT NULL unique index."""
@@ -396,10 +426,11 @@ class Source(abc.ABC):
         return None
 
     def schema_changed(self, table: str, position: str | None, before: TableSchema | None = None,
-                       readded: frozenset[str] = frozenset()) -> list[RepairNeed]:
+                       readded: frozenset[str] = frozenset(), ddl: bool = False) -> list[RepairNeed]:
         """After DDL (or a new Relation): the table read again from the catalog and compared with
         the schema it had (`before`, else this process's, else the staged log's). The change is
-        logged; a change that rewrote existing rows without row events needs a whole-table repair."""
+        logged; a change that rewrote existing rows without row events needs a whole-table repair.
+        `ddl`: DDL named the table (not only its first sight in this process)."""
         before = before or self._schemas.get(table) or self.baseline(table)
         was_keyless = table in self._keyless
         try:
@@ -409,8 +440,12 @@ class Source(abc.ABC):
             return []
         except NoPrimaryKey as exc:
             if not was_keyless:
-                log.warning("%s", exc)
-            return []
+                log.warning("%s. It is read whole from now on (whole-table snapshots)", exc)
+            # Its changes are not staged: a change of its shape, or the loss of its key, reaches the
+            # warehouse when it is read whole again.
+            lost = before is not None and bool(before.key)
+            return [RepairNeed(table, "it lost its key: it is read whole" if lost else
+                               "a table with no key changed shape: it is read whole", position)] if lost or ddl else []
         if was_keyless:   # its changes were not staged until now: the table is read whole, whatever the setting
             log.info("%s: %s has a key now (%s): its rows are read whole", self.name, table, ", ".join(after.key))
             return [RepairNeed(table, f"given a key ({', '.join(after.key)}): its changes were not staged before",
@@ -434,11 +469,9 @@ class Source(abc.ABC):
                             "the warehouse only by a dump (dblog dump --source %s --table %s)", self.name, t, why,
                             self.name, t)
             return []
-        return [RepairNeed(t, f"{why} (DBLOG_AUTO_DUMP_NEW_TABLES)", position) for t in tables if self._keyed(t)]
-
-    def _keyed(self, table: str) -> bool:
-        """Whether the table has a key (else it is said, once, and gets no watermark dump)."""
-        return self.schema_for_event(table, ()) is not None
+        for t in tables:
+            self.schema_for_event(t, ())   # one with no key is said once: its dump reads it whole
+        return [RepairNeed(t, f"{why} (DBLOG_AUTO_DUMP_NEW_TABLES)", position) for t in tables]
 
     # set-up and checks ---------------------------------------------------------------------------
     @abc.abstractmethod

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import MySQLdb
+import MySQLdb.cursors
 import pyarrow as pa
 import pymysql  # the binlog reader's errors (mysql-replication connects with it)
 from pymysqlreplication import BinLogStreamReader
@@ -172,6 +173,9 @@ class MySQLSource(Source):
     def _lost_connection(self, exc: BaseException) -> bool:
         return isinstance(exc, (MySQLdb.InterfaceError, pymysql.err.InterfaceError)) or bool(
             exc.args and exc.args[0] in _GONE)
+
+    def _streaming_cursor(self, conn):
+        return conn.cursor(MySQLdb.cursors.SSCursor)   # rows as fetched (mysql_use_result), not all at once
 
     def _usable(self, conn) -> bool:
         try:
@@ -449,7 +453,7 @@ class MySQLSource(Source):
             changed = sorted(ddl.named & set(captured) & set(now) - renamed)
             if ddl.partition_write:   # rows gone or swapped in, without row events
                 needs += [RepairNeed(t, f"partition DDL (no row events): {query[:120]}", position) for t in changed]
-            needs += [n for t in changed for n in self.schema_changed(t, position, readded=ddl.readded)]
+            needs += [n for t in changed for n in self.schema_changed(t, position, readded=ddl.readded, ddl=True)]
             fresh = sorted({*(t for t in now if t not in captured), *renamed})
             gone = ddl.named - set(now)
         needs += self.new_tables(fresh, position, "new in the captured database (created, re-created or renamed)")

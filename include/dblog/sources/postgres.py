@@ -148,6 +148,10 @@ class PostgresSource(Source):
         text = str(exc).lower()  # libpq gives connection failures no SQLSTATE, only a message
         return isinstance(exc, psycopg2.InterfaceError) or any(m in text for m in _GONE)
 
+    def _streaming_cursor(self, conn):
+        conn.autocommit = False   # a named (server-side) cursor lives in a transaction; one statement reads it
+        return conn.cursor(name="dblog_whole_table")
+
     def _usable(self, conn) -> bool:
         return not conn.closed  # (bytea arrives as memoryview; staging makes it bytes)
 

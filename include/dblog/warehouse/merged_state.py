@@ -40,6 +40,7 @@ class TableState:
     rows: int = 0
     tombstones: int = 0
     branch_head: int | None = None                 # the tombstone branch's snapshot when read
+    whole: str | None = None                       # a table with no key: the whole-table snapshot it holds
 
     @property
     def missing_rows(self) -> int:
@@ -72,7 +73,7 @@ class TableState:
                 "dblog.chunk-counts": json.dumps(self.chunk_counts, separators=(",", ":")),
                 "dblog.buckets": json.dumps([[b.id, b.lo] for b in self.buckets], separators=(",", ":")),
                 "dblog.missing": json.dumps({str(b.id): b.missing_rows for b in self.buckets if b.missing_rows}),
-                "dblog.merged-at": repr(self.merged_at or 0.0)}
+                "dblog.merged-at": repr(self.merged_at or 0.0), **({"dblog.whole": self.whole} if self.whole else {})}
 
     @classmethod
     def from_properties(cls, source: str, table: str, key: list[str], columns: list[tuple[str, str]],
@@ -84,7 +85,7 @@ class TableState:
         buckets = [Bucket(i, lo, missing_rows=missing.get(i, 0)) for i, lo in json.loads(props["dblog.buckets"])]
         return cls(source, table, key, columns, buckets, props.get(LOG_UPTO) or None,
                    json.loads(props.get("dblog.chunks") or "{}"), json.loads(props.get("dblog.chunk-counts") or "{}"),
-                   merged_at=float(props.get("dblog.merged-at", 0)))
+                   merged_at=float(props.get("dblog.merged-at", 0)), whole=props.get("dblog.whole") or None)
 
 
 def to_ranges(numbers: set[int]) -> list[list[int]]:
