@@ -75,6 +75,8 @@ def test_a_table_with_no_key_is_synced_by_whole_table_snapshots_each_replacing_i
     assert idle.commits == 0 and stored() != rows_of(src, table)
     diff = compare_warehouse(src.source(), warehouse, table)
     assert not diff.equal and diff.repair() == {"tables": [table], "keys": None}, diff
+    said = src.dblog("verify", "--source", src.source_id, "--table", "loglines", env={"DBLOG_WAREHOUSE": warehouse.root})
+    assert said.returncode == 1 and "DRIFT" in said.stdout and "(no key: compared whole)" in said.stdout, said.stdout
     src.dblog("dump", "--source", src.source_id, "--table", "loglines", check=True)
     (second,) = merge(spark, src, warehouse, tables=[table])
     t = warehouse.load(src.source_id, table)

@@ -42,6 +42,12 @@ def _verify_source(args, source, warehouse, compare_warehouse, bars: Bars) -> bo
                               "ranges": diff.ranges, "drifted": [vars(r) for r in diff.drifted],
                               "repair": diff.repair()}, default=str))
             continue
+        if diff.whole:   # a table with no key: compared as a multiset, repaired by a whole re-read
+            print(f"{source.name} {table}: {'equal' if diff.equal else 'DRIFT'} - source {diff.source_rows} rows, "
+                  f"warehouse {diff.staged_rows} rows (no key: compared whole), {len(diff.missing)} missing and "
+                  f"{len(diff.extra)} extra" + ("" if diff.equal else f"; repair: dblog dump --source {source.name} "
+                                                                      f"--table {table}, then dblog merge"))
+            continue
         print(f"{source.name} {table}: {'equal' if diff.equal else 'DRIFT'} - source {diff.source_rows} rows, "
               f"warehouse {diff.staged_rows} rows, {len(diff.drifted)} of {diff.ranges} key ranges differ")
         for r in diff.drifted:
