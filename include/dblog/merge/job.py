@@ -380,32 +380,49 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
                 else None) or state
     fresh = None
     if state is not None and inputs.key and state.key != inputs.key:
-        planned = rebuild.fresh_state(store, staged, state, inputs.key, upto)
-        if isinstance(planned, str):   # the key changed: the table waits for its rebuild, readable as it was
-            log.warning("%s/%s: %s", source, table, planned)
-            result.__dict__.update(vars(MergeResult(source, table, upto=upto)), note=planned)
-            _report(result, state)
+        fresh = _rebuild_inputs(spark, store, staged, state, inputs.key, upto, result, bucket_rows)
+        if fresh is None:   # the key changed: the table waits for its rebuild, readable as it was
             return state
-        fresh = planned
-        result.__dict__.update(vars(MergeResult(source, table, upto=upto)))   # counted again below
-        inputs = merge_inputs(spark, store, staged, source, table, fresh, upto, result, bucket_rows)
-    return _apply(spark, store, warehouse, result, state, fresh, inputs, purge, bucket_rows, lease)
+        inputs = fresh[1]
+    return _apply(spark, store, warehouse, result, state, fresh[0] if fresh else None, inputs, purge, bucket_rows,
+                  lease)
+
+
+def _rebuild_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, state: TableState, key: list[str],
+                    upto: str, result: MergeResult, bucket_rows: int) -> tuple[rebuild.Rebuild, MergeInputs] | None:
+    """The inputs of the table's rebuild under `key` (`rebuild`); None while it waits (said)."""
+    source, table = state.source, state.table
+    planned = rebuild.plan(store, staged, state, key, upto)
+    if not isinstance(planned, str):
+        result.__dict__.update(vars(MergeResult(source, table, upto=upto)))   # counted again here
+        inputs = merge_inputs(spark, store, staged, source, table, planned.state, upto, result, bucket_rows)
+        if not result.chunks_waiting:
+            inputs.columns = inputs.columns or state.columns   # (a dump of an empty table: its columns stay)
+            return planned, inputs
+        planned = f"{table}'s key changed: the table is rebuilt from dump {planned.dump_id} once all its windows passed"
+    log.warning("%s/%s: %s", source, table, planned)
+    result.__dict__.update(vars(MergeResult(source, table, upto=upto)), note=planned, rebuilding=True)
+    _report(result, state)
+    return None
 
 
 def _apply(spark: SparkSession, store: StateStore, warehouse: Warehouse, result: MergeResult, state: TableState | None,
-           fresh: TableState | None, inputs: MergeInputs, purge: bool, bucket_rows: int, lease) -> TableState | None:
+           fresh: rebuild.Rebuild | None, inputs: MergeInputs, purge: bool, bucket_rows: int,
+           lease) -> TableState | None:
     """Merge `inputs` into the table and commit. `fresh`: the table is rebuilt under a new key
-    (`rebuild`): composed on that state, every file the table had replaced, the old dumps kept merged."""
+    (`rebuild`): composed on its state, every file the table had replaced, the superseded dumps
+    recorded as merged."""
     source, table, upto = result.source, result.table, result.upto or ""
-    base = _base(fresh or state, inputs, source, table)
+    base = _base(fresh.state if fresh else state, inputs, source, table)
     key, columns = base.key, base.columns
     pending = _begin(warehouse, base, state)
     purge = purge and not pending.soft_deletes
     old = state if fresh is not None else None
     new = TableState(source, table, key, columns, base.buckets, log_upto=max(upto, base.log_upto or ""),
                      chunks=dict((old or base).chunks),
-                     chunk_counts={**base.chunk_counts, **(old.chunk_counts if old else {}), **inputs.chunk_counts},
-                     merged_at=time.time())
+                     chunk_counts={**(old or base).chunk_counts, **inputs.chunk_counts}, merged_at=time.time())
+    for dump_id, numbers in (fresh.superseded if fresh else {}).items():
+        new.add_chunks(dump_id, numbers)
     files, touched = [], {b.id for b in old.buckets} if old else set()
     done = _write(spark, base, pending, inputs, upto, purge, bucket_rows, result)
     if done is not None:
@@ -530,7 +547,7 @@ def _ask_repairs(store: StateStore, warehouse: Warehouse, result: MergeResult, s
     """Rows whose values nothing proved (rules.latest) get their keys re-read by a repair dump,
     unless a repair already covers them; the result reports what still waits."""
     result.missing_rows = state.missing_rows if state else 0
-    if state is not None and result.missing_rows:
+    if state is not None and result.missing_rows and not result.rebuilding:   # (keys of the old key meanwhile)
         whole, covered = repair.covered(store, result.source, result.table)
         found: dict[tuple, list[str]] = {}
         if not whole:

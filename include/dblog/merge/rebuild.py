@@ -2,52 +2,98 @@
 
 Rows stored under the old key cannot be merged with records keyed by the new one (a row's
 identity changed), so the merge never mixes them. The capture asks for a full dump when it sees
-the change (`model.schema_changes`: a new key rewrites rows). Until that dump is staged whole and
-every window of it has passed the capture, merges of the table leave it as it is, readable as of
-the change, and say what they wait for. Then one merge composes the table anew, as a first merge
-does, from that dump's chunks and the log events after its first low watermark, and commits it
-in place of every file the table had, with the new key, in one Iceberg commit (`job._merge`).
+the change (`model.schema_changes`: a new key rewrites rows). Until such a dump is staged whole
+and every window of it has passed the capture, merges of the table leave it as it is, readable as
+of the change, and say what they wait for. Then one merge composes the table anew, as a first
+merge does, from that dump's chunks and the log events after its first low watermark, and
+commits it in place of every file the table had, with the new key, in one Iceberg commit
+(`job._merge`).
 
-Events before that low watermark are left out on purpose: the dump read every row after it, and
-an older event keyed by the old key may name a row the new key no longer does (an update that
-changed a new-key column looked like an upsert of another row). Older snapshots keep the old rows.
+The dump must be one that could not see the old key: every chunk of it staged under the new key,
+its first low watermark after the last event staged under the old one. Events before that low
+watermark are left out on purpose: the dump read every row after it, and an older event keyed by
+the old key may name a row the new key does not (an update of a new-key column looked like an
+upsert of another row). Dumps that ended before it, or read under the old key, are superseded:
+counted as merged. Dumps after it are merged as usual by later merges. Older snapshots keep the
+old rows.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from ..coordination import store as paths
 from ..coordination import watermark_index
 from ..coordination.store import StateStore
-from ..model.staged_format import key_columns
+from ..model.staged_format import ChunkFile, ChunkMeta, SegmentFile, key_columns
 from ..snapshot.dump import finished_chunks
-from ..stagedlog.staged_log import StagedLog
+from ..stagedlog.staged_log import ChunkInfo, StagedLog
 from ..warehouse.merged_state import Bucket, TableState
-from .merge_inputs import chunk_windows
 
 
-def fresh_state(store: StateStore, staged: StagedLog, state: TableState, key: list[str],
-                upto: str) -> TableState | str:
-    """The state a rebuild under `key` composes on: no row stored, every other dump counted as
-    merged, the log merged up to the rebuilding dump's first low watermark. Or, while it cannot
-    start yet, what it waits for."""
+@dataclass
+class Rebuild:
+    """What a rebuild composes on (`state`: no row stored, every dump but `dump_id` counted as
+    merged, the log merged up to the dump's first low watermark) and what its commit records as
+    merged besides: the superseded dumps' staged chunks."""
+    dump_id: str
+    state: TableState
+    superseded: dict[str, set[int]] = field(default_factory=dict)
+
+
+def plan(store: StateStore, staged: StagedLog, state: TableState, key: list[str], upto: str) -> Rebuild | str:
+    """The rebuild of `state`'s table under `key`, or, while it cannot start, what it waits for."""
     source, table = state.source, state.table
-    found = None
-    for dump_id in staged.chunk_dumps(source, table):
-        scope = store.get(paths.dump_path(source, dump_id))
-        if scope is None or scope.get("keys") is not None:   # (a key list cannot rebuild a table)
-            continue
-        infos = staged.chunk_infos(staged.chunk_files(source, table, dump_id))
-        if any(i.meta is not None and key_columns(i.schema) == key for i in infos):
-            found = (dump_id, infos)   # the listing is in dump id order: the newest wins
+    last_old = _last_old_event(staged, state, key, upto)
     wanted = f"{table}'s key changed from ({', '.join(state.key)}) to ({', '.join(key)}): the table is rebuilt"
-    if found is None:
-        return (f"{wanted} from a full dump under the new key, which the capture asked for when it saw the "
-                f"change (else run `dblog dump --source {source} --table {table}`); until then it stays as it was")
-    dump_id, infos = found
-    count = finished_chunks(store, source, dump_id, table)
-    windows = chunk_windows(infos, lambda ids: watermark_index.positions(store, staged, source, ids))
-    if count is None or any(not w.ready(upto) for w in windows):
-        return f"{wanted} from dump {dump_id} once it finished and its windows passed the capture"
-    lows = [w.low for w in windows if w.low is not None]
-    others = {d: 0 for d in staged.chunk_dumps(source, table) if d != dump_id}
-    return TableState(source, table, list(key), [], [Bucket(0, None)], log_upto=min(lows) if lows else None,
-                      chunk_counts=others)
+    dumps: dict[str, tuple[list[ChunkInfo], str | None, str | None]] = {}
+    ready: list[tuple[str, str]] = []   # (first LW, dump id) of the dumps that can rebuild the table
+    for dump_id in staged.chunk_dumps(source, table):
+        count = finished_chunks(store, source, dump_id, table)   # before the listing: a chunk staged after it waits
+        infos = staged.chunk_infos(staged.chunk_files(source, table, dump_id))
+        first, last = _span(store, staged, source, infos)
+        dumps[dump_id] = (infos, first, last)
+        scope = store.get(paths.dump_path(source, dump_id))
+        if scope is None or scope.get("keys") is not None or count is None or not infos or first is None:
+            continue
+        if any(key_columns(i.schema) != key for i in infos) or (last_old is not None and first <= last_old):
+            continue   # (read, in part at least, while the old key was the table's)
+        if last is not None and last <= upto:   # (its count was read before the listing: every chunk is in it)
+            ready.append((first, dump_id))
+    if not ready:
+        return (f"{wanted} from a full dump under the new key read after its last event under the old one, which "
+                f"the capture asked for when it saw the change (else run `dblog dump --source {source} --table "
+                f"{table}`); until it is staged and its windows passed the capture, the table stays as it was")
+    low, chosen = min(ready)   # the earliest: the dumps after it are merged as usual
+    # Superseded: read under the old key, or ended before the rebuild's dump began (a dump still
+    # running under the new key is merged as usual once its windows pass).
+    superseded = {d: {ChunkFile.parse(i.path).number for i in infos} for d, (infos, _, last) in dumps.items()
+                  if d != chosen and (any(key_columns(i.schema) != key for i in infos) or
+                                      (last is not None and last <= low))}
+    fresh = TableState(source, table, list(key), [], [Bucket(0, None)], log_upto=low,
+                       chunk_counts={d: 0 for d in dumps if d != chosen})
+    return Rebuild(chosen, fresh, superseded)
+
+
+def _last_old_event(staged: StagedLog, state: TableState, key: list[str], upto: str) -> str | None:
+    """The position of the last event staged under another key than `key` after the table's last
+    merge (a footer read per segment since)."""
+    last = None
+    for path in staged.segments(state.source, state.table, high=upto, after=state.log_upto):
+        try:
+            if key_columns(staged.segment_file(path).schema_arrow) != key:
+                last = max(last or "", SegmentFile.parse(path).last)
+        except FileNotFoundError:   # compacted since listed: the compacted one is listed next time
+            continue
+    return last
+
+
+def _span(store: StateStore, staged: StagedLog, source: str, infos: list[ChunkInfo]) -> tuple[str | None, str | None]:
+    """A dump's first low and last high watermark positions, over all of its chunks, the empty
+    ones too (their footers name their window); None where one is not staged yet."""
+    metas = [i.meta if i.meta is not None else ChunkMeta.of_footer(i.schema) for i in infos]
+    at = watermark_index.positions(store, staged, source, {w for m in metas if m for w in (m.lw, m.hw)})
+    lows = [at.get(m.lw) for m in metas if m]
+    highs = [at.get(m.hw) for m in metas if m]
+    first = None if not lows or None in lows else min(p for p in lows if p)
+    last = None if not highs or None in highs else max(p for p in highs if p)
+    return first, last
