@@ -10,7 +10,8 @@ commits it in place of every file the table had, with the new key, in one Iceber
 (`job._merge`).
 
 The dump must be one that could not see the old key: every chunk of it staged under the new key,
-its first low watermark after the last event staged under the old one. Events before that low
+its first low watermark after the last event staged under the old one and after the table's last
+merge. Events before that low
 watermark are left out on purpose: the dump read every row after it, and an older event keyed by
 the old key may name a row the new key does not (an update of a new-key column looked like an
 upsert of another row). Dumps that ended before it, or read under the old key, are superseded:
@@ -55,8 +56,11 @@ def plan(store: StateStore, staged: StagedLog, state: TableState, key: list[str]
         scope = store.get(paths.dump_path(source, dump_id))
         if scope is None or scope.get("keys") is not None or count is None or not infos or first is None:
             continue
-        if any(key_columns(i.schema) != key for i in infos) or (last_old is not None and first <= last_old):
-            continue   # (read, in part at least, while the old key was the table's)
+        # Read, in part at least, while the old key was the table's: some chunk under it, or begun
+        # before the last old-key event or before the table's last merge (which the key change followed).
+        if any(key_columns(i.schema) != key for i in infos) or \
+                any(p is not None and first <= p for p in (last_old, state.log_upto)):
+            continue
         if last is not None and last <= upto:   # (its count was read before the listing: every chunk is in it)
             ready.append((first, dump_id))
     if not ready:
