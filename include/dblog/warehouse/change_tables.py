@@ -86,11 +86,7 @@ def create(warehouse, source: str, table: str, columns: list[tuple[str, str]], s
     created: it holds the changes after it)."""
     catalog = warehouse.catalog
     namespace = C.changes_namespace(source)
-    try:
-        catalog.create_namespace_if_not_exists((namespace,))
-    except Exception:   # created meanwhile by another table's merge
-        if not catalog.namespace_exists((namespace,)):
-            raise
+    warehouse._namespace(namespace)   # (created if need be, as a source's own)
     new = schema(columns)
     spec = PartitionSpec(PartitionField(source_id=new.find_field(DAY).field_id, field_id=1000,
                                         transform=IdentityTransform(), name=DAY))
