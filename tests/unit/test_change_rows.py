@@ -31,7 +31,7 @@ def test_segments_whose_column_type_was_converted_are_each_fitted_and_key_update
                                                                      before={"id": 2, "v": "20"})])
     log.write_segment("s", schema(pa.string()), [event(3, "x")])   # re-staged after a crash
     target = schema_to_pyarrow(CT.schema([("id", "bigint"), ("v", "string")]), include_field_ids=False)
-    rows = _log_rows(log, "s", "app.t", Position(1, 1).encode(), Position(1, 4).encode(), target, NOW)
+    rows = _log_rows(log, "s", "app.t", Position(1, 1).encode(), Position(1, 4).encode(), target, NOW, {})
     got = [(r["id"], r["v"], r["_op"], r["_txid"]) for r in rows.to_pylist()]
     assert got == [(2, "20", "c", "tx2"), (3, "x", "c", "tx3"), (2, "20", "d", "tx4"), (4, "40", "u", "tx4")]
     assert set(rows["_merged_day"].to_pylist()) == {NOW.date()}

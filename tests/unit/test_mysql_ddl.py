@@ -44,3 +44,11 @@ def test_columns_dropped_and_partition_writes_are_read_from_the_statement():
 
 def test_a_statement_that_is_no_schema_ddl_is_none():
     assert ddl("INSERT INTO orders VALUES (1)") is None and ddl("OPTIMIZE TABLE orders") is None
+
+
+def test_columns_renamed_are_read_from_the_statement_in_its_order():
+    assert ddl("ALTER TABLE orders RENAME COLUMN a TO b").renamed_columns == (("a", "b"),)
+    assert ddl("ALTER TABLE orders CHANGE COLUMN `a``x` b INT, RENAME COLUMN IF EXISTS c TO `d`").renamed_columns == \
+        (("a`x", "b"), ("c", "d"))
+    assert ddl("ALTER TABLE orders CHANGE a a BIGINT").renamed_columns == ()   # a retype only
+    assert ddl("ALTER TABLE orders RENAME INDEX i TO j").renamed_columns == ()

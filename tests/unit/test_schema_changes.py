@@ -102,3 +102,29 @@ def test_a_column_dropped_and_added_again_under_its_name_is_re_read_by_its_ident
     pg_new = Column("v", "character varying", pa.string(), True, None, 4)                  # PostgreSQL: a new attnum
     assert diff(table(pg_old), table(pg_new)).rewrites_rows()
     assert not diff(table(pg_old), table(pg_old)).any
+
+
+def test_a_rename_the_source_names_is_a_rename_not_a_re_read_and_a_key_column_renamed_is_no_new_key():
+    note, remark = Column("note", "varchar(20)", pa.string(), True), Column("remark", "varchar(20)", pa.string(), True)
+    # MariaDB: the statement names it; its case may differ from the catalog's.
+    change = diff(table(note), table(remark), renamed=(("NOTE", "Remark"),))
+    assert change.renamed == (("note", "remark"),) and not change.added and not change.dropped
+    assert not change.rewrites_rows() and change.any
+    # PostgreSQL: the attnum is the column's, whatever its name.
+    pg = [Column(n, "character varying", pa.string(), True, None, 2) for n in ("note", "remark")]
+    assert diff(table(pg[0]), table(pg[1])).renamed == (("note", "remark"),)
+    # A rename that also narrows the type converts the values: re-read.
+    narrowed = diff(table(note), table(Column("remark", "varchar(5)", pa.string(), True)), renamed=(("note", "remark"),))
+    assert narrowed.renamed and "converted" in " ".join(narrowed.rewrites_rows())
+    key = TableSchema("shop.t", (Column("code", "int", pa.int64(), False),), ("code",))
+    moved = TableSchema("shop.t", (Column("sku", "int", pa.int64(), False),), ("sku",))
+    assert not diff(key, moved, renamed=(("code", "sku"),)).key_changed
+    assert diff(key, moved).key_changed   # unnamed: a dropped key column and a new one
+
+
+def test_a_rename_without_a_name_for_it_stays_a_drop_and_an_add_that_re_reads_the_rows():
+    note, remark = col("note", "varchar(20)"), col("remark", "varchar(20)")
+    change = diff(table(note), table(remark))
+    assert not change.renamed and change.rewrites_rows()
+    # A name the statement gives that the new catalog no longer has (renamed again since): not followed.
+    assert not diff(table(note), table(col("later", "varchar(20)")), renamed=(("note", "remark"),)).renamed

@@ -35,13 +35,13 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..coordination import changed_tables, repair_requests, unlogged, watermark_index
+from ..coordination import changed_tables, column_renames, repair_requests, unlogged, watermark_index
 from ..coordination import store as paths
 from ..coordination.checkpoint import Checkpoint, ensure_checkpoint, load_checkpoint, save_checkpoint
 from ..coordination.health import Heartbeat
 from ..coordination.store import Lease, StateStore
 from ..faults import crash_point
-from ..model.events import ChangeEvent, RepairNeed
+from ..model.events import ChangeEvent, ColumnRename, RepairNeed, SourceNote
 from ..model.schema import TableSchema
 from ..model.staged_format import POSITION, log_table
 from ..retry import reconnecting
@@ -66,7 +66,7 @@ class Batch:
     commit_ts: datetime | None = None
     first_commit_ts: datetime | None = None
     opened: float = 0.0
-    repairs: list[RepairNeed] = field(default_factory=list)
+    repairs: list[SourceNote] = field(default_factory=list)   # repairs, and column renames
     # Per table, where each run of its events read with one schema starts: (index in `events`,
     # the schema). Staging happens on another thread, after the reader may have seen DDL.
     schemas: dict[str, list[tuple[int, TableSchema]]] = field(default_factory=dict)
@@ -255,13 +255,20 @@ class Capture:
         if lease is None:
             raise RuntimeError("Capture._flush without the capture lease: only the leader stages")
         lease.check()  # a deposed capture must not stage (duplicates would be harmless, but noisy)
-        if batch.repairs:
+        renames = [n for n in batch.repairs if isinstance(n, ColumnRename)]
+        if renames:   # before the checkpoint passes them, as the repairs below
+            column_renames.record(self.store, lease, self.source.name, renames)
+            for r in renames:
+                log.info("%s: %s.%s renamed %s at %s: the merge renames the warehouse's column, keeping its values",
+                         self.source.name, r.table, r.old, r.new, r.position)
+        repairs = [n for n in batch.repairs if isinstance(n, RepairNeed)]
+        if repairs:
             # Before the segments, so before the checkpoint passes the events: a crash repeats them,
             # never loses them (a schema change is found against what the staged log holds: staged
             # first, a crash would leave nothing to find it by). The positions first: once the
             # checkpoint passes a window holding one, a merge may take it.
-            unlogged.record(self.store, lease, self.source.name, batch.repairs)
-            needs = repair.coalesce(batch.repairs)
+            unlogged.record(self.store, lease, self.source.name, repairs)
+            needs = repair.coalesce(repairs)
             self.stats.repairs += repair_requests.request(self.store, self.source.name, needs)
             for need in needs:
                 log.warning("%s: %s at %s cannot be staged as it is (%s); %s", self.source.name, need.table,

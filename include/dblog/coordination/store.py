@@ -430,6 +430,15 @@ def unlogged_path(source: str, table: str) -> str:
     return f"{unlogged_root(source)}/{node_name(table)}"
 
 
+def renames_root(source: str) -> str:
+    return f"/{source}/renames"
+
+
+def renames_path(source: str, table: str) -> str:
+    """Where `table`'s column renames are kept (`dblog.coordination.column_renames`)."""
+    return f"{renames_root(source)}/{node_name(table)}"
+
+
 def watermark_index_built_path(source: str) -> str:
     return f"/{source}/watermarks/built"
 

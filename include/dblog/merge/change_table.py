@@ -35,7 +35,8 @@ import pyarrow.compute as pc
 from pyiceberg.expressions import And, EqualTo, GreaterThan
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 
-from ..model.staged_format import BEFORE, COMMIT_TS, OLD_KEY, OP, POSITION, TOMBSTONES, TXID, Op
+from ..model.events import ColumnRename
+from ..model.staged_format import BEFORE, COMMIT_TS, OLD_KEY, OP, POSITION, TOMBSTONES, TXID, Op, SegmentFile
 from ..spark.data_sources import conform
 from ..stagedlog.staged_log import StagedLog
 from ..warehouse import change_tables as CT
@@ -43,6 +44,7 @@ from ..warehouse import types as T
 from ..warehouse.catalog import BRANCH
 from ..warehouse.commit import thin_history
 from ..warehouse.tables import Warehouse
+from . import column_renames
 
 log = logging.getLogger("dblog.merge")
 
@@ -65,19 +67,26 @@ def ensure(warehouse: Warehouse, source: str, table: str, columns: list[tuple[st
 
 
 def record(warehouse: Warehouse, staged: StagedLog, source: str, table: str, committed, upto: str,
-           took_chunks: bool) -> ChangeRange | None:
+           took_chunks: bool, renames: list[ColumnRename]) -> ChangeRange | None:
     """Append to the change table what the warehouse table `committed` (up to `upto`) took since
     the change table's reach: the merge that just committed, and whatever an earlier one took that
-    the change table missed. `took_chunks`: the merge took dump rows. None: nothing new."""
+    the change table missed. `took_chunks`: the merge took dump rows; `renames`: the table's
+    column renames (the change table follows those after its reach, as the table did). None:
+    nothing new."""
     changes = CT.load(warehouse, source, table)
     reach = CT.reach(changes) if changes is not None else None
     if changes is None or reach is None:
         return None   # (`ensure` runs before every commit: a table made by hand, or the setting just set)
-    columns = _union(changes, T.data_columns(committed.schema()))
+    now_columns = T.data_columns(committed.schema())
+    renaming = column_renames.plan([r for r in renames if (reach.upto is None or r.position > reach.upto)
+                                    and r.position <= upto],
+                                   [c for c, _ in CT.data_columns(changes)], {c for c, _ in now_columns})
+    columns = _union(changes, now_columns, renaming.stored)
     now = dt.datetime.now(dt.UTC)
     target = schema_to_pyarrow(CT.schema(columns), include_field_ids=False)
     behind = reach.upto is None or reach.upto < upto
-    found = [p for p in (_log_rows(staged, source, table, reach.upto, upto, target, now) if behind else None,
+    found = [p for p in (_log_rows(staged, source, table, reach.upto, upto, target, now, renaming.chains)
+                         if behind else None,
                          _dump_rows(committed, reach.taken, target, now) if took_chunks or behind else None)
              if p is not None]
     if not found:
@@ -85,8 +94,8 @@ def record(warehouse: Warehouse, staged: StagedLog, source: str, table: str, com
     rows = pa.concat_tables(found).sort_by([(POSITION, "ascending"), (OP, "ascending")])
     before = changes.current_snapshot().snapshot_id if changes.current_snapshot() else None
     with changes.transaction() as tx:
-        if dict(CT.data_columns(changes)) != dict(columns):
-            T.evolve(tx, CT.schema(CT.data_columns(changes)), columns)
+        if renaming.stored or dict(CT.data_columns(changes)) != dict(columns):
+            T.evolve(tx, CT.schema(CT.data_columns(changes)), columns, renaming.stored)
         final = schema_to_pyarrow(tx.table_metadata.schema(), include_field_ids=False)
         tx.append(_fit(rows, final), snapshot_properties=CT.Reach(upto, now).properties())
         # By age only: a downstream job reads the snapshot range an asset event named.
@@ -97,12 +106,12 @@ def record(warehouse: Warehouse, staged: StagedLog, source: str, table: str, com
     return ChangeRange(before, changes.current_snapshot().snapshot_id, rows.num_rows)
 
 
-def _union(changes, columns: list[tuple[str, str]]) -> list[tuple[str, str]]:
+def _union(changes, columns: list[tuple[str, str]], renamed: dict[str, str]) -> list[tuple[str, str]]:
     """The change table's data columns after this append: every column it ever had (older changes
-    hold them) and the warehouse table's, whose types win: a widened type is widened in place, any
-    other type change replaces the column (`types.evolve`; older changes keep the old values in the
-    snapshots before it)."""
-    union = dict(CT.data_columns(changes)) if changes is not None else {}
+    hold them; a `renamed` one under its new name) and the warehouse table's, whose types win: a
+    widened type is widened in place, any other type change replaces the column (`types.evolve`;
+    older changes keep the old values in the snapshots before it)."""
+    union = {renamed.get(c, c): t for c, t in CT.data_columns(changes)} if changes is not None else {}
     union.update(columns)
     return list(union.items())
 
@@ -113,7 +122,7 @@ def _fit(rows: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def _log_rows(staged: StagedLog, source: str, table: str, since: str | None, upto: str, target: pa.Schema,
-              now: dt.datetime) -> pa.Table | None:
+              now: dt.datetime, renamed: dict[str, list[tuple[str, str]]]) -> pa.Table | None:
     """The staged events after `since` up to `upto`, a key update also as a d at its old key. Each
     segment is read and fitted to the change table apart: a column whose type was converted
     differs between segments (as the merge's own reads, a value the new type cannot hold is null)."""
@@ -122,11 +131,11 @@ def _log_rows(staged: StagedLog, source: str, table: str, since: str | None, upt
         try:
             events = staged.read_segment(path)
         except FileNotFoundError:   # compacted since listed: read what replaced it
-            return _log_rows(staged, source, table, since, upto, target, now)
+            return _log_rows(staged, source, table, since, upto, target, now, renamed)
         keep = pc.less_equal(events[POSITION], upto)
         if since is not None:
             keep = pc.and_(keep, pc.greater(events[POSITION], since))
-        events = events.filter(keep)
+        events = column_renames.rename_segment(events.filter(keep), SegmentFile.parse(path).last, renamed)
         if events.num_rows:
             parts += [_as_target(events, target, now), *_old_keys(events, target, now)]
     if not parts:

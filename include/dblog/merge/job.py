@@ -43,6 +43,7 @@ from pyspark.sql.types import StructType
 from ..coordination import repair_requests, unlogged, watermark_index
 from ..coordination import store as paths
 from ..coordination.checkpoint import checkpoint_position
+from ..coordination.column_renames import of_table as renames_of
 from ..coordination.store import StateStore
 from ..errors import DBLogError, TransientError
 from ..model.events import RepairNeed
@@ -60,7 +61,8 @@ from ..warehouse.commit import CommitError, commit
 from ..warehouse.merged_state import Bucket, TableState
 from ..warehouse.tables import Warehouse, table_state
 from . import bucket_merge as M
-from . import change_table, rebuild
+from . import change_table, column_renames, rebuild
+from .column_renames import Renaming
 from .first_load import LoadChunk, first_load
 from .merge_inputs import ChunkWindow, MergeInput, chunk_windows, merge_input, with_windows
 from .merge_result import MergeResult
@@ -91,6 +93,7 @@ class MergeInputs:
     loads: list[LoadChunk] = field(default_factory=list)   # a first load's chunks, in chunk (key) order
     general: Callable[[], MergeInput] | None = None   # ... and its records, should it take the general merge
     local: LocalEvents | None = None   # a merge small enough to run without Spark (`small_merge`)
+    renaming: Renaming = field(default_factory=Renaming)   # columns renamed in its range (`column_renames`)
 
     def merge_records(self) -> tuple[DataFrame | None, bool]:
         """The records the merge rule applies, and whether it fills values events left out (a
@@ -121,20 +124,26 @@ def _data_columns(df: DataFrame | StructType) -> list[tuple[str, str]]:
 Seen = tuple[str, list[tuple[str, str]], list[str]]
 
 
-def _columns(state: TableState | None, seen: list[Seen], table: str) -> list[tuple[str, str]]:
+def _columns(state: TableState | None, seen: list[Seen], table: str,
+             renaming: Renaming | None = None) -> list[tuple[str, str]]:
     """Warehouse columns from the inputs' schemas, newest last: each column takes the type of the
     newest input that has it; a type the column can be promoted to widens it in place, any other
     replaces it (a new Iceberg field: stored rows read it as null until the conversion's repair
     re-reads them, see dblog.model.schema_changes). Columns the newest input lacks are dropped
     unless DBLOG_KEEP_DROPPED_COLUMNS is on (older snapshots keep them). Only inputs newer than
-    what the table already holds decide: an old chunk merged late must not take a column back."""
-    columns: dict[str, str] = dict(state.columns) if state else {}
+    what the table already holds decide: an old chunk merged late must not take a column back.
+    `renaming`: columns renamed (`column_renames`): stored ones take their new names in place,
+    and an input's old names are not columns of their own."""
+    renaming = renaming or Renaming()
+    stored = [(renaming.stored.get(c, c), t) for c, t in state.columns] if state else []
+    gone = {old for chain in renaming.chains.values() for old, _ in chain} - set(renaming.chains)
+    columns: dict[str, str] = dict(stored)
     # (A state without columns, a rebuild's, is composed from every input.)
     newer = [s for s in seen if state is None or not state.columns or state.log_upto is None or s[0] > state.log_upto]
     for _, found, _ in newer:
-        columns.update(found)
+        columns.update((c, t) for c, t in found if c not in gone)
     for name, spark_type in columns.items():
-        before = dict(state.columns).get(name) if state else None
+        before = dict(stored).get(name)
         if before is not None and not widens(before, spark_type) and not widens(spark_type, before):
             log.warning("%s.%s changed type from %s to %s in the source: the warehouse column is replaced; its rows "
                         "are re-read by the repair the capture asked for", table, name, before, spark_type)
@@ -270,7 +279,9 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
     pending = _pending_chunks(store, staged, source, table, state, out)
     ready = None
     low = done_upto  # None: nothing merged yet, every staged event is new
-    if not pending:
+    renames = [r for r in renames_of(store, source, table)
+               if r.position <= upto and (done_upto is None or r.position > done_upto)]
+    if not pending and not renames:
         tuned = settings().merge
         local = local_events(staged, source, table, state, done_upto, upto, tuned.local_rows, bucket_rows,
                              tuned.local_bucket_bytes)
@@ -297,18 +308,20 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
         events = events.dropDuplicates([POSITION])  # re-staged after a crash
     if events is None and ready is None:
         return out
-    out.unique = out.unique and ready is not None and events is None and _nothing_stored(state)
     # A first load reads the chunks' schema from their footers (read when they were listed); its
     # rows only if it falls back.
     seen = _seen(staged, segments, events, ready)
     out.key = seen[-1][2]
-    out.columns = _columns(state, seen, table)
+    out.renaming = renaming = column_renames.plan(renames, [c for c, _ in state.columns] if state else [],
+                                                  {c for c, _ in seen[-1][1]})
+    out.unique = out.unique and ready is not None and events is None and _nothing_stored(state) and not renaming
+    out.columns = _columns(state, seen, table, renaming)
 
     def compose() -> MergeInput:
         chunks = None if ready is None else \
             with_windows(_read(spark, staged, [i.path for i in ready.infos]), ready.windows)
-        return merge_input(None if events is None else M.align(events, out.columns),
-                           None if chunks is None else M.align(chunks, out.columns),
+        return merge_input(None if events is None else M.align(renaming.events(events), out.columns),
+                           None if chunks is None else M.align(renaming.chunks(chunks), out.columns),
                            out.key, [c for c, _ in out.columns], after=done_upto)
 
     if out.unique and ready is not None:
@@ -345,7 +358,7 @@ def merge_table(spark: SparkSession, store: StateStore, staged: StagedLog, wareh
                          "wait for it, or check `dblog status` for a stuck worker") from exc
     try:
         state = _merge(spark, store, staged, warehouse, result, bucket_rows, lease)
-        _record_changes(warehouse, staged, result, state)
+        _record_changes(store, warehouse, staged, result, state)
         _ask_repairs(store, warehouse, result, state)
     finally:
         lease.release()
@@ -379,7 +392,7 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
         return (_whole(store, staged, warehouse, result, state, upto, lease) if state is not None and state.key
                 else None) or state
     fresh = None
-    if state is not None and inputs.key and state.key != inputs.key:
+    if state is not None and inputs.key and inputs.renaming.key(state.key) != inputs.key:
         fresh = _rebuild_inputs(spark, store, staged, state, inputs.key, upto, result, bucket_rows)
         if fresh is None:   # the key changed: the table waits for its rebuild, readable as it was
             return state
@@ -415,7 +428,7 @@ def _apply(spark: SparkSession, store: StateStore, warehouse: Warehouse, result:
     source, table, upto = result.source, result.table, result.upto or ""
     base = _base(fresh.state if fresh else state, inputs, source, table)
     key, columns = base.key, base.columns
-    pending = _begin(warehouse, base, state)
+    pending = _begin(warehouse, base, state, inputs.renaming.stored)
     purge = purge and not pending.soft_deletes
     old = state if fresh is not None else None
     new = TableState(source, table, key, columns, base.buckets, log_upto=max(upto, base.log_upto or ""),
@@ -444,6 +457,7 @@ def _apply(spark: SparkSession, store: StateStore, warehouse: Warehouse, result:
         result.committed_at, result.commits, result.snapshots_expired = time.time(), 1, pending.expired
     except CommitError as exc:
         raise MergeError(f"{source}/{table}: {exc}") from exc
+    _renamed(store, result, inputs.renaming, upto)
     if old is not None:
         result.note = "; ".join(filter(None, [f"rebuilt under its new key ({', '.join(key)}), replacing the rows "
                                               f"stored under ({', '.join(old.key)})", result.note]))
@@ -452,6 +466,20 @@ def _apply(spark: SparkSession, store: StateStore, warehouse: Warehouse, result:
     committed = table_state(pending.committed, source, table)   # as committed: no second catalog load
     _report(result, committed)
     return committed
+
+
+def _renamed(store: StateStore, result: MergeResult, renaming: Renaming, upto: str) -> None:
+    """After a commit that passed column renames: what it renamed, said; a rename it could not
+    follow (`column_renames`) re-reads the table."""
+    result.renamed = dict(renaming.stored)
+    if renaming.stored:
+        result.note = "; ".join(filter(None, [result.note, "renamed " + ", ".join(
+            f"{old} to {new}" for old, new in renaming.stored.items()) + " (values kept)"]))
+    if renaming.conflicts:
+        reason = "; ".join(renaming.conflicts) + ": the rows are re-read"
+        log.warning("%s/%s: %s", result.source, result.table, reason)
+        result.note = "; ".join(filter(None, [result.note, reason]))
+        repair_requests.request(store, result.source, [RepairNeed(result.table, reason, upto)])
 
 
 def _whole(store: StateStore, staged: StagedLog, warehouse: Warehouse, result: MergeResult, state: TableState | None,
@@ -470,7 +498,7 @@ def _whole(store: StateStore, staged: StagedLog, warehouse: Warehouse, result: M
 def _base(state: TableState | None, inputs: MergeInputs, source: str, table: str) -> TableState:
     """What the merge starts from: the table's state (a new one's: one empty bucket) with the key
     and columns of its inputs."""
-    if state is not None and inputs.key and state.key != inputs.key:
+    if state is not None and inputs.key and inputs.renaming.key(state.key) != inputs.key:
         raise MergeError(f"the primary key of {table} changed from {state.key} to {inputs.key}. "
                          f"{_rebuild(state, table)} to rebuild it")
     key = inputs.key or (state.key if state else [])
@@ -480,11 +508,12 @@ def _base(state: TableState | None, inputs: MergeInputs, source: str, table: str
     return base
 
 
-def _begin(warehouse: Warehouse, base: TableState, state: TableState | None):
-    """The merge's open transaction; first, the table's change table if it gets one (see
-    `change_table.ensure`), and this merge's tombstones kept for it to read after the commit."""
+def _begin(warehouse: Warehouse, base: TableState, state: TableState | None, renamed: dict[str, str]):
+    """The merge's open transaction (`renamed`: stored columns' new names); first, the table's
+    change table if it gets one (see `change_table.ensure`), and this merge's tombstones kept for
+    it to read after the commit."""
     try:
-        pending = warehouse.begin(base.source, base.table, base.key, base.columns, state)
+        pending = warehouse.begin(base.source, base.table, base.key, base.columns, state, renamed)
     except CommitError as exc:
         raise MergeError(str(exc)) from exc
     if state is not None and state.key != base.key:   # a rebuild under a new key (`rebuild`)
@@ -497,7 +526,8 @@ def _begin(warehouse: Warehouse, base: TableState, state: TableState | None):
     return pending
 
 
-def _record_changes(warehouse: Warehouse, staged: StagedLog, result: MergeResult, state: TableState | None) -> None:
+def _record_changes(store: StateStore, warehouse: Warehouse, staged: StagedLog, result: MergeResult,
+                    state: TableState | None) -> None:
     """Append to the table's change table, when it has one, what the table took since the change
     table's reach (after the commit: a crash or a failure in between leaves it behind, and the
     next merge of the table, even one with nothing to merge, catches it up; see `change_table`).
@@ -507,7 +537,8 @@ def _record_changes(warehouse: Warehouse, staged: StagedLog, result: MergeResult
     try:
         committed = warehouse.load(result.source, result.table)   # (a first merge's commit is not scannable)
         changes = change_table.record(warehouse, staged, result.source, result.table, committed, state.log_upto,
-                                      took_chunks=bool(result.commits and result.chunks))
+                                      took_chunks=bool(result.commits and result.chunks),
+                                      renames=renames_of(store, result.source, result.table))
     except Exception as exc:  # noqa: BLE001 - the merge committed; the next one catches the change table up
         log.warning("%s/%s: the change table was not appended (%s); the next merge of the table catches it up",
                     result.source, result.table, exc)

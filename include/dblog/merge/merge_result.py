@@ -43,6 +43,7 @@ class MergeResult:
     snapshots_expired: int = 0              # old snapshots the commit expired (`warehouse.history`)
     error: str | None = None                # a continuous slice's last failure of the table, if any
     rebuilding: bool = False                # its key changed: it waits for the dump that rebuilds it (`rebuild`)
+    renamed: dict[str, str] = field(default_factory=dict)   # columns it renamed, old -> new (`column_renames`)
     changes: int = 0                        # rows appended to the table's change table (`change_table`)
     changes_after: int | None = None        # its snapshot before them (None: it was empty) ...
     changes_upto: int | None = None         # ... and the one holding them: the range downstream reads

@@ -36,3 +36,18 @@ class RepairNeed:
     reason: str
     position: str | None = None
     keys: tuple[tuple, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnRename:
+    """A column renamed in the source at `position` (the DDL statement's on MariaDB, the next row
+    change's on PostgreSQL): events before it carry the column as `old`, from it on as `new`.
+    The merge renames the warehouse field (keeping its id and values; `dblog.merge.column_renames`)."""
+    table: str
+    old: str
+    new: str
+    position: str
+
+
+# What a source's reader says beside row events, in log order: a repair to run, a column renamed.
+SourceNote = RepairNeed | ColumnRename

@@ -7,7 +7,9 @@ the rows keep their values under the new name), a type conversion (VARCHAR -> IN
 value), a narrowing or a NOT NULL that rewrites NULLs. The warehouse cannot see any of that in
 the log, so such a change asks for the table to be re-read (a whole-table repair dump through
 the watermark windows). A change that leaves every existing value as it was (a nullable column
-without default, a dropped column, a widening, a new default) asks for nothing.
+without default, a dropped column, a widening, a new default) asks for nothing, and neither does
+a rename the source names (MariaDB's statement, PostgreSQL's attnum): the warehouse renames its
+field, keeping the values (`dblog.merge.column_renames`).
 """
 from __future__ import annotations
 
@@ -31,12 +33,13 @@ class SchemaChange:
     table: str
     added: tuple[Column, ...] = ()
     dropped: tuple[Column, ...] = ()
-    retyped: tuple[tuple[Column, Column], ...] = ()   # (before, after), same name
+    retyped: tuple[tuple[Column, Column], ...] = ()   # (before, after), same column (a renamed one's too)
     key_changed: bool = False
+    renamed: tuple[tuple[str, str], ...] = ()   # (old name, new name)
 
     @property
     def any(self) -> bool:
-        return bool(self.added or self.dropped or self.retyped or self.key_changed)
+        return bool(self.added or self.dropped or self.retyped or self.key_changed or self.renamed)
 
     def rewrites_rows(self, not_null_fills: bool = True) -> list[str]:
         """Why existing rows' values changed without row events (empty: they did not).
@@ -57,22 +60,50 @@ class SchemaChange:
 
     def describe(self) -> str:
         parts = [f"+{c.name} {c.source_type}" for c in self.added] + [f"-{c.name}" for c in self.dropped]
+        parts += [f"{old} renamed {new}" for old, new in self.renamed]
         parts += [f"{a.name} {b.source_type}->{a.source_type}" for b, a in self.retyped]
         return ", ".join(parts + (["key changed"] if self.key_changed else [])) or "no column change"
 
 
-def diff(old: TableSchema, new: TableSchema, readded: frozenset[str] = frozenset()) -> SchemaChange:
-    """`readded`: columns the DDL dropped and added again under the same name (from the statement;
-    on PostgreSQL the column's `ident` tells)."""
+def diff(old: TableSchema, new: TableSchema, readded: frozenset[str] = frozenset(),
+         renamed: tuple[tuple[str, str], ...] = ()) -> SchemaChange:
+    """`readded`: columns the DDL dropped and added again under the same name; `renamed`: (old,
+    new) names the DDL renamed (both from MariaDB's statement; on PostgreSQL the column's `ident`
+    tells both)."""
     after = {c.name: c for c in new.columns}
     before = {c.name: c for c in old.columns
               if c.name not in readded and (c.name not in after or not _other_column(c, after[c.name]))}
+    moves = _renames(old, new, before, after, renamed)
+    was = {n: before[o] for o, n in moves}   # a renamed column's before, under its new name
+    now = {**{c: before[c] for c in before if c in after}, **was}
     return SchemaChange(
         new.name,
-        added=tuple(c for c in new.columns if c.name not in before),
-        dropped=tuple(c for c in old.columns if c.name not in before or c.name not in after),
-        retyped=tuple((before[c.name], c) for c in new.columns if c.name in before and _differs(before[c.name], c)),
-        key_changed=old.key != new.key)
+        added=tuple(c for c in new.columns if c.name not in now),
+        dropped=tuple(c for c in old.columns if c.name not in before or (c.name not in after and
+                                                                          c.name not in dict(moves))),
+        retyped=tuple((now[c.name], c) for c in new.columns if c.name in now and _differs(now[c.name], c)),
+        key_changed=[dict((n, o) for o, n in moves).get(k, k) for k in new.key] != list(old.key),
+        renamed=tuple(moves))
+
+
+def _renames(old: TableSchema, new: TableSchema, before: dict[str, Column], after: dict[str, Column],
+             named: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+    """Renames, as (old, new) names of columns in both schemas: a column gone under its old name
+    whose ident (or the statement) says it is the new one, new under that name."""
+    idents = {c.ident: c.name for c in old.columns if c.ident is not None and c.name in before}
+    pairs = [(idents[c.ident], c.name) for c in new.columns if c.ident in idents] + \
+        [(_named(o, before), _named(n, after)) for o, n in named]
+    moves: list[tuple[str, str]] = []
+    for o, n in pairs:
+        if o and n and o != n and o not in after and n not in before and \
+                all(o != a and n != b for a, b in moves):
+            moves.append((o, n))
+    return moves
+
+
+def _named(name: str, columns: dict[str, Column]) -> str | None:
+    """`name` as the catalog spells it (MariaDB's column names are case-insensitive)."""
+    return name if name in columns else next((c for c in columns if c.lower() == name.lower()), None)
 
 
 def _other_column(b: Column, a: Column) -> bool:

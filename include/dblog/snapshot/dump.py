@@ -25,6 +25,7 @@ from ..coordination import store as paths
 from ..coordination.checkpoint import ensure_checkpoint
 from ..coordination.store import Lease, StateStore
 from ..faults import crash_point
+from ..model.events import RepairNeed
 from ..model.schema import WHOLE_TABLE, TableSchema, decode_key, encode_key, normalize_key
 from ..model.staged_format import ChunkMeta, Op, absent_row, rows_table
 from ..retry import reconnecting
@@ -277,7 +278,7 @@ class TableDump:
         row events (see dblog.model.schema_changes) makes the chunks read before it stale: the
         whole table is repaired after it, as the capture does when it sees the change (on
         PostgreSQL only at the table's next row change: a quiet table's change is found here)."""
-        needs = self.source.schema_changed(schema.name, None, before=schema)
+        needs = [n for n in self.source.schema_changed(schema.name, None, before=schema) if isinstance(n, RepairNeed)]
         if needs:
             repair_requests.request(self.store, self.source.name, needs)
         return self.source.table_schema(schema.name)

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import DBLogError, TransientError
-from ..model.events import ChangeEvent, RepairNeed
+from ..model.events import ChangeEvent, ColumnRename, RepairNeed, SourceNote
 from ..model.schema import WHOLE_TABLE, Column, TableSchema
 from ..model.schema_changes import diff
 from ..model.staged_format import POSITION, rows_table
@@ -84,7 +84,8 @@ class Transaction:
     events: list[ChangeEvent]
     resume: dict[str, Any] | None   # source-specific checkpoint for resuming after this txn (None: a piece)
     commit_ts: datetime | None = None
-    repairs: list[RepairNeed] = field(default_factory=list)  # rows the events do not describe in full
+    # Rows the events do not describe in full (repairs), and columns renamed (`ColumnRename`).
+    repairs: list[SourceNote] = field(default_factory=list)
     complete: bool = True
     staged: dict[str, pa.Table] = field(default_factory=dict)   # table -> rows (`staged_format.log_table`)
 
@@ -426,11 +427,16 @@ class Source(abc.ABC):
         return None
 
     def schema_changed(self, table: str, position: str | None, before: TableSchema | None = None,
-                       readded: frozenset[str] = frozenset(), ddl: bool = False) -> list[RepairNeed]:
+                       readded: frozenset[str] = frozenset(), ddl: bool = False,
+                       renamed: tuple[tuple[str, str], ...] = (), seen: Sequence[str] | None = None) -> list[SourceNote]:
         """After DDL (or a new Relation): the table read again from the catalog and compared with
         the schema it had (`before`, else this process's, else the staged log's). The change is
-        logged; a change that rewrote existing rows without row events needs a whole-table repair.
-        `ddl`: DDL named the table (not only its first sight in this process)."""
+        logged; a change that rewrote existing rows without row events needs a whole-table repair;
+        a renamed column is recorded at `position` for the merge to rename (without a position, a
+        dump window's finding, its rows are re-read instead). `ddl`: DDL named the table (not only
+        its first sight in this process); `readded`, `renamed`: what its statement says; `seen`:
+        the columns the log itself names at `position` (PostgreSQL's Relation message), where a
+        catalog already past later DDL shows: a rename is then re-read, not placed there."""
         before = before or self._schemas.get(table) or self.baseline(table)
         was_keyless = table in self._keyless
         try:
@@ -450,14 +456,19 @@ class Source(abc.ABC):
             log.info("%s: %s has a key now (%s): its rows are read whole", self.name, table, ", ".join(after.key))
             return [RepairNeed(table, f"given a key ({', '.join(after.key)}): its changes were not staged before",
                                position)]
-        change = diff(before, after, readded) if before is not None else None
+        change = diff(before, after, readded, renamed) if before is not None else None
         if change is None or not change.any:
             return []
         why = change.rewrites_rows(not_null_fills=self.kind == "mysql")
+        placed = position is not None and (seen is None or set(seen) == after.column_set)
+        if not placed:   # (a dump window, or a catalog ahead of the log, cannot say where the rename happened)
+            why += [f"column {old} renamed {new}, not placed in the log" for old, new in change.renamed]
         log.info("%s: the schema of %s changed at %s (%s)%s", self.name, table, position or "a dump window",
                  change.describe(),
                  "; its rows are re-read: " + "; ".join(why) if why else "")
-        return [RepairNeed(table, "schema change: " + "; ".join(why), position)] if why else []
+        found: list[SourceNote] = [RepairNeed(table, "schema change: " + "; ".join(why), position)] \
+            if why else []
+        return found + [ColumnRename(table, old, new, position) for old, new in change.renamed if placed and position]
 
     def new_tables(self, tables: Iterable[str], position: str, why: str) -> list[RepairNeed]:
         """Tables new to the capture (created, renamed): dumped whole unless DBLOG_AUTO_DUMP_NEW_TABLES is off."""

@@ -30,7 +30,7 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from ..model.events import ChangeEvent, RepairNeed
+from ..model.events import ChangeEvent, RepairNeed, SourceNote
 from ..model.positions import binlog_file_index, mysql_position
 from ..model.positions import encode as encode_position
 from ..model.schema import Column, TableSchema, decimal_type, normalize_key
@@ -360,7 +360,7 @@ class MySQLSource(Source):
     def stream(self, resume: dict | None, idle_timeout: float = 1.0) -> Iterator[Transaction | None]:
         reader = self._open_binlog(resume or self.head(), idle_timeout)
         pending: list[ChangeEvent] = []
-        needs: list[RepairNeed] = []
+        needs: list[SourceNote] = []
         captured = self.tables()
         piece_rows, opened = settings().capture.piece_rows, False   # opened: a piece of it was yielded
         try:
@@ -377,7 +377,7 @@ class MySQLSource(Source):
                     continue
                 if isinstance(ev, QueryEvent) and ev.query.strip().upper() != "COMMIT":
                     captured, changed = self._after_ddl(reader.log_file, ev, captured)
-                    needs.extend(changed + self._statement_writes(reader.log_file, ev, captured))
+                    needs.extend([*changed, *self._statement_writes(reader.log_file, ev, captured)])
                     if needs and not pending and commits_by_itself(strip_sql_comments(ev.query).strip()):
                         # DDL commits by itself (no XID follows): hand the repair over now.
                         yield Transaction([], {"log_file": reader.log_file, "log_pos": ev.packet.log_pos},
@@ -429,7 +429,7 @@ class MySQLSource(Source):
                 f"{_COMPRESSION_FIX}, then reset the capture checkpoint (`dblog capture --reset`) and run a full "
                 "dump of every table, since the changes in compressed events are not in the staged log.")
 
-    def _after_ddl(self, log_file: str, ev, captured: list[str]) -> tuple[list[str], list[RepairNeed]]:
+    def _after_ddl(self, log_file: str, ev, captured: list[str]) -> tuple[list[str], list[SourceNote]]:
         """The captured tables once the statement `ev` ran, and the repairs its schema changes need:
         DDL may have added, dropped, renamed, re-created or changed tables (see
         dblog.model.schema_changes). Which tables a statement names is read from the statement
@@ -441,7 +441,7 @@ class MySQLSource(Source):
         if ddl is None:
             return captured, []
         position = encode_position(binlog_file_index(log_file), ev.packet.log_pos, 0)
-        needs: list[RepairNeed] = []
+        needs: list[SourceNote] = []
         if ddl.replaced:   # what it dropped or replaced is another table from now on
             for t in ddl.replaced:
                 self._schemas.pop(t, None)
@@ -453,7 +453,8 @@ class MySQLSource(Source):
             changed = sorted(ddl.named & set(captured) & set(now) - renamed)
             if ddl.partition_write:   # rows gone or swapped in, without row events
                 needs += [RepairNeed(t, f"partition DDL (no row events): {query[:120]}", position) for t in changed]
-            needs += [n for t in changed for n in self.schema_changed(t, position, readded=ddl.readded, ddl=True)]
+            needs += [n for t in changed for n in self.schema_changed(t, position, readded=ddl.readded, ddl=True,
+                                                                   renamed=ddl.renamed_columns)]
             fresh = sorted({*(t for t in now if t not in captured), *renamed})
             gone = ddl.named - set(now)
         needs += self.new_tables(fresh, position, "new in the captured database (created, re-created or renamed)")
@@ -463,7 +464,7 @@ class MySQLSource(Source):
         return now, needs
 
     @staticmethod
-    def _commit(log_file: str, ev, pending: list[ChangeEvent], needs: list[RepairNeed]) -> Transaction:
+    def _commit(log_file: str, ev, pending: list[ChangeEvent], needs: list[SourceNote]) -> Transaction:
         """The transaction `ev` (an XID, or a COMMIT query) ends: its events get its commit time and id."""
         ts = dt.datetime.fromtimestamp(ev.timestamp, dt.UTC)
         txid = str(getattr(ev, "xid", "")) or None
@@ -480,7 +481,7 @@ class MySQLSource(Source):
             e.commit_ts = ts
         return Transaction.piece(pending)
 
-    def _row_events(self, log_file: str, ev) -> tuple[list[ChangeEvent], list[RepairNeed]]:
+    def _row_events(self, log_file: str, ev) -> tuple[list[ChangeEvent], list[SourceNote]]:
         table = f"{ev.schema}.{ev.table}"
         names = [c.name for c in ev.columns or ()]
         file_index, log_pos = binlog_file_index(log_file), ev.packet.log_pos

@@ -25,6 +25,11 @@ _TABLE_RENAME = re.compile(r"\bRENAME\s+(?=\S)(?!(?:COLUMN|INDEX|KEY)\b)", re.I)
 _DROPPED_COLUMN = re.compile(r"\bDROP\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?(?=\S)"
                              r"(?!(?:INDEX|KEY|PRIMARY|FOREIGN|CONSTRAINT|PARTITION|CHECK|SYSTEM|PERIOD|IF)\b)"
                              r"(`(?:[^`]|``)+`|[\w$]+)", re.I)
+# ALTER TABLE ... RENAME COLUMN [IF EXISTS] old TO new, CHANGE [COLUMN] [IF EXISTS] old new type: a rename
+# (the rows keep their values under the new name; CHANGE with the same name only retypes).
+_COLUMN = r"(`(?:[^`]|``)+`|[\w$]+)"
+_RENAMED_COLUMN = re.compile(rf"\bRENAME\s+COLUMN\s+(?:IF\s+EXISTS\s+)?{_COLUMN}\s+TO\s+{_COLUMN}", re.I)
+_CHANGED_COLUMN = re.compile(rf"\bCHANGE\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?{_COLUMN}\s+{_COLUMN}", re.I)
 _PARTITION_WRITE = re.compile(r"\b(?:DROP|TRUNCATE|EXCHANGE)\s+PARTITION\b", re.I)
 
 
@@ -87,6 +92,7 @@ class Ddl:
     replaced: frozenset[str] = frozenset()    # dropped, or created anew: another table from now on
     renamed: frozenset[str] = frozenset()     # named in a table rename (either side)
     readded: frozenset[str] = field(default_factory=frozenset)   # columns DROPped (and maybe added again)
+    renamed_columns: tuple[tuple[str, str], ...] = ()   # (old, new), in statement order
     partition_write: bool = False             # DROP / TRUNCATE / EXCHANGE PARTITION: rows without row events
 
 
@@ -109,5 +115,17 @@ def read_ddl(query: str, default_schema: str, database: str, tables: set[str]) -
         return Ddl(named=gone, replaced=gone)
     touched = named(query)
     return Ddl(named=touched, renamed=touched if _TABLE_RENAME.search(query) else frozenset(),
-               readded=frozenset(n.strip("`").replace("``", "`") for n in _DROPPED_COLUMN.findall(query)),
+               readded=frozenset(map(_unquote, _DROPPED_COLUMN.findall(query))),
+               renamed_columns=_renamed_columns(query),
                partition_write=bool(_PARTITION_WRITE.search(query)))
+
+
+def _unquote(name: str) -> str:
+    return name.strip("`").replace("``", "`") if name.startswith("`") else name
+
+
+def _renamed_columns(query: str) -> tuple[tuple[str, str], ...]:
+    found = sorted([(m.start(), m.groups()) for m in _RENAMED_COLUMN.finditer(query)] +
+                   [(m.start(), m.groups()) for m in _CHANGED_COLUMN.finditer(query)])
+    pairs = ((_unquote(old), _unquote(new)) for _, (old, new) in found)
+    return tuple((old, new) for old, new in pairs if old != new)

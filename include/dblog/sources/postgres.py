@@ -12,7 +12,7 @@ import psycopg2
 import psycopg2.extras
 import pyarrow as pa
 
-from ..model.events import ChangeEvent, RepairNeed
+from ..model.events import ChangeEvent, RepairNeed, SourceNote
 from ..model.positions import int_to_lsn, lsn_to_int, postgres_encode, postgres_encoder, postgres_position
 from ..model.schema import Column, TableSchema, decimal_type, normalize_key
 from ..model.staged_format import Op
@@ -442,7 +442,7 @@ class PostgresSource(Source):
         decoder, index, piece_rows = Decoder(), 0, settings().capture.piece_rows
         self._start_tables = set(self.tables())   # a table not among them is new (`_relation_changed`)
         pending: list[ChangeEvent] = []
-        needs: list[RepairNeed] = []
+        needs: list[SourceNote] = []
         begin: Begin | None = None
         streams = self._streams = StreamedTransactions(self.name, piece_rows, self.table_schema, self._add_change,
                                                        spool_root(self._spool_name()))
@@ -558,7 +558,7 @@ class PostgresSource(Source):
             self._repl_cursor.send_feedback(flush_lsn=self._repl_cursor.wal_end)
 
     def _add_change(self, item: RowChange | Truncate, begin: Begin | None, index: int,
-                    pending: list[ChangeEvent], needs: list[RepairNeed]) -> None:
+                    pending: list[ChangeEvent], needs: list[SourceNote]) -> None:
         """Add the `index`th change of transaction `begin` to its events, or for a TRUNCATE to its needs."""
         if begin is None:  # pgoutput sends changes only inside BEGIN/COMMIT
             raise SourceError(f"{self.name}: logical replication sent a change outside a "
@@ -578,7 +578,7 @@ class PostgresSource(Source):
             needs.extend(RepairNeed(r.qualified, "TRUNCATE (no row events in the log)", position)
                          for r in item.relations if r.namespace == self.schema)
 
-    def _relation_changed(self, rel: Relation, position: str) -> list[RepairNeed]:
+    def _relation_changed(self, rel: Relation, position: str) -> list[SourceNote]:
         """A Relation message: pgoutput sends one before a table's first row in a session and after
         its schema changed (so a change to a quiet table is seen at its next row change). The
         repairs the change needs (see dblog.model.schema_changes), and the table's schema cached."""
@@ -591,9 +591,10 @@ class PostgresSource(Source):
             self._keyless.discard(rel.qualified)
             why = f"renamed from {cached[1]}" if cached is not None else \
                 "dropped and created again" if recreated else "new in the captured schema"
-            needs = self.new_tables([rel.qualified], position, why)
+            needs: list[SourceNote] = [*self.new_tables([rel.qualified], position, why)]
         else:
-            needs = self.schema_changed(rel.qualified, position, cached[2] if cached is not None else None)
+            needs = self.schema_changed(rel.qualified, position, cached[2] if cached is not None else None,
+                                        seen=[c.name for c in rel.columns])
         self._relation_schemas[rel.oid] = (rel, rel.qualified,
                                            self.schema_for_event(rel.qualified, [c.name for c in rel.columns]))
         return needs

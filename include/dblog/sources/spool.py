@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..model.events import ChangeEvent, RepairNeed
+from ..model.events import ChangeEvent, SourceNote
 from ..model.positions import int_to_lsn, postgres_encode, postgres_positions
 from ..model.schema import TableSchema
 from ..model.staged_format import COMMIT_TS, POSITION, log_table
@@ -67,11 +67,11 @@ class SpooledTransaction:
         self._buffer: list[tuple[ChangeEvent, int, int]] = []     # (event, subxid, index)
         self._pieces: list[list[tuple[str, Path]]] = []            # per piece: (table, file)
         self._marks: list[tuple[ChangeEvent, int, int]] = []
-        self._needs: list[tuple[RepairNeed, int, int]] = []
+        self._needs: list[tuple[SourceNote, int, int]] = []
         self._runs: list[tuple[int, int]] = []   # (first index, subxid) of each run of one subtransaction's changes
         self._aborted: set[int] = set()
 
-    def add(self, events: list[ChangeEvent], needs: list[RepairNeed], subxid: int) -> bool:
+    def add(self, events: list[ChangeEvent], needs: list[SourceNote], subxid: int) -> bool:
         """The events and repair needs of the change numbered `self.index`, of subtransaction
         `subxid`; whether a piece went to disk."""
         for e in events:
@@ -108,7 +108,7 @@ class SpooledTransaction:
                 yield piece
         self._pieces = []
 
-    def ends(self, commit_lsn: int, commit_ts: dt.datetime) -> tuple[list[ChangeEvent], list[RepairNeed]]:
+    def ends(self, commit_lsn: int, commit_ts: dt.datetime) -> tuple[list[ChangeEvent], list[SourceNote]]:
         """The watermark events and repair needs kept in memory, with their committed positions."""
         renumber = self._renumbering()
 
@@ -180,7 +180,7 @@ class StreamedTransactions:
         spool = self.open
         assert spool is not None, "a change outside a stream block is the source's own transaction's"
         events: list[ChangeEvent] = []
-        needs: list[RepairNeed] = []
+        needs: list[SourceNote] = []
         self._add_change(change, spool.begin, spool.index, events, needs)
         if spool.add(events, needs, subxid):
             yield Transaction.piece([])

@@ -131,9 +131,9 @@ class Warehouse:
                 raise
 
     def begin(self, source: str, table: str, key: list[str], columns: list[tuple[str, str]],
-              state: TableState | None) -> Pending:
+              state: TableState | None, renamed: dict[str, str] | None = None) -> Pending:
         """Open a merge's transaction: the table (created with it on the first merge, invisible
-        until the commit) with the columns new in `columns` added."""
+        until the commit) with its columns renamed (`renamed`: old -> new name) and become `columns`."""
         t = self.load(source, table) if state is not None else None
         soft = settings().warehouse.soft_deletes(table)
         if t is None:
@@ -159,8 +159,8 @@ class Warehouse:
                     _TOLD.add((source, table))
                     log.warning(_soft_switched(source, table, soft))
             tx = MergeTransaction(t)
-            if T.needs_evolution(t.schema(), columns):
-                T.evolve(tx, t.schema(), columns)
+            if renamed or T.needs_evolution(t.schema(), columns):
+                T.evolve(tx, t.schema(), columns, renamed)
         metadata = tx.table_metadata
         schema_ipc = schema_to_pyarrow(metadata.schema(), include_field_ids=True).serialize().to_pybytes()
         pending = Pending(tx, metadata.location.rstrip("/"), schema_ipc, soft_deletes=soft)

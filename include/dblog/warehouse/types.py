@@ -90,11 +90,17 @@ def needs_evolution(table_schema: Schema, columns: list[tuple[str, str]]) -> boo
     return have != {name: iceberg_type(t) for name, t in columns}
 
 
-def evolve(tx, table_schema: Schema, columns: list[tuple[str, str]]) -> None:
+def evolve(tx, table_schema: Schema, columns: list[tuple[str, str]], renamed: dict[str, str] | None = None) -> None:
     """Stage on the transaction `tx` the table's data columns becoming `columns` (the merge
-    decided them): new ones added, gone ones dropped, a type Iceberg can promote (int -> long,
+    decided them): `renamed` ones (old -> new name) renamed first, keeping their field ids and so
+    their values; new ones added, gone ones dropped, a type Iceberg can promote (int -> long,
     float -> double, a decimal's precision) widened in place, any other type change a new field
     of the same name (so no reader takes the old values for the new type: files are read by id)."""
+    if renamed:
+        with tx.update_schema() as update:
+            for old, new in renamed.items():
+                update.rename_column((old,), new)
+        table_schema = tx.table_metadata.schema()
     have = dict(data_columns(table_schema))
     wanted = dict(columns)
     replaced = [n for n, t in columns if n in have and t != have[n] and not widens(have[n], t)]
