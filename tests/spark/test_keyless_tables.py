@@ -93,7 +93,7 @@ def test_a_table_with_no_key_is_synced_by_whole_table_snapshots_each_replacing_i
     wait_for(lambda: repairs_done(src), 120, what="the dump under the new key")
     settle(src)
     rebuilt = merge(spark, src, warehouse, tables=[table])
-    assert "rebuilt under its new key (id)" in rebuilt[0].note, rebuilt
+    assert "to (id)), replacing every row" in rebuilt[0].note, rebuilt
     assert_equal(src, warehouse, table)
     capture.terminate()
     capture.wait()

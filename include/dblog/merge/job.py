@@ -48,7 +48,6 @@ from ..coordination.store import StateStore
 from ..errors import DBLogError, TransientError
 from ..model.events import RepairNeed
 from ..model.rules import ChunkRange, blind_window, disjoint_chunks
-from ..model.schema_changes import widens
 from ..model.staged_format import POSITION, ChunkFile, ChunkMeta, SegmentFile, data_columns, key_columns
 from ..settings import settings
 from ..snapshot import repair
@@ -57,6 +56,7 @@ from ..sources.base import WATERMARK_TABLE
 from ..spark.data_sources import read_files, spark_schema
 from ..stagedlog import whole_tables
 from ..stagedlog.staged_log import ChunkInfo, StagedLog
+from ..warehouse import types as T
 from ..warehouse.commit import CommitError, commit
 from ..warehouse.merged_state import Bucket, TableState
 from ..warehouse.tables import Warehouse, table_state
@@ -128,8 +128,8 @@ def _columns(state: TableState | None, seen: list[Seen], table: str,
              renaming: Renaming | None = None) -> list[tuple[str, str]]:
     """Warehouse columns from the inputs' schemas, newest last: each column takes the type of the
     newest input that has it; a type the column can be promoted to widens it in place, any other
-    replaces it (a new Iceberg field: stored rows read it as null until the conversion's repair
-    re-reads them, see dblog.model.schema_changes). Columns the newest input lacks are dropped
+    rebuilds the table (`_shape`, `rebuild`: no stored row is read under a type it was not
+    written with). Columns the newest input lacks are dropped
     unless DBLOG_KEEP_DROPPED_COLUMNS is on (older snapshots keep them). Only inputs newer than
     what the table already holds decide: an old chunk merged late must not take a column back.
     `renaming`: columns renamed (`column_renames`): stored ones take their new names in place,
@@ -142,11 +142,6 @@ def _columns(state: TableState | None, seen: list[Seen], table: str,
     newer = [s for s in seen if state is None or not state.columns or state.log_upto is None or s[0] > state.log_upto]
     for _, found, _ in newer:
         columns.update((c, t) for c, t in found if c not in gone)
-    for name, spark_type in columns.items():
-        before = dict(stored).get(name)
-        if before is not None and not widens(before, spark_type) and not widens(spark_type, before):
-            log.warning("%s.%s changed type from %s to %s in the source: the warehouse column is replaced; its rows "
-                        "are re-read by the repair the capture asked for", table, name, before, spark_type)
     if newer and settings().warehouse.keep_dropped_columns == "off":
         current = {c for c, _ in newer[-1][1]}
         columns = {c: t for c, t in columns.items() if c in current}
@@ -392,27 +387,42 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
         return (_whole(store, staged, warehouse, result, state, upto, lease) if state is not None and state.key
                 else None) or state
     fresh = None
-    if state is not None and inputs.key and inputs.renaming.key(state.key) != inputs.key:
-        fresh = _rebuild_inputs(spark, store, staged, state, inputs.key, upto, result, bucket_rows)
-        if fresh is None:   # the key changed: the table waits for its rebuild, readable as it was
+    shape = _shape(state, inputs)
+    if state is not None and shape is not None:
+        fresh = _rebuild_inputs(spark, store, staged, state, shape, upto, result, bucket_rows)
+        if fresh is None:   # the table waits for its rebuild, readable as it was
             return state
         inputs = fresh[1]
     return _apply(spark, store, warehouse, result, state, fresh[0] if fresh else None, inputs, purge, bucket_rows,
                   lease)
 
 
-def _rebuild_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, state: TableState, key: list[str],
-                    upto: str, result: MergeResult, bucket_rows: int) -> tuple[rebuild.Rebuild, MergeInputs] | None:
-    """The inputs of the table's rebuild under `key` (`rebuild`); None while it waits (said)."""
+def _shape(state: TableState | None, inputs: MergeInputs) -> rebuild.Shape | None:
+    """The shape `state`'s table is rebuilt under (`rebuild`), when its inputs changed its key or
+    a column's type past what Iceberg promotes in place; None: they did not."""
+    if state is None or not inputs.key:
+        return None
+    stored = {inputs.renaming.stored.get(c, c): t for c, t in state.columns}
+    types = T.converted(stored, inputs.columns)
+    if inputs.renaming.key(state.key) == inputs.key and not types:
+        return None
+    return rebuild.Shape(inputs.key, types)
+
+
+def _rebuild_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, state: TableState,
+                    shape: rebuild.Shape, upto: str, result: MergeResult,
+                    bucket_rows: int) -> tuple[rebuild.Rebuild, MergeInputs] | None:
+    """The inputs of the table's rebuild under `shape` (`rebuild`); None while it waits (said)."""
     source, table = state.source, state.table
-    planned = rebuild.plan(store, staged, state, key, upto)
+    planned = rebuild.plan(store, staged, state, shape, upto)
     if not isinstance(planned, str):
         result.__dict__.update(vars(MergeResult(source, table, upto=upto)))   # counted again here
         inputs = merge_inputs(spark, store, staged, source, table, planned.state, upto, result, bucket_rows)
         if not result.chunks_waiting:
             inputs.columns = inputs.columns or state.columns   # (a dump of an empty table: its columns stay)
             return planned, inputs
-        planned = f"{table}'s key changed: the table is rebuilt from dump {planned.dump_id} once all its windows passed"
+        planned = f"{table}: {shape.change(state)}: the table is rebuilt from dump {planned.dump_id} once all its " \
+                  "windows passed"
     log.warning("%s/%s: %s", source, table, planned)
     result.__dict__.update(vars(MergeResult(source, table, upto=upto)), note=planned, rebuilding=True)
     _report(result, state)
@@ -422,7 +432,7 @@ def _rebuild_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, s
 def _apply(spark: SparkSession, store: StateStore, warehouse: Warehouse, result: MergeResult, state: TableState | None,
            fresh: rebuild.Rebuild | None, inputs: MergeInputs, purge: bool, bucket_rows: int,
            lease) -> TableState | None:
-    """Merge `inputs` into the table and commit. `fresh`: the table is rebuilt under a new key
+    """Merge `inputs` into the table and commit. `fresh`: the table is rebuilt under a new shape
     (`rebuild`): composed on its state, every file the table had replaced, the superseded dumps
     recorded as merged."""
     source, table, upto = result.source, result.table, result.upto or ""
@@ -459,8 +469,8 @@ def _apply(spark: SparkSession, store: StateStore, warehouse: Warehouse, result:
         raise MergeError(f"{source}/{table}: {exc}") from exc
     _renamed(store, result, inputs.renaming, upto)
     if old is not None:
-        result.note = "; ".join(filter(None, [f"rebuilt under its new key ({', '.join(key)}), replacing the rows "
-                                              f"stored under ({', '.join(old.key)})", result.note]))
+        result.note = "; ".join(filter(None, [f"rebuilt ({fresh.why if fresh else ''}), replacing every row it "
+                                              f"stored", result.note]))
         log.warning("%s/%s: %s", source, table, result.note)
     _record_dumps(store, lease, result)
     committed = table_state(pending.committed, source, table)   # as committed: no second catalog load

@@ -1,17 +1,21 @@
-"""A table whose key changed: rebuilt from a full dump under the new key, swapped in one commit.
+"""A table whose shape changed past what it can take in place: rebuilt from a full dump read
+under the new shape, swapped in one commit.
 
-Rows stored under the old key cannot be merged with records keyed by the new one (a row's
-identity changed), so the merge never mixes them. The capture asks for a full dump when it sees
-the change (`model.schema_changes`: a new key rewrites rows). Until such a dump is staged whole
+The shape is the key and the column types. Rows stored under the old key cannot be merged with
+records keyed by the new one (a row's identity changed), and a column whose type Iceberg cannot
+promote (VARCHAR -> INT, INT -> VARCHAR, a decimal's scale) holds no value the new type can be
+proved from: the source converted every row without row events. So the merge never mixes the
+two. The capture asks for a full dump when it sees the change (`model.schema_changes`: a new key
+or a conversion rewrites rows). Until such a dump is staged whole
 and every window of it has passed the capture, merges of the table leave it as it is, readable as
 of the change, and say what they wait for. Then one merge composes the table anew, as a first
 merge does, from that dump's chunks and the log events after its first low watermark, and
 commits it in place of every file the table had, with the new key, in one Iceberg commit
 (`job._merge`).
 
-The dump must be one that could not see the old key: every chunk of it staged under the new key,
-its first low watermark after the last event staged under the old one and after the table's last
-merge. Events before that low
+The dump must be one that could not see the old shape: every chunk of it staged under the new
+one, its first low watermark after the last event staged under the old one and after the table's
+last merge. Events before that low
 watermark are left out on purpose: the dump read every row after it, and an older event keyed by
 the old key may name a row the new key does not (an update of a new-key column looked like an
 upsert of another row). Dumps that ended before it, or read under the old key, are superseded:
@@ -22,11 +26,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
 from ..coordination import store as paths
 from ..coordination import watermark_index
 from ..coordination.store import StateStore
 from ..model.staged_format import ChunkFile, ChunkMeta, SegmentFile, key_columns
 from ..snapshot.dump import finished_chunks
+from ..spark.data_sources import spark_schema
 from ..stagedlog.staged_log import ChunkInfo, StagedLog
 from ..warehouse.merged_state import Bucket, TableState
 
@@ -39,13 +46,38 @@ class Rebuild:
     dump_id: str
     state: TableState
     superseded: dict[str, set[int]] = field(default_factory=dict)
+    why: str = ""   # what changed (`Shape.change`)
 
 
-def plan(store: StateStore, staged: StagedLog, state: TableState, key: list[str], upto: str) -> Rebuild | str:
-    """The rebuild of `state`'s table under `key`, or, while it cannot start, what it waits for."""
-    source, table = state.source, state.table
-    last_old = _last_old_event(staged, state, key, upto)
-    wanted = f"{table}'s key changed from ({', '.join(state.key)}) to ({', '.join(key)}): the table is rebuilt"
+@dataclass(frozen=True)
+class Shape:
+    """What a rebuild's inputs must have been staged with: the key, and the new types (Spark's
+    spelling) of the columns whose type changed past a promotion."""
+    key: list[str]
+    types: dict[str, str] = field(default_factory=dict)
+
+    def fits(self, schema: pa.Schema) -> bool:
+        if key_columns(schema) != self.key:
+            return False
+        if not self.types:
+            return True
+        found = {f.name: f.dataType.simpleString() for f in spark_schema(schema).fields if f.name in self.types}
+        return all(t == self.types[n] for n, t in found.items())
+
+    def change(self, state: TableState) -> str:
+        """What changed, said."""
+        was = dict(state.columns)
+        parts = [f"its key changed from ({', '.join(state.key)}) to ({', '.join(self.key)})"] \
+            if state.key != self.key else []
+        parts += [f"column {n} changed type from {was.get(n, '?')} to {t}" for n, t in self.types.items()]
+        return " and ".join(parts)
+
+
+def plan(store: StateStore, staged: StagedLog, state: TableState, shape: Shape, upto: str) -> Rebuild | str:
+    """The rebuild of `state`'s table under `shape`, or, while it cannot start, what it waits for."""
+    source, table, key = state.source, state.table, shape.key
+    last_old = _last_old_event(staged, state, shape, upto)
+    wanted = f"{table}: {shape.change(state)}: the table is rebuilt"
     dumps: dict[str, tuple[list[ChunkInfo], str | None, str | None]] = {}
     ready: list[tuple[str, str]] = []   # (first LW, dump id) of the dumps that can rebuild the table
     for dump_id in staged.chunk_dumps(source, table):
@@ -56,35 +88,35 @@ def plan(store: StateStore, staged: StagedLog, state: TableState, key: list[str]
         scope = store.get(paths.dump_path(source, dump_id))
         if scope is None or scope.get("keys") is not None or count is None or not infos or first is None:
             continue
-        # Read, in part at least, while the old key was the table's: some chunk under it, or begun
-        # before the last old-key event or before the table's last merge (which the key change followed).
-        if any(key_columns(i.schema) != key for i in infos) or \
+        # Read, in part at least, while the old shape was the table's: some chunk under it, or begun
+        # before the last old-shape event or before the table's last merge (which the change followed).
+        if any(not shape.fits(i.schema) for i in infos) or \
                 any(p is not None and first <= p for p in (last_old, state.log_upto)):
             continue
         if last is not None and last <= upto:   # (its count was read before the listing: every chunk is in it)
             ready.append((first, dump_id))
     if not ready:
-        return (f"{wanted} from a full dump under the new key read after its last event under the old one, which "
+        return (f"{wanted} from a full dump read under the new shape after its last event under the old one, which "
                 f"the capture asked for when it saw the change (else run `dblog dump --source {source} --table "
                 f"{table}`); until it is staged and its windows passed the capture, the table stays as it was")
     low, chosen = min(ready)   # the earliest: the dumps after it are merged as usual
     # Superseded: read under the old key, or ended before the rebuild's dump began (a dump still
     # running under the new key is merged as usual once its windows pass).
     superseded = {d: {ChunkFile.parse(i.path).number for i in infos} for d, (infos, _, last) in dumps.items()
-                  if d != chosen and (any(key_columns(i.schema) != key for i in infos) or
+                  if d != chosen and (any(not shape.fits(i.schema) for i in infos) or
                                       (last is not None and last <= low))}
     fresh = TableState(source, table, list(key), [], [Bucket(0, None)], log_upto=low,
                        chunk_counts={d: 0 for d in dumps if d != chosen})
-    return Rebuild(chosen, fresh, superseded)
+    return Rebuild(chosen, fresh, superseded, shape.change(state))
 
 
-def _last_old_event(staged: StagedLog, state: TableState, key: list[str], upto: str) -> str | None:
-    """The position of the last event staged under another key than `key` after the table's last
-    merge (a footer read per segment since)."""
+def _last_old_event(staged: StagedLog, state: TableState, shape: Shape, upto: str) -> str | None:
+    """The position of the last event staged under another shape than `shape` after the table's
+    last merge (a footer read per segment since)."""
     last = None
     for path in staged.segments(state.source, state.table, high=upto, after=state.log_upto):
         try:
-            if key_columns(staged.segment_file(path).schema_arrow) != key:
+            if not shape.fits(staged.segment_file(path).schema_arrow):
                 last = max(last or "", SegmentFile.parse(path).last)
         except FileNotFoundError:   # compacted since listed: the compacted one is listed next time
             continue

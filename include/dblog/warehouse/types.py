@@ -90,6 +90,12 @@ def needs_evolution(table_schema: Schema, columns: list[tuple[str, str]]) -> boo
     return have != {name: iceberg_type(t) for name, t in columns}
 
 
+def converted(have: dict[str, str], columns: list[tuple[str, str]]) -> dict[str, str]:
+    """The columns of `have` (name -> Spark type) whose type in `columns` Iceberg cannot promote
+    theirs to (a new field replaces each: no reader may take an old value for the new type)."""
+    return {n: t for n, t in columns if n in have and t != have[n] and not widens(have[n], t)}
+
+
 def evolve(tx, table_schema: Schema, columns: list[tuple[str, str]], renamed: dict[str, str] | None = None) -> None:
     """Stage on the transaction `tx` the table's data columns becoming `columns` (the merge
     decided them): `renamed` ones (old -> new name) renamed first, keeping their field ids and so
@@ -103,7 +109,7 @@ def evolve(tx, table_schema: Schema, columns: list[tuple[str, str]], renamed: di
         table_schema = tx.table_metadata.schema()
     have = dict(data_columns(table_schema))
     wanted = dict(columns)
-    replaced = [n for n, t in columns if n in have and t != have[n] and not widens(have[n], t)]
+    replaced = list(converted(have, columns))
     with tx.update_schema() as update:
         for name in [n for n in have if n not in wanted] + replaced:
             update.delete_column((name,))   # a tuple: a name with a dot is one column
