@@ -128,3 +128,11 @@ def test_a_rename_without_a_name_for_it_stays_a_drop_and_an_add_that_re_reads_th
     assert not change.renamed and change.rewrites_rows()
     # A name the statement gives that the new catalog no longer has (renamed again since): not followed.
     assert not diff(table(note), table(col("later", "varchar(20)")), renamed=(("note", "remark"),)).renamed
+
+
+def test_a_renamed_name_taken_again_in_the_same_statement_or_a_swap_is_re_read_not_followed():
+    a, b, a2 = col("a", "varchar(20)"), col("b", "varchar(20)"), col("a", "int(11)", pa.int64())
+    again = diff(table(a), table(b, a2), renamed=(("a", "b"),))   # RENAME COLUMN a TO b, ADD a INT
+    assert not again.renamed and again.rewrites_rows()
+    swap = diff(table(a, b), table(col("b", "varchar(20)"), col("a", "varchar(20)")), renamed=(("a", "b"), ("b", "a")))
+    assert not swap.renamed and swap.rewrites_rows()

@@ -258,7 +258,8 @@ class Capture:
         renames = [n for n in batch.repairs if isinstance(n, ColumnRename)]
         if renames:   # before the checkpoint passes them, as the repairs below
             column_renames.record(self.store, lease, self.source.name, renames)
-            for r in renames:
+            for r in renames:   # (a table only renamed has something to merge: its field)
+                self._newest[r.table] = max(r.position, self._newest.get(r.table, ""))
                 log.info("%s: %s.%s renamed %s at %s: the merge renames the warehouse's column, keeping its values",
                          self.source.name, r.table, r.old, r.new, r.position)
         repairs = [n for n in batch.repairs if isinstance(n, RepairNeed)]

@@ -8,8 +8,9 @@ fenced, before its checkpoint passes it (`Capture._flush`, as the repair request
 that reaches it renames the Iceberg field, keeping its id and every row's value
 (`dblog.merge.column_renames`).
 
-Per table one node: a list of [position, old, new], in log order, at most `MAX_RENAMES`;
-staged-log retention removes those before its position (`forget_before`).
+Per table one node: a list of [position, old, new], in log order, at most `MAX_RENAMES` (a few
+bytes each). They are kept past staged-log retention: a table with no row change since its
+rename may be merged much later, and a merge reads only those after the table's last merge.
 """
 from __future__ import annotations
 
@@ -45,21 +46,3 @@ def of_table(store: StateStore, source: str, table: str) -> list[ColumnRename]:
     """The table's column renames, in log order (one read)."""
     return [ColumnRename(table, old, new, position) for position, old, new in
             store.get(paths.renames_path(source, table)) or ()]
-
-
-def forget_before(store: StateStore, source: str, position: str) -> int:
-    """Remove the renames before `position` (a retention job's, with the staged segments before
-    it: every merge is past them); returns how many."""
-    gone = 0
-    for node in store.children(paths.renames_root(source)):
-        path = f"{paths.renames_root(source)}/{node}"
-        if all(p >= position for p, _, _ in store.get(path) or ()):
-            continue
-
-        def keep(value: Any) -> list[list[str]]:
-            nonlocal gone
-            kept = [list(e) for e in value or () if e[0] >= position]
-            gone += len(value or ()) - len(kept)
-            return kept
-        store.update(path, keep)
-    return gone

@@ -36,7 +36,7 @@ from pyiceberg.expressions import And, EqualTo, GreaterThan
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from ..model.events import ColumnRename
-from ..model.staged_format import BEFORE, COMMIT_TS, OLD_KEY, OP, POSITION, TOMBSTONES, TXID, Op, SegmentFile
+from ..model.staged_format import BEFORE, COMMIT_TS, OLD_KEY, OP, POSITION, TOMBSTONES, TXID, Op
 from ..spark.data_sources import conform
 from ..stagedlog.staged_log import StagedLog
 from ..warehouse import change_tables as CT
@@ -80,7 +80,7 @@ def record(warehouse: Warehouse, staged: StagedLog, source: str, table: str, com
     now_columns = T.data_columns(committed.schema())
     renaming = column_renames.plan([r for r in renames if (reach.upto is None or r.position > reach.upto)
                                     and r.position <= upto],
-                                   [c for c, _ in CT.data_columns(changes)], {c for c, _ in now_columns})
+                                   [c for c, _ in CT.data_columns(changes)], [], reach.upto)
     columns = _union(changes, now_columns, renaming.stored)
     now = dt.datetime.now(dt.UTC)
     target = schema_to_pyarrow(CT.schema(columns), include_field_ids=False)
@@ -135,7 +135,7 @@ def _log_rows(staged: StagedLog, source: str, table: str, since: str | None, upt
         keep = pc.less_equal(events[POSITION], upto)
         if since is not None:
             keep = pc.and_(keep, pc.greater(events[POSITION], since))
-        events = column_renames.rename_segment(events.filter(keep), SegmentFile.parse(path).last, renamed)
+        events = column_renames.rename_segment(events.filter(keep), renamed)
         if events.num_rows:
             parts += [_as_target(events, target, now), *_old_keys(events, target, now)]
     if not parts:

@@ -1,18 +1,20 @@
 """A merge that reaches a column rename: the warehouse field renamed, its id and values kept.
 
 The capture records each rename it reads (`dblog.coordination.column_renames`): events before
-its position carry the column under the old name, events from it on under the new one. A merge
-whose range holds renames (after the table's last merge, up to its own position)
-- renames the stored field in its commit (Iceberg keeps the field id, so every stored row keeps
-  its value under the new name, for every reader: no repair dump);
-- reads its inputs' old names as the new one: a log event by its position (exact, whatever
-  columns came and went between), a chunk by the name its file has (a chunk is read with one
-  schema, so a file holds the old name or the new one).
+its position carry the column under the old name, events from it on under the new one. The
+merge whose range first holds a rename (after the table's last merge, up to its own position)
+renames the stored field in its commit, even with no row to merge: Iceberg keeps the field id,
+so every stored row keeps its value under the new name, for every reader, and no repair dump
+runs. Every merge whose inputs reach back before a rename reads their old names as the new one:
+a log event by its position (exact, whatever columns came and went between), a chunk by the name
+its file has (a chunk is read with one schema, so a file holds the old name or the new one).
+An old value whose type the new column does not take is null (`try_cast`): the type change that
+came with the rename re-reads the rows.
 
-When the old name is back in the table as another column (renamed, then added again), an
-input's old name cannot be told apart: that rename is not followed (the new name is added as a
-column of its own) and the merge asks for the table to be re-read, saying why. The same when the
-warehouse already has the new name (a dump read it before the capture saw the rename).
+A rename that cannot be told apart is not followed, and the table is re-read, said in the
+merge's log and note: the old name is back in the table as another column (an input read after
+the rename has it), or the warehouse already has the new name (a dump read it before the capture
+placed the rename).
 """
 from __future__ import annotations
 
@@ -20,11 +22,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from ..model.events import ColumnRename
-from ..model.staged_format import POSITION, UNCHANGED
+from ..model.staged_format import BEFORE, OLD_KEY, POSITION, UNCHANGED
+
+# An input's position and column names: a staged file read after that position (see `job.Seen`).
+Input = tuple[str, set[str]]
 
 
 @dataclass
@@ -43,8 +50,14 @@ class Renaming:
         """A stored key's columns under their new names."""
         return [self.stored.get(k, k) for k in key]
 
-    def events(self, frame: DataFrame) -> DataFrame:
-        """Log events with each renamed column under its new name, by position."""
+    def current(self, names: set[str]) -> set[str]:
+        """An input's column names as the table names them now (an old input's renamed ones new)."""
+        final = {old: new for new, chain in self.chains.items() for old, _ in chain}
+        return {final.get(n, n) for n in names}
+
+    def events(self, frame: DataFrame, types: dict[str, str]) -> DataFrame:
+        """Log events with each renamed column under its new name (`types`: the warehouse's), by
+        position; in the old key and the before image of key updates too."""
         have = set(frame.columns)
         for new, chain in self.chains.items():
             olds = [(old, at) for old, at in chain if old in have]
@@ -52,32 +65,58 @@ class Renaming:
                 continue
             value: Column | None = None
             for old, at in olds:
-                value = (F.when if value is None else value.when)(F.col(POSITION) < F.lit(at), F.col(old))
+                taken = F.col(old).try_cast(types[new]) if new in types else F.col(old)
+                value = (F.when if value is None else value.when)(F.col(POSITION) < F.lit(at), taken)
             assert value is not None
             frame = frame.withColumn(new, value.otherwise(F.col(new)) if new in have else value)
             if UNCHANGED in have:   # the columns an event left out, under their new names too
                 frame = frame.withColumn(UNCHANGED, F.transform(UNCHANGED, _renamer(olds, new)))
+        for struct in (OLD_KEY, BEFORE):
+            if struct in have:
+                frame = frame.withColumn(struct, self._struct(frame, struct, types))
         return frame
 
-    def chunks(self, frame: DataFrame) -> DataFrame:
+    def _struct(self, frame: DataFrame, name: str, types: dict[str, str]) -> Column:
+        """A struct column (the old key, the before image) with renamed fields under the new name:
+        an event's struct holds the old field or the new one, never both (its file's schema)."""
+        inner = frame.schema[name].dataType
+        assert isinstance(inner, StructType)
+        final = {old: new for new, chain in self.chains.items() for old, _ in chain}
+        groups: dict[str, list[str]] = {}
+        for f in inner.fieldNames():
+            groups.setdefault(final.get(f, f), []).append(f)
+        out = []
+        for target, sources in groups.items():
+            cols = [F.col(name).getField(f) if f == target or target not in types else
+                    F.col(name).getField(f).try_cast(types[target]) for f in sorted(sources, key=lambda f: f != target)]
+            out.append((F.coalesce(*cols) if len(cols) > 1 else cols[0]).alias(target))
+        return F.when(F.col(name).isNull(), F.lit(None)).otherwise(F.struct(*out))
+
+    def chunks(self, frame: DataFrame, types: dict[str, str]) -> DataFrame:
         """Chunk rows with each renamed column under its new name, as their file named it."""
         have = set(frame.columns)
         for new, chain in self.chains.items():
-            olds = [F.col(old) for old, _ in reversed(chain) if old in have and old != new]
+            olds = [F.col(old).try_cast(types[new]) if new in types else F.col(old)
+                    for old, _ in reversed(chain) if old in have and old != new]
             if olds:
                 frame = frame.withColumn(new, F.coalesce(*([F.col(new)] if new in have else []), *olds))
         return frame
 
 
-def rename_segment(events: pa.Table, last: str, chains: dict[str, list[tuple[str, str]]]) -> pa.Table:
-    """A staged segment's events (its `last` position: one schema) with renamed columns under
-    their new names (`Renaming.chains`)."""
-    names = events.column_names
+def rename_segment(events: pa.Table, chains: dict[str, list[tuple[str, str]]]) -> pa.Table:
+    """A staged segment's events with renamed columns under their new names, row by row by
+    position (a compacted segment may hold both names)."""
     for new, chain in chains.items():
-        olds = [old for old, at in chain if last < at and old in names and old != new]
-        if olds and new not in names:
-            names = [new if n == olds[0] else n for n in names]
-    return events.rename_columns(names) if names != events.column_names else events
+        for old, at in chain:
+            if old == new or old not in events.column_names:
+                continue
+            before = pc.less(events[POSITION], at)
+            if new in events.column_names:
+                merged = pc.if_else(before, events[old].cast(events[new].type, safe=False), events[new])
+                events = events.set_column(events.column_names.index(new), new, merged).drop_columns([old])
+            else:
+                events = events.rename_columns([new if n == old else n for n in events.column_names])
+    return events
 
 
 def _renamer(olds: list[tuple[str, str]], new: str) -> Callable[[Column], Column]:
@@ -91,25 +130,28 @@ def _renamer(olds: list[tuple[str, str]], new: str) -> Callable[[Column], Column
     return renamed
 
 
-def plan(renames: list[ColumnRename], stored: list[str], newest: set[str]) -> Renaming:
-    """What `renames` (in log order, the merge's range's) do to a table storing `stored` columns
-    whose newest input has the `newest` columns."""
+def plan(renames: list[ColumnRename], stored: list[str], inputs: list[Input], after: str | None) -> Renaming:
+    """What `renames` (those after the merge's earliest input, up to its position) do to a table
+    storing `stored` columns, whose merged range starts `after` (renames up to it were decided by
+    an earlier merge: they only map inputs), with `inputs`."""
     history: dict[str, list[tuple[str, str]]] = {}
     for r in sorted(renames, key=lambda r: r.position):
         history[r.new] = history.pop(r.old, []) + [(r.old, r.position)]
     out = Renaming()
     for new, chain in history.items():
-        if new not in newest:
-            continue   # renamed further past this merge's range, or dropped: nothing to follow
-        back = [old for old, _ in chain if old != new and old in newest]
-        taken = [old for old, _ in chain if old in stored and old != new]
+        fresh = any(after is None or at > after for _, at in chain)
+        olds = [old for old, _ in chain if old != new]
+        back = [old for old, at in chain if old != new and any(p >= at and old in names for p, names in inputs)]
+        taken = [old for old in olds if old in stored]
         if back:
-            out.conflicts.append(f"column {chain[0][0]} renamed {new} while a column named {', '.join(back)} "
-                                 "is in the table again")
-        elif new in stored and taken:
-            out.conflicts.append(f"column {taken[-1]} renamed {new}, which the warehouse has already")
+            why = f"column {chain[0][0]} renamed {new} while a column named {', '.join(back)} is in the table again"
+        elif new in stored and (taken or fresh and new not in {o for o, _ in chain}):
+            why = f"column {(taken or olds)[-1]} renamed {new}, which the warehouse has already"
         else:
             out.chains[new] = chain
-            if taken:
+            if taken and fresh:
                 out.stored[taken[-1]] = new
+            continue
+        if fresh:
+            out.conflicts.append(why)
     return out

@@ -143,7 +143,7 @@ def _columns(state: TableState | None, seen: list[Seen], table: str,
     for _, found, _ in newer:
         columns.update((c, t) for c, t in found if c not in gone)
     if newer and settings().warehouse.keep_dropped_columns == "off":
-        current = {c for c, _ in newer[-1][1]}
+        current = renaming.current({c for c, _ in newer[-1][1]})
         columns = {c: t for c, t in columns.items() if c in current}
     return list(columns.items())
 
@@ -274,9 +274,8 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
     pending = _pending_chunks(store, staged, source, table, state, out)
     ready = None
     low = done_upto  # None: nothing merged yet, every staged event is new
-    renames = [r for r in renames_of(store, source, table)
-               if r.position <= upto and (done_upto is None or r.position > done_upto)]
-    if not pending and not renames:
+    renames = [r for r in renames_of(store, source, table) if r.position <= upto]
+    if not pending and not any(done_upto is None or r.position > done_upto for r in renames):
         tuned = settings().merge
         local = local_events(staged, source, table, state, done_upto, upto, tuned.local_rows, bucket_rows,
                              tuned.local_bucket_bytes)
@@ -302,21 +301,27 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
             events = events.where(F.col(POSITION) >= low)
         events = events.dropDuplicates([POSITION])  # re-staged after a crash
     if events is None and ready is None:
+        if state is not None:   # a rename with no row since: the field is renamed all the same
+            out.renaming = column_renames.plan([r for r in renames if done_upto is None or r.position > done_upto],
+                                               [c for c, _ in state.columns], [], done_upto)
+            out.key, out.columns = out.renaming.key(state.key), _columns(state, [], table, out.renaming)
         return out
     # A first load reads the chunks' schema from their footers (read when they were listed); its
     # rows only if it falls back.
     seen = _seen(staged, segments, events, ready)
     out.key = seen[-1][2]
-    out.renaming = renaming = column_renames.plan(renames, [c for c, _ in state.columns] if state else [],
-                                                  {c for c, _ in seen[-1][1]})
+    out.renaming = renaming = column_renames.plan(
+        [r for r in renames if low is None or r.position > low], [c for c, _ in state.columns] if state else [],
+        [(p, {c for c, _ in found}) for p, found, _ in seen], done_upto)
     out.unique = out.unique and ready is not None and events is None and _nothing_stored(state) and not renaming
     out.columns = _columns(state, seen, table, renaming)
 
     def compose() -> MergeInput:
         chunks = None if ready is None else \
             with_windows(_read(spark, staged, [i.path for i in ready.infos]), ready.windows)
-        return merge_input(None if events is None else M.align(renaming.events(events), out.columns),
-                           None if chunks is None else M.align(renaming.chunks(chunks), out.columns),
+        types = dict(out.columns)
+        return merge_input(None if events is None else M.align(renaming.events(events, types), out.columns),
+                           None if chunks is None else M.align(renaming.chunks(chunks, types), out.columns),
                            out.key, [c for c, _ in out.columns], after=done_upto)
 
     if out.unique and ready is not None:
@@ -382,7 +387,7 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
         return state
     result.upto = upto
     inputs = merge_inputs(spark, store, staged, source, table, state, upto, result, bucket_rows)
-    if inputs.records is None and inputs.general is None and not inputs.ready:
+    if inputs.records is None and inputs.general is None and not inputs.ready and not inputs.renaming:
         result.note = "up to date"
         return (_whole(store, staged, warehouse, result, state, upto, lease) if state is not None and state.key
                 else None) or state
@@ -392,6 +397,7 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
         fresh = _rebuild_inputs(spark, store, staged, state, shape, upto, result, bucket_rows)
         if fresh is None:   # the table waits for its rebuild, readable as it was
             return state
+        fresh[1].renaming.stored = inputs.renaming.stored   # (a renamed field keeps its id through it)
         inputs = fresh[1]
     return _apply(spark, store, warehouse, result, state, fresh[0] if fresh else None, inputs, purge, bucket_rows,
                   lease)
@@ -460,6 +466,7 @@ def _apply(spark: SparkSession, store: StateStore, warehouse: Warehouse, result:
         return state
     for dump_id, numbers in inputs.ready.items():
         new.add_chunks(dump_id, numbers)
+    _unfollowed(store, result, inputs.renaming, upto)   # (before the commit: it passes the renames)
     try:
         # A merge whose lease lapsed (a long pause) must not commit: maintenance may have swept its files.
         lease.check()
@@ -467,7 +474,7 @@ def _apply(spark: SparkSession, store: StateStore, warehouse: Warehouse, result:
         result.committed_at, result.commits, result.snapshots_expired = time.time(), 1, pending.expired
     except CommitError as exc:
         raise MergeError(f"{source}/{table}: {exc}") from exc
-    _renamed(store, result, inputs.renaming, upto)
+    _renamed(result, inputs.renaming)
     if old is not None:
         result.note = "; ".join(filter(None, [f"rebuilt ({fresh.why if fresh else ''}), replacing every row it "
                                               f"stored", result.note]))
@@ -478,18 +485,22 @@ def _apply(spark: SparkSession, store: StateStore, warehouse: Warehouse, result:
     return committed
 
 
-def _renamed(store: StateStore, result: MergeResult, renaming: Renaming, upto: str) -> None:
-    """After a commit that passed column renames: what it renamed, said; a rename it could not
-    follow (`column_renames`) re-reads the table."""
-    result.renamed = dict(renaming.stored)
-    if renaming.stored:
-        result.note = "; ".join(filter(None, [result.note, "renamed " + ", ".join(
-            f"{old} to {new}" for old, new in renaming.stored.items()) + " (values kept)"]))
+def _unfollowed(store: StateStore, result: MergeResult, renaming: Renaming, upto: str) -> None:
+    """A rename the merge cannot follow (`column_renames`) re-reads the table: asked before the
+    commit that passes it (a crash between repeats the merge, never loses the request)."""
     if renaming.conflicts:
         reason = "; ".join(renaming.conflicts) + ": the rows are re-read"
         log.warning("%s/%s: %s", result.source, result.table, reason)
         result.note = "; ".join(filter(None, [result.note, reason]))
         repair_requests.request(store, result.source, [RepairNeed(result.table, reason, upto)])
+
+
+def _renamed(result: MergeResult, renaming: Renaming) -> None:
+    """After a commit that renamed columns: said."""
+    result.renamed = dict(renaming.stored)
+    if renaming.stored:
+        result.note = "; ".join(filter(None, [result.note, "renamed " + ", ".join(
+            f"{old} to {new}" for old, new in renaming.stored.items()) + " (values kept)"]))
 
 
 def _whole(store: StateStore, staged: StagedLog, warehouse: Warehouse, result: MergeResult, state: TableState | None,

@@ -71,6 +71,10 @@ def diff(old: TableSchema, new: TableSchema, readded: frozenset[str] = frozenset
     new) names the DDL renamed (both from MariaDB's statement; on PostgreSQL the column's `ident`
     tells both)."""
     after = {c.name: c for c in new.columns}
+    # A name the statement renamed away that the table still has, or renamed to that it had: taken
+    # again by another column (`RENAME COLUMN a TO b, ADD a`, a swap), so neither keeps its values.
+    names = {c.name for c in old.columns}
+    readded = readded | {o for o, _ in renamed if o in after} | {w for _, w in renamed if w in names}
     before = {c.name: c for c in old.columns
               if c.name not in readded and (c.name not in after or not _other_column(c, after[c.name]))}
     moves = _renames(old, new, before, after, renamed)

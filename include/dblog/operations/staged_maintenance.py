@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ..coordination import column_renames, unlogged, watermark_index
 from ..coordination import store as paths
+from ..coordination import unlogged, watermark_index
 from ..coordination.checkpoint import checkpoint_position
 from ..coordination.watermark_index import staged_positions
 from ..errors import DBLogError
@@ -356,7 +356,6 @@ def _retain(store, staged: StagedLog, source: str, decided: RetentionPlan, repor
     if upto is not None:
         watermark_index.forget_before(store, source, upto)
         unlogged.forget_before(store, source, upto)  # no window that opened before it can still be merged
-        column_renames.forget_before(store, source, upto)
 
 
 def _compact(staged: StagedLog, source: str, snap: Snapshot, decided: RetentionPlan, report: StagedLogReport,
