@@ -3,7 +3,8 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: install up down status test unit demo airflow merge verify bench load chaos soak growth bulk lock clean
+.PHONY: install up down status test unit demo airflow merge verify bench load chaos soak growth bulk lock clean \
+	cluster cluster-down executor-env
 
 # These run against the local services of `make up`: settings left unset (connections, staging and
 # warehouse roots) fall back to them. Elsewhere dblog refuses to guess and names what to set.
@@ -75,6 +76,18 @@ bulk: up
 
 load: up
 	PYTHONPATH=include $(VENV)/python bench/load.py
+
+# make cluster: the deployment beyond one process on loopback (scripts/cluster.sh: a ZooKeeper
+# ensemble, a Spark standalone master and two workers, Redis, SeaweedFS) and the executors'
+# packed environment; `scripts/cluster.sh env` prints the settings that point dblog at it.
+cluster: up executor-env
+	@bash scripts/cluster.sh up
+
+cluster-down:
+	@bash scripts/cluster.sh down
+
+executor-env: install
+	@bash scripts/executor_env.sh
 
 lock:
 	uv pip compile requirements.in --override overrides.txt --python-version 3.11 -o requirements.txt

@@ -148,6 +148,7 @@ class SourceEnv:
     conns: list = field(default_factory=list)  # a failed test's open transaction must not block teardown
     query: str = ""  # extra connection options, e.g. "exclude=accounts.note"
     chroot: str = ""  # ZooKeeper chroot; sources of one test that share a deployment share it
+    zk_hosts: str = ""  # another ZooKeeper than the local one (the cluster's ensemble: tests/spark/test_cluster.py)
 
     @property
     def source_id(self) -> str:
@@ -163,7 +164,8 @@ class SourceEnv:
 
     @property
     def zk_uri(self) -> str:
-        return f"zookeeper://127.0.0.1:{PORTS['ZK']}{self.zk_chroot}"
+        hosts = self.zk_hosts or f"127.0.0.1:{PORTS['ZK']}"
+        return f"zookeeper://{hosts}{self.zk_chroot}"
 
     @property
     def uri(self) -> str:
@@ -206,7 +208,7 @@ class SourceEnv:
 
     def store(self):
         from dblog.coordination.store import StateStore
-        return StateStore(f"127.0.0.1:{PORTS['ZK']}", self.zk_chroot, timeout=3).start()
+        return StateStore(self.zk_hosts or f"127.0.0.1:{PORTS['ZK']}", self.zk_chroot, timeout=3).start()
 
     def staged(self):
         from dblog.stagedlog.staged_log import StagedLog

@@ -271,6 +271,16 @@ class Spark:
         pattern=r"[0-9]+[kmgtp]?", accepts="a JVM size such as `512m` or `4g`")
     shuffle_partitions: int = setting(
         8, "DBLOG_SPARK_PARTITIONS", "shuffle partitions of the merge session", minimum=1, maximum=100_000)
+    cores_max: int = setting(
+        0, "DBLOG_SPARK_CORES_MAX", "most cores one dblog job takes on a standalone cluster (`spark.cores.max`): "
+        "a continuous merge and a dump read on Spark at once each need some (0: Spark's default, every core free)",
+        minimum=0, maximum=1_000_000)
+    executor_env: str = setting(
+        "", "DBLOG_SPARK_EXECUTOR_ENV", "the executors' Python environment on a cluster: an archive of it "
+        "(`make executor-env` packs one with venv-pack), shipped with each job (`spark.archives`) with dblog's code "
+        "as a zip, so executors read neither the driver's checkout nor its virtualenv (empty: executors run the "
+        "driver's interpreter and code, as in local mode)",
+        accepts="a path or URL of a `.tar.gz` made by venv-pack")
     log_level: str = setting(
         "WARN", "DBLOG_SPARK_LOG_LEVEL", "Spark's log level in dblog's jobs",
         choices=("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"))

@@ -50,8 +50,17 @@ def test_a_rename_an_earlier_merge_followed_only_maps_inputs_that_reach_back_bef
 def test_a_staged_segment_reads_its_old_names_as_the_new_one_row_by_row():
     chains = {"c": [("a", "p2"), ("b", "p4")]}
     old = pa.table({"id": [1], "a": ["x"], "_position": ["p1"]})
-    assert rename_segment(old, chains).column_names == ["id", "c", "_position"]
-    compacted = pa.table({"id": [1, 2], "b": ["y", None], "c": [None, "z"], "_position": ["p3", "p5"]})
-    assert rename_segment(compacted, chains).column("c").to_pylist() == ["y", "z"]
+    assert rename_segment(old, chains).column("c").to_pylist() == ["x"]
+    compacted = pa.table({"id": [1, 2, 3], "a": ["x", None, None], "b": [None, "y", None], "c": [None, None, "z"],
+                          "_position": ["p1", "p3", "p5"]})
+    assert rename_segment(compacted, chains).column("c").to_pylist() == ["x", "y", "z"]
     new = pa.table({"id": [1], "c": ["z"], "_position": ["p5"]})
     assert rename_segment(new, chains).equals(new)
+
+
+def test_a_name_added_again_after_the_rename_is_its_own_column_and_an_old_value_of_another_type_is_null():
+    again = pa.table({"id": [1, 2], "a": ["old", "new a"], "b": [None, "b"], "_position": ["p1", "p3"]})
+    out = rename_segment(again, {"b": [("a", "p2")]})
+    assert out.column("b").to_pylist() == ["old", "b"] and out.column("a").to_pylist() == [None, "new a"]
+    typed = pa.table({"id": [1], "a": ["abc"], "b": pa.array([None], pa.int64()), "_position": ["p1"]})
+    assert rename_segment(typed, {"b": [("a", "p2")]}).column("b").to_pylist() == [None]

@@ -58,14 +58,14 @@ class Renaming:
     def events(self, frame: DataFrame, types: dict[str, str]) -> DataFrame:
         """Log events with each renamed column under its new name (`types`: the warehouse's), by
         position; in the old key and the before image of key updates too."""
-        have = set(frame.columns)
+        have = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
         for new, chain in self.chains.items():
             olds = [(old, at) for old, at in chain if old in have]
             if not olds:
                 continue
             value: Column | None = None
             for old, at in olds:
-                taken = F.col(old).try_cast(types[new]) if new in types else F.col(old)
+                taken = _as(F.col(old), have[old], types.get(new))
                 value = (F.when if value is None else value.when)(F.col(POSITION) < F.lit(at), taken)
             assert value is not None
             frame = frame.withColumn(new, value.otherwise(F.col(new)) if new in have else value)
@@ -86,37 +86,58 @@ class Renaming:
         for f in inner.fieldNames():
             groups.setdefault(final.get(f, f), []).append(f)
         out = []
+        kinds = {f.name: f.dataType.simpleString() for f in inner.fields}
         for target, sources in groups.items():
-            cols = [F.col(name).getField(f) if f == target or target not in types else
-                    F.col(name).getField(f).try_cast(types[target]) for f in sorted(sources, key=lambda f: f != target)]
+            cols = [F.col(name).getField(f) if f == target else _as(F.col(name).getField(f), kinds[f], types.get(target))
+                    for f in sorted(sources, key=lambda f: f != target)]
             out.append((F.coalesce(*cols) if len(cols) > 1 else cols[0]).alias(target))
         return F.when(F.col(name).isNull(), F.lit(None)).otherwise(F.struct(*out))
 
     def chunks(self, frame: DataFrame, types: dict[str, str]) -> DataFrame:
         """Chunk rows with each renamed column under its new name, as their file named it."""
-        have = set(frame.columns)
+        have = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
         for new, chain in self.chains.items():
-            olds = [F.col(old).try_cast(types[new]) if new in types else F.col(old)
-                    for old, _ in reversed(chain) if old in have and old != new]
+            olds = [_as(F.col(old), have[old], types.get(new)) for old, _ in reversed(chain) if old in have and old != new]
             if olds:
                 frame = frame.withColumn(new, F.coalesce(*([F.col(new)] if new in have else []), *olds))
         return frame
 
 
+def _as(value: Column, have: str, target: str | None) -> Column:
+    """An old column's value as the new column's type: null where it cannot be one (through text:
+    a TRY cast Spark refuses outright, DATE to BIGINT say, must not fail the merge; the type change
+    that came with the rename re-reads the rows)."""
+    return value if target is None or have == target else value.cast("string").try_cast(target)
+
+
 def rename_segment(events: pa.Table, chains: dict[str, list[tuple[str, str]]]) -> pa.Table:
-    """A staged segment's events with renamed columns under their new names, row by row by
-    position (a compacted segment may hold both names)."""
+    """A staged segment's events with renamed columns under their new names, row by row: a row
+    before a rename's position takes the old column's value (a compacted segment may hold both
+    names, and a name added again after the rename is another column)."""
     for new, chain in chains.items():
-        for old, at in chain:
-            if old == new or old not in events.column_names:
-                continue
-            before = pc.less(events[POSITION], at)
-            if new in events.column_names:
-                merged = pc.if_else(before, events[old].cast(events[new].type, safe=False), events[new])
-                events = events.set_column(events.column_names.index(new), new, merged).drop_columns([old])
-            else:
-                events = events.rename_columns([new if n == old else n for n in events.column_names])
+        olds = [(old, at) for old, at in chain if old != new and old in events.column_names]
+        if not olds:
+            continue
+        target = events[new].type if new in events.column_names else events[olds[-1][0]].type
+        value = events[new] if new in events.column_names else pa.nulls(events.num_rows, target)
+        for old, at in olds:   # (the old name keeps only what it holds after: a column added again)
+            take = pc.and_(pc.less(events[POSITION], at), pc.is_valid(events[old]))
+            value = pc.if_else(take, _arrow_as(events[old], target), value)
+            events = events.set_column(events.column_names.index(old), old,
+                                       pc.if_else(take, pa.nulls(events.num_rows, events[old].type), events[old]))
+        names = events.column_names
+        events = events.set_column(names.index(new), new, value) if new in names else events.append_column(new, value)
     return events
+
+
+def _arrow_as(values, target: pa.DataType):
+    """`values` as `target`, null where a value cannot be one."""
+    if values.type == target:
+        return values
+    try:
+        return values.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return pa.nulls(len(values), target)
 
 
 def _renamer(olds: list[tuple[str, str]], new: str) -> Callable[[Column], Column]:

@@ -155,16 +155,16 @@ def _rebuild(state: TableState | None, table: str) -> str:
 
 
 def _seen(staged: StagedLog, segments: list[str], events: DataFrame | None, ready: ReadyChunks | None) -> list[Seen]:
-    """The merge's inputs' schemas, oldest first (`Seen`): the segments' as one (their merged read
-    types the columns, the newest footer says which columns and key the table has), and each
+    """The merge's inputs' schemas, oldest first (`Seen`): the segments' as one (the newest
+    footer's columns, types and key), and each
     distinct chunk schema at the latest low watermark it was read after. No file is read but
     the newest segment's footer."""
     seen: list[Seen] = []
     if segments and events is not None:
         last = staged.segment_file(segments[-1]).schema_arrow
-        names = set(data_columns(last.names))
-        seen.append((SegmentFile.parse(segments[-1]).last, [c for c in _data_columns(events) if c[0] in names],
-                     key_columns(last)))
+        # Each column as the newest segment types it: a read merged across a type change may
+        # widen it to a type no file has (decimal(10,2) beside decimal(10,3): decimal(11,3)).
+        seen.append((SegmentFile.parse(segments[-1]).last, _data_columns(spark_schema(last)), key_columns(last)))
     newest: dict[pa.Schema, tuple[str, pa.Schema]] = {}
     for info, window in zip(ready.infos, ready.windows) if ready is not None else ():
         plain = info.schema.remove_metadata()   # each footer names its own chunk
@@ -409,7 +409,8 @@ def _shape(state: TableState | None, inputs: MergeInputs) -> rebuild.Shape | Non
     if state is None or not inputs.key:
         return None
     stored = {inputs.renaming.stored.get(c, c): t for c, t in state.columns}
-    types = T.converted(stored, inputs.columns)
+    # (A table that stores no row takes a converted column in place: no stored value to mis-read.)
+    types = T.converted(stored, inputs.columns) if state.rows or state.tombstones else {}
     if inputs.renaming.key(state.key) == inputs.key and not types:
         return None
     return rebuild.Shape(inputs.key, types)
@@ -418,19 +419,25 @@ def _shape(state: TableState | None, inputs: MergeInputs) -> rebuild.Shape | Non
 def _rebuild_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, state: TableState,
                     shape: rebuild.Shape, upto: str, result: MergeResult,
                     bucket_rows: int) -> tuple[rebuild.Rebuild, MergeInputs] | None:
-    """The inputs of the table's rebuild under `shape` (`rebuild`); None while it waits (said)."""
+    """The inputs of the table's rebuild under `shape` (`rebuild`); None while it waits (said; when
+    nothing staged or asked for can give it, a whole-table re-read is asked for here)."""
     source, table = state.source, state.table
     planned = rebuild.plan(store, staged, state, shape, upto)
-    if not isinstance(planned, str):
+    if isinstance(planned, rebuild.Rebuild):
         result.__dict__.update(vars(MergeResult(source, table, upto=upto)))   # counted again here
         inputs = merge_inputs(spark, store, staged, source, table, planned.state, upto, result, bucket_rows)
         if not result.chunks_waiting:
             inputs.columns = inputs.columns or state.columns   # (a dump of an empty table: its columns stay)
             return planned, inputs
-        planned = f"{table}: {shape.change(state)}: the table is rebuilt from dump {planned.dump_id} once all its " \
-                  "windows passed"
-    log.warning("%s/%s: %s", source, table, planned)
-    result.__dict__.update(vars(MergeResult(source, table, upto=upto)), note=planned, rebuilding=True)
+        text = f"{table}: {shape.change(state)}: the table is rebuilt from dump {planned.dump_id} once all its " \
+               "windows passed"
+    else:
+        text = planned.text
+        if planned.ask:
+            repair_requests.request(store, source, [RepairNeed(table, f"rebuilt: {shape.change(state)}", upto)])
+            text += "; a whole-table re-read is asked for now"
+    log.warning("%s/%s: %s", source, table, text)
+    result.__dict__.update(vars(MergeResult(source, table, upto=upto)), note=text, rebuilding=True)
     _report(result, state)
     return None
 

@@ -32,7 +32,8 @@ from ..coordination import store as paths
 from ..coordination import watermark_index
 from ..coordination.store import StateStore
 from ..model.staged_format import ChunkFile, ChunkMeta, SegmentFile, key_columns
-from ..snapshot.dump import finished_chunks
+from ..snapshot import repair
+from ..snapshot.dump import dump_status, finished_chunks
 from ..spark.data_sources import spark_schema
 from ..stagedlog.staged_log import ChunkInfo, StagedLog
 from ..warehouse.merged_state import Bucket, TableState
@@ -62,7 +63,7 @@ class Shape:
         if not self.types:
             return True
         found = {f.name: f.dataType.simpleString() for f in spark_schema(schema).fields if f.name in self.types}
-        return all(t == self.types[n] for n, t in found.items())
+        return all(found.get(n) == t for n, t in self.types.items())   # (a file without it: read before a rename)
 
     def change(self, state: TableState) -> str:
         """What changed, said."""
@@ -73,35 +74,49 @@ class Shape:
         return " and ".join(parts)
 
 
-def plan(store: StateStore, staged: StagedLog, state: TableState, shape: Shape, upto: str) -> Rebuild | str:
+@dataclass(frozen=True)
+class Waiting:
+    """What a rebuild waits for, and whether nothing staged or asked for can ever give it (the
+    merge then asks for a whole-table re-read itself)."""
+    text: str
+    ask: bool
+
+
+def plan(store: StateStore, staged: StagedLog, state: TableState, shape: Shape, upto: str) -> Rebuild | Waiting:
     """The rebuild of `state`'s table under `shape`, or, while it cannot start, what it waits for."""
     source, table, key = state.source, state.table, shape.key
-    last_old = _last_old_event(staged, state, shape, upto)
-    wanted = f"{table}: {shape.change(state)}: the table is rebuilt"
     dumps: dict[str, tuple[list[ChunkInfo], str | None, str | None]] = {}
-    ready: list[tuple[str, str]] = []   # (first LW, dump id) of the dumps that can rebuild the table
+    full: dict[str, int | None] = {}   # full dumps every chunk of which fits: their chunk counts once finished
     for dump_id in staged.chunk_dumps(source, table):
         count = finished_chunks(store, source, dump_id, table)   # before the listing: a chunk staged after it waits
         infos = staged.chunk_infos(staged.chunk_files(source, table, dump_id))
-        first, last = _span(store, staged, source, infos)
-        dumps[dump_id] = (infos, first, last)
+        dumps[dump_id] = (infos, *_span(store, staged, source, infos))
         scope = store.get(paths.dump_path(source, dump_id))
-        if scope is None or scope.get("keys") is not None or count is None or not infos or first is None:
-            continue
-        # Read, in part at least, while the old shape was the table's: some chunk under it, or begun
-        # before the last old-shape event or before the table's last merge (which the change followed).
-        if any(not shape.fits(i.schema) for i in infos) or \
-                any(p is not None and first <= p for p in (last_old, state.log_upto)):
-            continue
-        if last is not None and last <= upto:   # (its count was read before the listing: every chunk is in it)
-            ready.append((first, dump_id))
+        if scope is not None and scope.get("keys") is None and all(shape.fits(i.schema) for i in infos):
+            full[dump_id] = count
+    # Old-shape events are looked for from the earliest such dump's first LW on (or the last merge's).
+    since = [p for p in [*(dumps[d][1] for d in full), state.log_upto] if p is not None]
+    last_old = _last_old_event(staged, state, shape, upto, min(since) if since else None)
+    ready: list[tuple[str, str]] = []   # (first LW, dump id) of the dumps that can rebuild the table
+    hopeful = False   # a dump that may still become one
+    for dump_id, count in full.items():
+        infos, first, last = dumps[dump_id]
+        if first is not None and last_old is not None and first <= last_old:
+            continue   # begun before an event under the old shape: read, in part, under it
+        if count is not None and infos and first is not None and last is not None and last <= upto:
+            ready.append((first, dump_id))   # (its count was read before the listing: every chunk is in it)
+        else:
+            hopeful = True
+    wanted = f"{table}: {shape.change(state)}: the table is rebuilt"
     if not ready:
-        return (f"{wanted} from a full dump read under the new shape after its last event under the old one, which "
-                f"the capture asked for when it saw the change (else run `dblog dump --source {source} --table "
-                f"{table}`); until it is staged and its windows passed the capture, the table stays as it was")
+        return Waiting(
+            f"{wanted} from a full dump read under the new shape after its last event under the old one (asked for "
+            f"by the capture when it saw the change, else by this merge); until it is staged and its windows passed "
+            f"the capture, the table stays as it was",
+            ask=not hopeful and not _asked(store, source, table, set(dumps)))
     low, chosen = min(ready)   # the earliest: the dumps after it are merged as usual
-    # Superseded: read under the old key, or ended before the rebuild's dump began (a dump still
-    # running under the new key is merged as usual once its windows pass).
+    # Superseded: read under the old shape, or ended before the rebuild's dump began (a dump still
+    # running under the new shape is merged as usual once its windows pass).
     superseded = {d: {ChunkFile.parse(i.path).number for i in infos} for d, (infos, _, last) in dumps.items()
                   if d != chosen and (any(not shape.fits(i.schema) for i in infos) or
                                       (last is not None and last <= low))}
@@ -110,11 +125,24 @@ def plan(store: StateStore, staged: StagedLog, state: TableState, shape: Shape, 
     return Rebuild(chosen, fresh, superseded, shape.change(state))
 
 
-def _last_old_event(staged: StagedLog, state: TableState, shape: Shape, upto: str) -> str | None:
-    """The position of the last event staged under another shape than `shape` after the table's
-    last merge (a footer read per segment since)."""
+def _asked(store: StateStore, source: str, table: str, staged_dumps: set[str]) -> bool:
+    """Whether a whole-table re-read of `table` is asked for and has staged nothing yet (a pending
+    request, a repair dump that has not read its first window): it begins after every event so far."""
+    if any(r.table == table and r.keys is None for r in repair.pending(store, source)):
+        return True
+    for dump_id in repair.repair_dumps(store, source):
+        scope = store.get(paths.dump_path(source, dump_id)) or {}
+        if dump_id not in staged_dumps and table in scope.get("tables", []) and scope.get("keys") is None and \
+                not repair.landed(dump_status(store, source, dump_id)):
+            return True
+    return False
+
+
+def _last_old_event(staged: StagedLog, state: TableState, shape: Shape, upto: str, after: str | None) -> str | None:
+    """The position of the last event staged under another shape than `shape` after `after` (a
+    footer read per segment since)."""
     last = None
-    for path in staged.segments(state.source, state.table, high=upto, after=state.log_upto):
+    for path in staged.segments(state.source, state.table, high=upto, after=after):
         try:
             if not shape.fits(staged.segment_file(path).schema_arrow):
                 last = max(last or "", SegmentFile.parse(path).last)

@@ -7,6 +7,7 @@ import sys
 from pyspark.sql import SparkSession
 
 from ..settings import settings
+from . import shipping
 
 SETTINGS = {
     "spark.sql.session.timeZone": "UTC",                           # bucket bounds round-trip as text
@@ -41,8 +42,12 @@ def session(app: str = "dblog", master: str | None = None, conf: dict[str, str] 
     # Under spark-submit the driver is already running: its memory is spark-submit's (the merge task
     # passes the same setting as --driver-memory).
     options = {**SETTINGS, "spark.sql.shuffle.partitions": str(tuned.shuffle_partitions),
-               "spark.driver.memory": tuned.driver_memory, **(conf or {})}
-    if not os.environ.get("PYSPARK_PYTHON"):
+               "spark.driver.memory": tuned.driver_memory,
+               **({"spark.cores.max": str(tuned.cores_max)} if tuned.cores_max else {}),
+               **(shipping.cluster_conf(tuned.executor_env) if tuned.executor_env else {}), **(conf or {})}
+    if tuned.executor_env:
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    elif not os.environ.get("PYSPARK_PYTHON"):
         # Executors run dblog's Python (the warehouse writers): this interpreter's packages, not
         # the system's (pyspark reads the variable, not the conf, when the context starts). On a
         # cluster, PYSPARK_PYTHON names the workers' environment.
@@ -50,5 +55,7 @@ def session(app: str = "dblog", master: str | None = None, conf: dict[str, str] 
     for k, v in options.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
+    if tuned.executor_env:   # executors import dblog from the zip, never from the driver's checkout
+        spark.sparkContext.addPyFile(shipping.code_zip())
     spark.sparkContext.setLogLevel(tuned.log_level)
     return spark

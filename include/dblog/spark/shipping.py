@@ -1,0 +1,49 @@
+"""What a job ships to executors on a cluster: dblog's code, its Python environment, its settings.
+
+An executor on another machine has neither the driver's checkout nor its virtualenv, nor its
+environment variables. So a session on a cluster (`DBLOG_SPARK_EXECUTOR_ENV` set)
+- ships an archive of the executors' environment (`spark.archives`, unpacked in each executor's
+  work directory as `dblog_env`) and runs their Python from it;
+- ships dblog's own code as a zip built from the running package (`addPyFile`), so driver and
+  executors run the same code;
+- passes the settings executors read (`DBLOG_*`, `AWS_*`, the `AIRFLOW_CONN_*` connections) as
+  `spark.executorEnv.*`, and widens Spark's redaction to them, so no credential shows in its UI.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+ENV_NAME = "dblog_env"
+FORWARDED = ("DBLOG_", "AWS_", "AIRFLOW_CONN_")
+# Spark redacts a conf or environment entry whose key or value matches: its default, and
+# connection URIs with a password in them.
+REDACTION = r"(?i)secret|password|token|access[.]key|airflow_conn|://[^/@]*:[^/@]*@"
+
+
+def cluster_conf(archive: str) -> dict[str, str]:
+    """The session's settings that ship the environment `archive` and dblog's settings."""
+    conf = {"spark.archives": f"{archive}#{ENV_NAME}", "spark.pyspark.python": f"./{ENV_NAME}/bin/python",
+            "spark.redaction.regex": REDACTION}
+    for name, value in os.environ.items():
+        if name.startswith(FORWARDED) and name != "DBLOG_SPARK_EXECUTOR_ENV":
+            conf[f"spark.executorEnv.{name}"] = value
+    return conf
+
+
+def code_zip() -> str:
+    """dblog's package as a zip (its .py files), built once per process in a temporary directory."""
+    global _ZIP
+    if _ZIP is None or not Path(_ZIP).exists():
+        package = Path(__file__).resolve().parents[1]
+        out = Path(tempfile.mkdtemp(prefix="dblog-code-")) / "dblog.zip"
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+            for f in sorted(package.rglob("*.py")):
+                z.write(f, Path("dblog") / f.relative_to(package))
+        _ZIP = str(out)
+    return _ZIP
+
+
+_ZIP: str | None = None

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# The deployment beyond one process, on loopback (`make cluster`, `make cluster-down`):
+#   - a three-node ZooKeeper ensemble (client ports 2281-2283),
+#   - a Spark standalone cluster from the pyspark wheel: a master (7177) and two workers, each
+#     with 1 core, 1 GB and a work directory of its own,
+#   - Redis for Celery's broker (6479),
+#   - SeaweedFS (S3) from scripts/services.sh, for the staged log and the warehouse.
+# Data under .local/cluster/. `cluster.sh env` prints the settings a deployment on it uses.
+#   scripts/cluster.sh up|down|status|env|start NAME|stop NAME   (NAME: zk1..zk3, worker1..2, master, redis)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+LOCAL=${DBLOG_LOCAL_DIR:-$ROOT/.local}
+C=$LOCAL/cluster
+ZK_BASE=${DBLOG_CLUSTER_ZK_PORT:-2281}      # zkN: client ZK_BASE+N-1, peer 28880+N, election 38880+N
+SPARK_PORT=${DBLOG_CLUSTER_SPARK_PORT:-7177}
+REDIS_PORT=${DBLOG_CLUSTER_REDIS_PORT:-6479}
+SPARK_HOME=$("$ROOT/.venv/bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
+export SPARK_HOME
+
+log() { printf '[cluster] %s\n' "$*"; }
+die() { printf '[cluster] error: %s\n' "$*" >&2; exit 1; }
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+alive() { [ -f "$1" ] && kill -0 "$(head -n1 "$1")" 2>/dev/null; }
+wait_for() {  # wait_for NAME SECONDS CMD...
+  local name=$1 secs=$2; shift 2
+  for _ in $(seq $((secs * 10))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  die "$name did not become ready in ${secs}s; see its log under $C"
+}
+stop_group() {  # stop_group NAME PIDFILE: the process group started under setsid
+  alive "$2" || return 0
+  local pid; pid=$(head -n1 "$2")
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid"
+  for _ in $(seq 200); do kill -0 "$pid" 2>/dev/null || { log "$1 stopped"; rm -f "$2"; return; }; sleep 0.1; done
+  kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$2"; log "$1 killed"
+}
+
+zk_hosts() { echo "127.0.0.1:$ZK_BASE,127.0.0.1:$((ZK_BASE + 1)),127.0.0.1:$((ZK_BASE + 2))"; }
+zk_up() {  # zk_up N
+  local n=$1 dir=$C/zk$1 port=$((ZK_BASE + $1 - 1))
+  alive "$dir/zk.pid" && return 0
+  port_busy "$port" && die "port $port is taken by another process; set DBLOG_CLUSTER_ZK_PORT"
+  mkdir -p "$dir/data"
+  echo "$n" >"$dir/data/myid"
+  cat >"$dir/zoo.cfg" <<CFG
+tickTime=500
+initLimit=20
+syncLimit=5
+dataDir=$dir/data
+clientPort=$port
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr,mntr
+maxSessionTimeout=60000
+maxClientCnxns=200
+server.1=127.0.0.1:28881:38881
+server.2=127.0.0.1:28882:38882
+server.3=127.0.0.1:28883:38883
+CFG
+  setsid java -Xmx192m -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" </dev/null >"$dir/zk.log" 2>&1 &
+  echo $! >"$dir/zk.pid"
+}
+zk_serving() {  # a node that is part of a quorum answers `srvr` with its mode
+  timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1; printf srvr >&3; grep -q 'Mode: \(leader\|follower\)' <&3"
+}
+ensemble_up() {
+  for n in 1 2 3; do zk_up "$n"; done
+  for n in 1 2 3; do wait_for "zookeeper node $n" 60 zk_serving $((ZK_BASE + n - 1)); done
+  log "zookeeper ensemble up on $(zk_hosts)"
+}
+
+master_up() {
+  alive "$C/spark/master.pid" && return 0
+  port_busy "$SPARK_PORT" && die "port $SPARK_PORT is taken by another process; set DBLOG_CLUSTER_SPARK_PORT"
+  mkdir -p "$C/spark"
+  SPARK_LOG_DIR=$C/spark setsid "$SPARK_HOME/bin/spark-class" org.apache.spark.deploy.master.Master \
+    --host 127.0.0.1 --port "$SPARK_PORT" --webui-port $((SPARK_PORT + 1003)) \
+    </dev/null >"$C/spark/master.log" 2>&1 &
+  echo $! >"$C/spark/master.pid"
+  wait_for "spark master" 60 port_busy "$SPARK_PORT"
+}
+worker_up() {  # worker_up N: its own work directory (application files, executor logs) and nothing else
+  local n=$1 dir=$C/spark/worker$1
+  alive "$dir/worker.pid" && return 0
+  mkdir -p "$dir/work" "$dir/tmp"
+  # SPARK_LOCAL_DIRS: shuffle and block files stay in the worker's own directory too.
+  SPARK_LOCAL_DIRS=$dir/tmp SPARK_WORKER_DIR=$dir/work setsid "$SPARK_HOME/bin/spark-class" \
+    org.apache.spark.deploy.worker.Worker "spark://127.0.0.1:$SPARK_PORT" --host 127.0.0.1 \
+    --cores 1 --memory 1g --work-dir "$dir/work" --webui-port $((SPARK_PORT + 1003 + n)) \
+    </dev/null >"$dir/worker.log" 2>&1 &
+  echo $! >"$dir/worker.pid"
+}
+workers_registered() {  # the master's page lists every worker ALIVE
+  [ "$(curl -fsS "http://127.0.0.1:$((SPARK_PORT + 1003))/json/" | "$ROOT/.venv/bin/python" -c \
+    'import json, sys; print(sum(w["state"] == "ALIVE" for w in json.load(sys.stdin)["workers"]))')" -ge "$1" ]
+}
+spark_up() {
+  master_up
+  for n in 1 2; do worker_up "$n"; done
+  wait_for "two spark workers" 90 workers_registered 2
+  log "spark master up on spark://127.0.0.1:$SPARK_PORT with 2 workers (1 core, 1 GB each)"
+}
+
+redis_up() {
+  alive "$C/redis/redis.pid" && return 0
+  port_busy "$REDIS_PORT" && die "port $REDIS_PORT is taken by another process; set DBLOG_CLUSTER_REDIS_PORT"
+  mkdir -p "$C/redis"
+  setsid redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$C/redis" --save '' --appendonly no \
+    </dev/null >"$C/redis/redis.log" 2>&1 &
+  echo $! >"$C/redis/redis.pid"
+  wait_for redis 30 bash -c "exec 3<>/dev/tcp/127.0.0.1/$REDIS_PORT; printf 'PING\r\n' >&3; head -c5 <&3 | grep -q PONG"
+  log "redis up on 127.0.0.1:$REDIS_PORT"
+}
+
+one() {  # one up|down NAME
+  case "${2:-}" in
+    zk[123]) [ "$1" = up ] && zk_up "${2#zk}" || stop_group "zookeeper node ${2#zk}" "$C/$2/zk.pid" ;;
+    worker[12]) [ "$1" = up ] && worker_up "${2#worker}" || stop_group "spark worker ${2#worker}" "$C/spark/$2/worker.pid" ;;
+    master) [ "$1" = up ] && master_up || stop_group "spark master" "$C/spark/master.pid" ;;
+    redis) [ "$1" = up ] && redis_up || stop_group redis "$C/redis/redis.pid" ;;
+    *) die "usage: $0 start|stop zk1|zk2|zk3|worker1|worker2|master|redis" ;;
+  esac
+}
+
+case "${1:-}" in
+  up) bash scripts/services.sh start seaweedfs; ensemble_up; spark_up; redis_up ;;
+  down)
+    for n in 1 2; do stop_group "spark worker $n" "$C/spark/worker$n/worker.pid"; done
+    stop_group "spark master" "$C/spark/master.pid"
+    for n in 1 2 3; do stop_group "zookeeper node $n" "$C/zk$n/zk.pid"; done
+    stop_group redis "$C/redis/redis.pid" ;;
+  start) one up "${2:-}" ;;
+  stop) one down "${2:-}" ;;
+  env)
+    echo "AIRFLOW_CONN_DBLOG_ZOOKEEPER=zookeeper://$(zk_hosts)/dblog"
+    echo "DBLOG_SPARK_MASTER=spark://127.0.0.1:$SPARK_PORT"
+    echo "DBLOG_CELERY_BROKER=redis://127.0.0.1:$REDIS_PORT/0" ;;
+  status)
+    for n in 1 2 3; do alive "$C/zk$n/zk.pid" && echo "zookeeper node $n up :$((ZK_BASE + n - 1))" \
+      || echo "zookeeper node $n down"; done
+    alive "$C/spark/master.pid" && echo "spark master up :$SPARK_PORT" || echo "spark master down"
+    for n in 1 2; do alive "$C/spark/worker$n/worker.pid" && echo "spark worker $n up" || echo "spark worker $n down"; done
+    alive "$C/redis/redis.pid" && echo "redis up :$REDIS_PORT" || echo "redis down" ;;
+  *) echo "usage: $0 up|down|status|env|start NAME|stop NAME" >&2; exit 2 ;;
+esac
