@@ -11,7 +11,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from dblog import storage
-from dblog.operations.verify import compare, compare_warehouse
+from dblog.operations.verify import compare
 from dblog.warehouse.catalog import location
 from dblog.warehouse.readers import duckdb_read
 from dblog.warehouse.tables import Warehouse
@@ -75,38 +75,8 @@ def _on_s3(src, monkeypatch, tmp_path, bucket: str, master: str) -> Warehouse:
     return Warehouse(f"s3://{bucket}/wh")
 
 
-def test_the_whole_pipeline_on_s3_converges_under_writes_and_every_engine_reads_the_tables(mariadb, s3, tmp_path,
-                                                                                        monkeypatch):
-    """capture -> staged log on S3 -> dumps -> Spark merge (spark-submit's way: the CLI) -> Iceberg
-    tables on S3 -> pyiceberg and DuckDB: nothing on local disk but the catalog file."""
-    src = mariadb
-    bucket = f"p-{src.tag}"
-    warehouse = _on_s3(src, monkeypatch, tmp_path, bucket, "local[2]")
-    src.workload(seed=7).create()
-    src.start_capture()
-    writer = src.spawn_workload(seconds=3600, seed=8, rate=200)
-    dump = src.spawn("dump", "--source", src.source_id, "--all", "--chunk-size", "97", "--delay", "0.02")
-    # One Spark driver merges while the dump and the writer run, and after them.
-    merging = src.spawn("merge", "--source", src.source_id, "--continuous", "--every", "1",
-                        output=tmp_path / "merge.log")
-    assert dump.wait(300) == 0, dump.stderr.read()
-    writer.terminate(); writer.wait()
-    settle(src)
-
-    def converged() -> bool:
-        assert merging.poll() is None, (tmp_path / "merge.log").read_text()[-3000:]
-        return all(warehouse.load(src.source_id, src.table(t)) is not None and
-                   compare_warehouse(src.source(), warehouse, src.table(t)).equal for t in TABLES)
-    wait_for(converged, 300, interval=2, what="the continuous merge to bring the tables to the source")
-    merging.terminate()
-    assert merging.wait(120) == 0, (tmp_path / "merge.log").read_text()[-3000:]
-    assert_warehouse_equals_source(src, warehouse)   # pyiceberg and DuckDB (httpfs + an S3 secret)
-    for t in TABLES:
-        table = warehouse.load(src.source_id, src.table(t))
-        assert table.metadata_location.startswith(f"s3://{bucket}/wh/"), table.metadata_location
-    verify = _cli(src, "verify", "--source", src.source_id)
-    assert verify.returncode == 0, verify.stdout + verify.stderr
-    assert not (tmp_path / "warehouse").exists() and not (tmp_path / "staging").exists()
+# The whole pipeline on S3 (staged log, warehouse, both read by pyiceberg and DuckDB) runs on the
+# Spark cluster: tests/spark/test_cluster.py.
 
 
 def test_kill_9_of_a_merge_on_s3_leaves_the_table_readable_and_a_re_run_converges(postgres, s3, tmp_path, monkeypatch):

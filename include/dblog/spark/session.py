@@ -45,8 +45,8 @@ def session(app: str = "dblog", master: str | None = None, conf: dict[str, str] 
                "spark.driver.memory": tuned.driver_memory,
                **({"spark.cores.max": str(tuned.cores_max)} if tuned.cores_max else {}),
                **(shipping.cluster_conf(tuned.executor_env) if tuned.executor_env else {}), **(conf or {})}
-    if tuned.executor_env:
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if tuned.executor_env:   # (PySpark takes the executors' Python from the variable, not the conf)
+        os.environ["PYSPARK_PYTHON"] = shipping.EXECUTOR_PYTHON
     elif not os.environ.get("PYSPARK_PYTHON"):
         # Executors run dblog's Python (the warehouse writers): this interpreter's packages, not
         # the system's (pyspark reads the variable, not the conf, when the context starts). On a
@@ -54,8 +54,6 @@ def session(app: str = "dblog", master: str | None = None, conf: dict[str, str] 
         os.environ["PYSPARK_PYTHON"] = sys.executable
     for k, v in options.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    if tuned.executor_env:   # executors import dblog from the zip, never from the driver's checkout
-        spark.sparkContext.addPyFile(shipping.code_zip())
+    spark = shipping.start(builder) if tuned.executor_env else builder.getOrCreate()
     spark.sparkContext.setLogLevel(tuned.log_level)
     return spark

@@ -6,6 +6,9 @@ environment variables. So a session on a cluster (`DBLOG_SPARK_EXECUTOR_ENV` set
   work directory as `dblog_env`) and runs their Python from it;
 - ships dblog's own code as a zip built from the running package (`addPyFile`), so driver and
   executors run the same code;
+- gives the driver's own Python workers (Spark plans a Python data source in one) the same
+  relative path to the environment: the driver's JVM runs in a directory of its own where
+  `dblog_env` is the driver's unpacked copy of the archive (`start`);
 - passes the settings executors read (`DBLOG_*`, `AWS_*`, the `AIRFLOW_CONN_*` connections) as
   `spark.executorEnv.*`, and widens Spark's redaction to them, so no credential shows in its UI.
 """
@@ -16,7 +19,11 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from pyspark import SparkFiles
+from pyspark.sql import SparkSession
+
 ENV_NAME = "dblog_env"
+EXECUTOR_PYTHON = f"./{ENV_NAME}/bin/python"   # in each executor's work directory
 FORWARDED = ("DBLOG_", "AWS_", "AIRFLOW_CONN_")
 # Spark redacts a conf or environment entry whose key or value matches: its default, and
 # connection URIs with a password in them.
@@ -25,12 +32,30 @@ REDACTION = r"(?i)secret|password|token|access[.]key|airflow_conn|://[^/@]*:[^/@
 
 def cluster_conf(archive: str) -> dict[str, str]:
     """The session's settings that ship the environment `archive` and dblog's settings."""
-    conf = {"spark.archives": f"{archive}#{ENV_NAME}", "spark.pyspark.python": f"./{ENV_NAME}/bin/python",
-            "spark.redaction.regex": REDACTION}
+    conf = {"spark.archives": f"{archive}#{ENV_NAME}", "spark.redaction.regex": REDACTION}
     for name, value in os.environ.items():
         if name.startswith(FORWARDED) and name != "DBLOG_SPARK_EXECUTOR_ENV":
             conf[f"spark.executorEnv.{name}"] = value
     return conf
+
+
+def start(builder: SparkSession.Builder) -> SparkSession:
+    """The session of `builder` (set with `cluster_conf`), its executors given dblog's code. A
+    Python worker runs `./dblog_env/bin/python` relative to its JVM's directory: an executor's is
+    its work directory, where the archive is unpacked; the driver's is made a directory of its own
+    holding a link to the driver's unpacked copy (a JVM started before keeps its directory)."""
+    home = tempfile.mkdtemp(prefix="dblog-driver-")
+    before = os.getcwd()
+    os.chdir(home)   # the JVM the builder starts inherits it; this process goes back at once
+    try:
+        spark = builder.getOrCreate()
+    finally:
+        os.chdir(before)
+    unpacked = os.path.join(SparkFiles.getRootDirectory(), ENV_NAME)
+    if os.path.isdir(unpacked) and not os.path.exists(os.path.join(home, ENV_NAME)):
+        os.symlink(unpacked, os.path.join(home, ENV_NAME))
+    spark.sparkContext.addPyFile(code_zip())   # executors import dblog from it, never from the checkout
+    return spark
 
 
 def code_zip() -> str:
