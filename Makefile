@@ -17,6 +17,7 @@ up: install
 	@bash scripts/services.sh up
 
 down:
+	@bash scripts/cluster.sh down
 	@bash scripts/services.sh down
 
 status:

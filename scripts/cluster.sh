@@ -12,11 +12,12 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 LOCAL=${DBLOG_LOCAL_DIR:-$ROOT/.local}
 C=$LOCAL/cluster
-ZK_BASE=${DBLOG_CLUSTER_ZK_PORT:-2281}      # zkN: client ZK_BASE+N-1, peer 28880+N, election 38880+N
+ZK_BASE=${DBLOG_CLUSTER_ZK_PORT:-2281}      # zkN: client ZK_BASE+N-1, peer ZK_BASE+26599+N, election +10000
 SPARK_PORT=${DBLOG_CLUSTER_SPARK_PORT:-7177}
 REDIS_PORT=${DBLOG_CLUSTER_REDIS_PORT:-6479}
 SPARK_HOME=$("$ROOT/.venv/bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
 export SPARK_HOME
+export SPARK_LOCAL_IP=127.0.0.1   # master, workers and their executors bind loopback only
 
 log() { printf '[cluster] %s\n' "$*"; }
 die() { printf '[cluster] error: %s\n' "$*" >&2; exit 1; }
@@ -54,9 +55,7 @@ admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr,mntr
 maxSessionTimeout=60000
 maxClientCnxns=200
-server.1=127.0.0.1:28881:38881
-server.2=127.0.0.1:28882:38882
-server.3=127.0.0.1:28883:38883
+$(for i in 1 2 3; do p=$((ZK_BASE + 26599 + i)); echo "server.$i=127.0.0.1:$p:$((p + 10000))"; done)
 CFG
   setsid java -Xmx192m -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar \
     org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" </dev/null >"$dir/zk.log" 2>&1 &
@@ -136,6 +135,7 @@ case "${1:-}" in
   env)
     echo "AIRFLOW_CONN_DBLOG_ZOOKEEPER=zookeeper://$(zk_hosts)/dblog"
     echo "DBLOG_SPARK_MASTER=spark://127.0.0.1:$SPARK_PORT"
+    echo "SPARK_LOCAL_IP=127.0.0.1"   # (a driver on this machine: loopback too)
     echo "DBLOG_CELERY_BROKER=redis://127.0.0.1:$REDIS_PORT/0" ;;
   status)
     for n in 1 2 3; do alive "$C/zk$n/zk.pid" && echo "zookeeper node $n up :$((ZK_BASE + n - 1))" \

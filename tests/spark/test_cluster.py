@@ -69,11 +69,11 @@ def test_the_pipeline_on_a_spark_cluster_converges_under_writes_sharing_nothing_
         if name != "AIRFLOW_CONN_DBLOG_ZOOKEEPER":   # (the source's own: its chroot on the ensemble)
             monkeypatch.setenv(name, value)
     warehouse = Warehouse(f"s3://{bucket}/wh")
-    src.workload(seed=7, rows=1000).create()
+    src.workload(seed=7, rows=400).create()
     src.start_capture()
     writer = src.spawn_workload(seconds=3600, seed=8, rate=100)
     # The dump's windows are read by executors on one worker, the continuous merge runs on the other.
-    dump = src.spawn("dump", "--source", src.source_id, "--all", "--chunk-size", "250", output=tmp_path / "dump.log")
+    dump = src.spawn("dump", "--source", src.source_id, "--all", "--chunk-size", "200", output=tmp_path / "dump.log")
     merging = src.spawn("merge", "--source", src.source_id, "--continuous", "--every", "2",
                         output=tmp_path / "merge.log")
     assert dump.wait(300) == 0, (tmp_path / "dump.log").read_text()[-3000:]
