@@ -4,11 +4,11 @@ VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
 .PHONY: install up down status test unit demo airflow merge verify bench load chaos soak growth bulk lock clean \
-	cluster cluster-down executor-env
+	cluster cluster-down cluster-faults executor-env
 
 # These run against the local services of `make up`: settings left unset (connections, staging and
 # warehouse roots) fall back to them. Elsewhere dblog refuses to guess and names what to set.
-test unit demo airflow merge verify bench load chaos soak growth bulk: export DBLOG_LOCAL = 1
+test unit demo airflow merge verify bench load chaos soak growth bulk cluster-faults: export DBLOG_LOCAL = 1
 
 install:
 	@bash scripts/install.sh
@@ -79,13 +79,21 @@ load: up
 	PYTHONPATH=include $(VENV)/python bench/load.py
 
 # make cluster: the deployment beyond one process on loopback (scripts/cluster.sh: a ZooKeeper
-# ensemble, a Spark standalone master and two workers, Redis, SeaweedFS) and the executors'
-# packed environment; `scripts/cluster.sh env` prints the settings that point dblog at it.
+# ensemble, a Spark standalone master and two workers, Redis, SeaweedFS, Airflow on the
+# CeleryExecutor with two workers) capturing the sample tables, with the executors' packed
+# environment; `scripts/cluster.sh env` prints the settings that point dblog at it.
 cluster: up executor-env
+	@DBLOG_LOCAL=1 PYTHONPATH=include $(VENV)/python -m dblog_dev.sample
 	@bash scripts/cluster.sh up
 
 cluster-down:
 	@bash scripts/cluster.sh down
+
+# make cluster-faults: the cluster test's long form (tests/spark/test_cluster.py): 2,000-row tables
+# under 100 writes/s per source, a Celery worker, the ZooKeeper leader, a Spark worker mid-window
+# and one mid-merge killed, the S3 server restarted; figures in .local/test-output/cluster-handovers.json
+cluster-faults: up executor-env
+	DBLOG_CLUSTER_FAULTS=all $(VENV)/pytest -q -s -p no:cacheprovider tests/spark/test_cluster.py
 
 executor-env: install
 	@bash scripts/executor_env.sh

@@ -1,4 +1,6 @@
-"""Configuration in the form Airflow uses: connection URIs in `AIRFLOW_CONN_<ID>` variables.
+"""Configuration in the form Airflow uses: connections in `AIRFLOW_CONN_<ID>` variables, as a URI
+or as Airflow's JSON form (`{"conn_type": ..., "host": ..., ...}`, which an ensemble's host list
+needs: Airflow parses one host:port per URI).
 
 A source is a connection id. Its URI names the database family and what to capture:
 
@@ -57,8 +59,35 @@ def local_dir(*parts: str) -> str | None:
     return os.path.join(base(), *parts)
 
 
+def environment_connection(conn_id: str) -> str | None:
+    """The connection `conn_id` from its `AIRFLOW_CONN_` variable, as a URI (None when unset)."""
+    value = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}", "").strip()
+    return _json_to_uri(conn_id, value) if value.startswith("{") else (value or None)
+
+
+def _json_to_uri(conn_id: str, value: str) -> str:
+    import json
+    from urllib.parse import quote, urlencode
+    try:
+        c = json.loads(value)
+    except ValueError as e:
+        raise ConfigError(f"AIRFLOW_CONN_{conn_id.upper()} is neither a URI nor valid JSON ({e}); use Airflow's "
+                          'JSON form, e.g. {"conn_type": "zookeeper", "host": "zk1:2181,zk2:2181", '
+                          '"schema": "dblog"}') from None
+    if not isinstance(c, dict) or not c.get("conn_type") or not c.get("host"):
+        raise ConfigError(f"AIRFLOW_CONN_{conn_id.upper()}: Airflow's JSON form needs at least conn_type and host")
+    auth = quote(str(c.get("login") or ""), safe="") + (
+        ":" + quote(str(c["password"]), safe="") if c.get("password") is not None else "")
+    netloc = (f"{auth}@" if auth else "") + str(c["host"]) + (f":{c['port']}" if c.get("port") else "")
+    extra = c.get("extra") or {}
+    if isinstance(extra, str):
+        extra = json.loads(extra) if extra.strip() else {}
+    query = f"?{urlencode({k: str(v) for k, v in extra.items()})}" if extra else ""
+    return f"{c['conn_type']}://{netloc}/{str(c.get('schema') or '').lstrip('/')}{query}"
+
+
 def connection_uri(conn_id: str) -> str:
-    uri = os.environ.get(f"AIRFLOW_CONN_{conn_id.upper()}")
+    uri = environment_connection(conn_id)
     if uri:
         return uri
     fallback = f"{LOCAL_ENV}=1 uses the local `make up` services instead"
@@ -137,7 +166,7 @@ def deployment_id(zookeeper_uri: str | None = None) -> str:
             raise ConfigError(f"{DEPLOYMENT_ENV}={explicit!r}: use 1 to {MAX_DEPLOYMENT_ID} lower-case letters, "
                               "digits and _ (it tags this deployment's rows in the shared watermark table)")
         return explicit
-    uri = zookeeper_uri or os.environ.get(f"AIRFLOW_CONN_{ZOOKEEPER_CONN.upper()}")
+    uri = zookeeper_uri or environment_connection(ZOOKEEPER_CONN)
     chroot = zookeeper(uri).chroot if uri else DEFAULT_CHROOT
     slug = re.sub(r"[^a-z0-9_]", "_", chroot.strip("/").lower()) or "root"
     if len(slug) > MAX_DEPLOYMENT_ID:  # keep it readable, and distinct by a hash of the whole chroot

@@ -1,7 +1,8 @@
-"""Settings of the local deployment (`make airflow`, `make demo`, the tests): Airflow on 127.0.0.1
-with this project's DAGs and plugins, the local services as connections, state under .local/.
+"""Settings of the local deployments: Airflow on 127.0.0.1 with this project's DAGs and plugins,
+the local services as connections, state under .local/.
 
-    eval "$(python -m dblog_airflow.local)"    # export them into a shell
+    eval "$(python -m dblog_airflow.local)"            # `make airflow`: one `airflow standalone`
+    eval "$(python -m dblog_airflow.local --celery)"   # `make cluster`: processes apart, Celery
 """
 from __future__ import annotations
 
@@ -56,6 +57,101 @@ def airflow_settings(home: Path | None = None) -> dict[str, str]:
     return env
 
 
-if __name__ == "__main__":
-    for key, value in settings().items():
+CALLER_WINS = ("AIRFLOW_CONN_", "DBLOG_", "AWS_")  # dblog's settings: a test or a user brings its own
+
+
+def celery_settings(home: Path, port: int, broker: str, spark_master: str, zookeeper: str,
+                    database: str) -> dict[str, str]:
+    """The deployment `make cluster` runs (scripts/cluster.sh): scheduler, dag-processor, triggerer,
+    api-server and Celery workers as processes apart, tasks queued on Redis (`broker`), the metadata
+    database `database` on the local PostgreSQL (created here if missing), Spark jobs submitted to
+    `spark_master`, ZooKeeper on the ensemble `zookeeper` (host:port,...). A setting the caller's
+    environment already holds for dblog (its connections, `DBLOG_*`) wins over these defaults."""
+    from dblog_dev.local import admin_uri, s3_env
+    admin = admin_uri("postgres").split("://", 1)[1].rsplit("/", 1)[0]
+    for name in (database, f"{database}_catalog"):
+        _create_database(name)
+    metadata = f"postgresql+psycopg2://{admin}/{database}"
+    secret = home / "secret"
+    if not secret.exists():   # one secret that every process signs and checks the tasks' tokens with
+        import secrets
+        home.mkdir(parents=True, exist_ok=True)
+        secret.write_text(secrets.token_hex(32))
+        secret.chmod(0o600)
+    # Nothing on a shared disk: the staged log and the warehouse on S3, the catalog on PostgreSQL,
+    # the executors' Python shipped with each job (`make executor-env`).
+    defaults = {**settings(home), **s3_env(), "AIRFLOW_CONN_DBLOG_ZOOKEEPER": ensemble_connection(zookeeper),
+                "AIRFLOW_CONN_SPARK_DEFAULT": spark_master, "DBLOG_SPARK_MASTER": spark_master,
+                "DBLOG_STAGING": "s3://dblog/staged", "DBLOG_WAREHOUSE": "s3://dblog/warehouse",
+                "DBLOG_ICEBERG_CATALOG": f"postgresql+psycopg2://{admin}/{database}_catalog",
+                "DBLOG_SPARK_EXECUTOR_ENV": str(home.parent / "executor-env.tar.gz"), "DBLOG_SPARK_CORES_MAX": "1"}
+    env = {k: v for k, v in defaults.items() if not k.startswith(CALLER_WINS) or k not in os.environ}
+    api = f"http://127.0.0.1:{port}"
+    env.update({
+        "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+        # Captures, the continuous merge and dump tasks run for minutes each: with a worker gone,
+        # the other must still take a capture's next slice beside a full dump pool.
+        "AIRFLOW__CORE__PARALLELISM": "16", "AIRFLOW__CELERY__WORKER_CONCURRENCY": "8",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata,
+        "AIRFLOW__CELERY__BROKER_URL": broker,
+        "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{metadata}",
+        "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__BASE_URL": api,
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{api}/execution/",
+        "AIRFLOW__API_AUTH__JWT_SECRET": secret.read_text().strip(),
+        "AIRFLOW__API__SECRET_KEY": secret.read_text().strip(),
+        # A worker killed mid-task: its task is failed (and retried on another worker) after this
+        # long without a heartbeat, not the default 5 minutes.
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": os.environ.get(
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT", "30"),
+    })
+    return env
+
+
+def worker_hostname() -> str:
+    """`[core] hostname_callable` of the cluster's Celery workers: each reports its own name
+    (DBLOG_WORKER_NAME), as workers on separate hosts would, though they share this one: the UI and
+    the REST API show which worker ran a task."""
+    import socket
+    return os.environ.get("DBLOG_WORKER_NAME") or socket.getfqdn()
+
+
+def ensemble_connection(hosts: str, chroot: str = "dblog") -> str:
+    """A ZooKeeper ensemble as an Airflow connection in an environment variable: JSON, since a URI
+    holds one host:port (Airflow cannot parse `zookeeper://h1:2181,h2:2181/dblog`)."""
+    import json
+    return json.dumps({"conn_type": "zookeeper", "host": hosts, "schema": chroot.strip("/")})
+
+
+def _create_database(name: str) -> None:
+    from dblog_dev.local import admin_uri
+    from dblog_dev.workload import connect
+    _, conn = connect(admin_uri("postgres"))
+    try:
+        conn.autocommit = True
+        cur = conn.cursor()
+        cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+        if not cur.fetchone():
+            cur.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        conn.close()
+
+
+def _main(argv: list[str]) -> None:
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m dblog_airflow.local")
+    parser.add_argument("--celery", action="store_true", help="the cluster's settings (scripts/cluster.sh)")
+    parser.add_argument("--home", type=Path, default=ROOT / ".local" / "cluster" / "airflow")
+    parser.add_argument("--port", type=int, default=8193)
+    parser.add_argument("--broker", default="redis://127.0.0.1:6479/0")
+    parser.add_argument("--spark-master", default="spark://127.0.0.1:7177")
+    parser.add_argument("--zookeeper", default="127.0.0.1:2281,127.0.0.1:2282,127.0.0.1:2283")
+    parser.add_argument("--database", default="airflow_cluster")
+    a = parser.parse_args(argv)
+    env = (celery_settings(a.home, a.port, a.broker, a.spark_master, a.zookeeper, a.database) if a.celery
+           else settings())
+    for key, value in env.items():
         print(f"export {key}={shlex.quote(value)}")
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

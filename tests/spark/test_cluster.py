@@ -1,106 +1,194 @@
-"""The pipeline beyond one process (`make cluster`, scripts/cluster.sh): a Spark standalone cluster
-(a master, two workers with a directory each), the executors' Python and dblog's code shipped with
-every job, the staged log and the warehouse on S3, the Iceberg catalog on PostgreSQL, ZooKeeper as
-a three-node ensemble. Nothing is shared between the driver and the workers but those servers.
+"""The pipeline beyond one process (`make cluster`, scripts/cluster.sh): Airflow with the
+CeleryExecutor (api-server, scheduler, dag-processor, triggerer and two Celery workers, each in a
+directory of its own), a Spark standalone cluster (a master, two workers with a directory each),
+the executors' Python and dblog's code shipped with every job, the staged log and the warehouse on
+S3, the Iceberg catalog on PostgreSQL, ZooKeeper as a three-node ensemble. Nothing is shared
+between the processes but those servers.
 
-capture -> staged log on S3 -> dumps read by executors -> the continuous merge on the cluster ->
-Iceberg tables on S3 -> pyiceberg and DuckDB, `dblog verify`: nothing on local disk."""
+capture DAG on a Celery worker -> staged log on S3 -> dump DAG whose windows executors read -> the
+continuous merge DAG on the cluster -> Iceberg tables on S3 -> pyiceberg, DuckDB, `dblog verify`;
+meanwhile a Celery worker is killed mid-dump and the ZooKeeper leader node is killed."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-import sys
+import time
+from pathlib import Path
 
 import pytest
+import requests
 
 from dblog.operations.verify import compare_warehouse
 from dblog.warehouse.tables import Warehouse
+from dblog_airflow.local import PASSWORD, USER, ensemble_connection
 
+from airflow_fixtures import Standalone
+from chaos.oracles import PositionHistory
+from cluster_faults import CLUSTER, airflow_url, cluster, settings, zookeeper_hosts, zookeeper_leader
 from conftest import ADMIN, ROOT, TABLES, assert_warehouse_equals_source, settle, wait_for
+from e2e.soak import CaptureProbe
 
-CLUSTER = ROOT / ".local" / "cluster"
 ARCHIVE = CLUSTER / "executor-env.tar.gz"
-
-# Run on the cluster by the probe: what each executor's Python is, where its dblog comes from, where it runs.
-PROBE = """
-import json, os, sys
-from dblog.spark.session import session
-def where(batches):
-    import pyarrow as pa, dblog.warehouse.files as files
-    for b in batches:
-        yield pa.RecordBatch.from_pylist([{"executable": sys.executable, "dblog": files.__file__, "cwd": os.getcwd()}])
-spark = session("dblog-probe")
-rows = spark.range(0, 8, 1, 4).mapInArrow(where, "executable string, dblog string, cwd string").collect()
-print(json.dumps([r.asDict() for r in rows]))
-spark.stop()
-"""
+OUT = ROOT / ".local" / "test-output"
+# `make cluster-faults` (DBLOG_CLUSTER_FAULTS=all): more rows and writes, and beside the suite's
+# faults a Spark worker killed mid-window and mid-merge, and the S3 server restarted.
+LONG = os.environ.get("DBLOG_CLUSTER_FAULTS") == "all"
+ROWS, RATE, CHUNK = (2000, 100, 200) if LONG else (200, 20, 100)
 
 
 @pytest.fixture(scope="module")
-def cluster(services):
-    subprocess.run(["bash", str(ROOT / "scripts/cluster.sh"), "up"], check=True, capture_output=True)
+def spark_cluster(services):
+    """The cluster's servers; each test starts Airflow on it with its own sources."""
+    cluster("up", env={**os.environ, "DBLOG_CLUSTER_AIRFLOW": "0"})
     subprocess.run(["bash", str(ROOT / "scripts/executor_env.sh"), str(ARCHIVE)], check=True, capture_output=True)
     from dblog_dev.local import s3_env
-    out = subprocess.run(["bash", str(ROOT / "scripts/cluster.sh"), "env"], check=True, capture_output=True, text=True)
-    env = dict(line.split("=", 1) for line in out.stdout.split())
-    yield {**env, **s3_env(), "DBLOG_SPARK_EXECUTOR_ENV": str(ARCHIVE), "DBLOG_SPARK_CORES_MAX": "1"}
-    subprocess.run(["bash", str(ROOT / "scripts/cluster.sh"), "down"], check=True, capture_output=True)
+    yield {**settings(), **s3_env(), "DBLOG_SPARK_EXECUTOR_ENV": str(ARCHIVE), "DBLOG_SPARK_CORES_MAX": "1"}
+    cluster("down")
 
 
-def _catalog(tag: str) -> str:
-    """A PostgreSQL database of its own for the test's Iceberg catalog."""
+def _database(name: str) -> str:
+    """A PostgreSQL database of the test's own (its Iceberg catalog)."""
     from dblog_dev.workload import connect
     _, conn = connect(ADMIN["postgres"])
     conn.autocommit = True
-    conn.cursor().execute(f"CREATE DATABASE catalog_{tag}")
+    conn.cursor().execute(f"CREATE DATABASE {name}")
     conn.close()
     admin = ADMIN["postgres"].split("://", 1)[1].rsplit("/", 1)[0]
-    return f"postgresql+psycopg2://{admin}/catalog_{tag}"
+    return f"postgresql+psycopg2://{admin}/{name}"
 
 
-def test_the_pipeline_on_a_spark_cluster_converges_under_writes_sharing_nothing_but_s3_postgres_and_zookeeper(
-        mariadb, cluster, tmp_path, monkeypatch):
-    src = mariadb
-    src.zk_hosts = cluster["AIRFLOW_CONN_DBLOG_ZOOKEEPER"].split("://", 1)[1].split("/", 1)[0]
-    bucket = f"c-{src.tag}"
-    src.staging = f"s3://{bucket}/staged"
-    for name, value in {**cluster, "DBLOG_WAREHOUSE": f"s3://{bucket}/wh", "DBLOG_ICEBERG_CATALOG": _catalog(src.tag),
-                        "DBLOG_DUMP_READER": "spark"}.items():
-        if name != "AIRFLOW_CONN_DBLOG_ZOOKEEPER":   # (the source's own: its chroot on the ensemble)
+def _task_instances(api: Standalone, run_id: str) -> list[dict]:
+    return api.api("GET", f"/dags/dblog_dump/dagRuns/{run_id}/taskInstances", params={"limit": 100}).json()[
+        "task_instances"]
+
+
+def _kill_and_restart(name: str, env: dict) -> None:
+    cluster("kill", name)
+    time.sleep(5)   # (down for a while, as a crashed host)
+    cluster("start", name, env=env)
+
+
+def _shipped_python_runs_under_a_worker() -> bool:
+    """A Python worker of an executor runs the interpreter unpacked in its worker's directory."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            exe = os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            continue
+        if exe.startswith(str(CLUSTER / "spark")) and "/dblog_env/" in exe:
+            return True
+    return False
+
+
+@pytest.mark.timeout(1500)
+def test_the_pipeline_on_celery_and_a_spark_cluster_converges_under_writes_through_a_worker_and_a_zookeeper_leader_killed(
+        mariadb, postgres, spark_cluster, tmp_path, monkeypatch):
+    sources = (mariadb, postgres)
+    tag, hosts = mariadb.tag, zookeeper_hosts()
+    bucket = f"c-{tag}"
+    for s in sources:   # one deployment: one chroot on the ensemble, one staged log
+        s.zk_hosts, s.chroot, s.staging = hosts, f"/cluster_{tag}", f"s3://{bucket}/staged"
+    settings_ = {**spark_cluster, "DBLOG_WAREHOUSE": f"s3://{bucket}/wh",
+                 "DBLOG_ICEBERG_CATALOG": _database(f"catalog_{tag}"), "DBLOG_DUMP_READER": "spark"}
+    for name, value in settings_.items():
+        if name != "AIRFLOW_CONN_DBLOG_ZOOKEEPER":   # (the sources' own: their chroot on the ensemble)
             monkeypatch.setenv(name, value)
-    warehouse = Warehouse(f"s3://{bucket}/wh")
-    src.workload(seed=7, rows=400).create()
-    src.start_capture()
-    writer = src.spawn_workload(seconds=3600, seed=8, rate=100)
-    # The dump's windows are read by executors on one worker, the continuous merge runs on the other.
-    dump = src.spawn("dump", "--source", src.source_id, "--all", "--chunk-size", "200", output=tmp_path / "dump.log")
-    merging = src.spawn("merge", "--source", src.source_id, "--continuous", "--every", "2",
-                        output=tmp_path / "merge.log")
-    assert dump.wait(300) == 0, (tmp_path / "dump.log").read_text()[-3000:]
-    writer.terminate(); writer.wait()
-    settle(src)
+    warehouse = Warehouse(settings_["DBLOG_WAREHOUSE"])
+    for n, s in enumerate(sources):   # tables made after the capture's start: order_lines comes by the stream
+        s.dblog("capture", "--init", "--source", s.source_id, check=True)
+        s.workload(seed=7 + n, rows=ROWS).create()
+    airflow = {**mariadb.env, **settings_, f"AIRFLOW_CONN_{postgres.source_id.upper()}": postgres.uri,
+               "DBLOG_SOURCES": f"{mariadb.source_id},{postgres.source_id}",
+               "AIRFLOW_CONN_DBLOG_ZOOKEEPER": ensemble_connection(hosts, mariadb.chroot),
+               "DBLOG_CLUSTER_AIRFLOW_DB": f"airflow_{tag}", "DBLOG_CAPTURE_SLICE_SECONDS": "30",
+               "DBLOG_CAPTURE_STOPPED_GRACE_SECONDS": "180", "DBLOG_MERGE_SLICE_SECONDS": "120",
+               "DBLOG_FULL_REFRESH_SCHEDULE": "", "DBLOG_VERIFY_SCHEDULE": "", "DBLOG_MAINTENANCE_SCHEDULE": "",
+               "DBLOG_DUMP_POOL_SLOTS": "1"}   # (a Spark application per dump task: one core each)
+    cluster("start", "airflow", env=airflow)
+    try:
+        _run(sources, airflow, warehouse, tmp_path)
+    finally:
+        cluster("stop", "airflow", env=airflow)
 
-    def converged() -> bool:
-        assert merging.poll() is None, (tmp_path / "merge.log").read_text()[-3000:]
-        return all(warehouse.load(src.source_id, src.table(t)) is not None and
-                   compare_warehouse(src.source(), warehouse, src.table(t)).equal for t in TABLES)
-    wait_for(converged, 300, interval=2, what="the continuous merge on the cluster to bring the tables to the source")
-    merging.terminate()
-    assert merging.wait(120) == 0, (tmp_path / "merge.log").read_text()[-3000:]
-    assert_warehouse_equals_source(src, warehouse)   # pyiceberg and DuckDB (httpfs + an S3 secret)
-    for t in TABLES:
-        table = warehouse.load(src.source_id, src.table(t))
-        assert table.metadata_location.startswith(f"s3://{bucket}/wh/"), table.metadata_location
-    verify = src.dblog("verify", "--source", src.source_id, timeout=600)
+
+def _run(sources, airflow: dict, warehouse: Warehouse, tmp_path: Path) -> None:
+    mariadb, postgres = sources
+    url = airflow_url()
+    token = requests.post(f"{url}/auth/token", json={"username": USER, "password": PASSWORD}, timeout=30).json()[
+        "access_token"]
+    api = Standalone(url, token, mariadb, warehouse.root, None, CLUSTER / "airflow" / "logs")
+    wait_for(lambda: api.api("GET", "/dags/dblog_dump").ok, 180, interval=1, what="the DAG processor to parse dblog_dump")
+    writers = [s.spawn_workload(seconds=3600, seed=20 + n, rate=RATE) for n, s in enumerate(sources)]
+    history, went_back = PositionHistory(), []
+    with mariadb.store() as store, CaptureProbe(store, mariadb.source_id) as probe:
+        wait_for(lambda: probe.leaders(), 240, interval=1, what="the capture DAG to capture on a Celery worker")
+        runs = {}
+        for s in sources:   # accounts by the dump, windows a second apart: a worker dies while they run
+            run = api.api("POST", "/dags/dblog_dump/dagRuns", json={"logical_date": None, "conf": {
+                "source": s.source_id, "tables": ["accounts"], "chunk_size": CHUNK, "delay_seconds": 1}})
+            assert run.status_code == 200, run.text
+            runs[s.source_id] = run.json()["dag_run_id"]
+
+        def dumping() -> tuple[str, str] | None:
+            for source_id, run_id in runs.items():
+                for ti in _task_instances(api, run_id):
+                    if ti["task_id"].endswith("dump_table") and ti["state"] == "running" and ti["hostname"]:
+                        return source_id, ti["hostname"]
+            return None
+        victim_source, victim = wait_for(dumping, 300, interval=0.5, what="a dump task running on a Celery worker")
+        cluster("kill", victim)   # the Celery worker and every task it runs, as a crashed host
+        leader = wait_for(zookeeper_leader, 30, interval=0.5, what="the ZooKeeper ensemble's leader")
+        cluster("kill", leader)
+        wait_for(lambda: zookeeper_leader() not in (None, leader), 60, interval=0.5, what="the ensemble to elect another leader")
+        cluster("start", leader, env=airflow)
+        if LONG:   # a Spark worker and its executors, mid-window (the dumps read on Spark)
+            _kill_and_restart("worker1", airflow)
+        assert wait_for(lambda: _shipped_python_runs_under_a_worker(), 300, interval=1,
+                        what="an executor's Python from the shipped environment")
+        for source_id, run_id in runs.items():
+            assert api.wait_for_run("dblog_dump", run_id, timeout=900) == "success", \
+                api.task_log("dblog_dump", run_id, f"{source_id}.dump_table")[-3000:]
+        # The killed worker's dump task was failed by the scheduler and retried on the other worker.
+        retried = [ti for ti in _task_instances(api, runs[victim_source])
+                   if ti["task_id"].endswith("dump_table") and ti["try_number"] > 1]
+        assert retried and all(ti["hostname"] != victim and ti["state"] == "success" for ti in retried), retried
+        cluster("start", victim, env=airflow)
+        if LONG:   # mid-merge (the continuous merge runs on), then the object store
+            _kill_and_restart("worker2", airflow)
+            subprocess.run(["bash", str(ROOT / "scripts/services.sh"), "stop", "seaweedfs"], check=True,
+                           capture_output=True)
+            subprocess.run(["bash", str(ROOT / "scripts/services.sh"), "start", "seaweedfs"], check=True,
+                           capture_output=True)
+        for w in writers:
+            w.terminate(); w.wait()
+        for s in sources:
+            settle(s)
+
+        def converged() -> bool:
+            for s in sources:
+                went_back.extend(history.observe(warehouse, s.source_id))
+            return all(warehouse.load(s.source_id, s.table(t)) is not None and
+                       compare_warehouse(s.source(), warehouse, s.table(t)).equal for s in sources for t in TABLES)
+        wait_for(converged, 420, interval=3, what="the continuous merge on the cluster to bring both sources' tables")
+        report = probe.report()
+        captures = api.api("GET", "/dags/dblog_capture/dagRuns/~/taskInstances", params={"limit": 200}).json()[
+            "task_instances"]
+    assert not went_back, went_back[:5]   # no key ever went back in time across the warehouse's versions
+    for s in sources:
+        assert_warehouse_equals_source(s, warehouse)   # pyiceberg and DuckDB (httpfs + an S3 secret)
+        for t in TABLES:
+            assert warehouse.load(s.source_id, s.table(t)).metadata_location.startswith(warehouse.root + "/")
+    verify = mariadb.dblog("verify", "--source", mariadb.source_id, timeout=600)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert not (tmp_path / "warehouse").exists() and not (tmp_path / "staging").exists()
-    # The executors ran in the workers' directories, from the shipped environment and code.
-    probe = subprocess.run([sys.executable, "-c", PROBE], env={**src.env, "PYTHONPATH": str(ROOT / "include")},
-                           capture_output=True, text=True, timeout=300)
-    assert probe.returncode == 0, probe.stderr[-3000:]
-    seen = json.loads(probe.stdout.strip().splitlines()[-1])
-    workers = [str(CLUSTER / "spark" / f"worker{n}") for n in (1, 2)]
-    for r in seen:
-        assert r["cwd"].startswith(tuple(workers)), r
-        assert r["executable"].startswith(r["cwd"] + "/dblog_env/"), r   # not the driver's virtualenv
-        assert r["dblog"].startswith("./dblog.zip/"), r   # the shipped code, in the executor's directory
+    ran_on = {ti["hostname"] for ti in captures if ti["hostname"]}
+    assert ran_on <= {"celery1", "celery2"} and ran_on, ran_on   # every task on a Celery worker
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "cluster-handovers.json").write_text(json.dumps({
+        "summary": report.summary(), "killed_worker": victim, "killed_zookeeper_leader": leader,
+        "capture_slices_per_worker": {w: sum(ti["hostname"] == w for ti in captures) for w in sorted(ran_on)},
+        "handover_gaps_s": [h.gap_s for h in report.handovers]}, indent=1))
+    print(f"\ncluster: {report.summary()}; capture slices per worker "
+          f"{ {w: sum(ti['hostname'] == w for ti in captures) for w in sorted(ran_on)} }")
+

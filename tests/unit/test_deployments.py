@@ -39,6 +39,22 @@ def test_the_environment_names_the_deployment_for_every_process(monkeypatch):
             deployment_id()
 
 
+def test_an_ensemble_in_airflow_s_json_connection_form_names_the_same_deployment_and_hosts(monkeypatch):
+    from dblog.connections import connection_uri, zookeeper
+    from dblog_airflow.local import ensemble_connection
+    monkeypatch.setenv("AIRFLOW_CONN_DBLOG_ZOOKEEPER", ensemble_connection("zk1:2181,zk2:2181,zk3:2181", "/prod"))
+    assert deployment_id() == "prod"
+    assert zookeeper().hosts == "zk1:2181,zk2:2181,zk3:2181" and zookeeper().chroot == "/prod"
+    monkeypatch.setenv("AIRFLOW_CONN_SRC", '{"conn_type": "postgres", "host": "db", "port": 5432, "login": "u", '
+                                           '"password": "p@ss/w", "schema": "shop", "extra": {"schema": "public"}}')
+    source = source_from_uri("src", connection_uri("src"))
+    assert source.dsn["host"] == "db" and source.dsn["port"] == 5432 and source.dsn["password"] == "p@ss/w"
+    assert source.schema == "public"
+    monkeypatch.setenv("AIRFLOW_CONN_SRC", '{"conn_type": "postgres"')
+    with pytest.raises(ConfigError, match="AIRFLOW_CONN_SRC is neither a URI nor valid JSON"):
+        connection_uri("src")
+
+
 def test_a_long_chroot_gives_a_short_distinct_deployment_id_that_fits_the_watermark_id_column():
     a = deployment_id("zookeeper://zk:2181/warehouse/deployments/europe-west-1")
     b = deployment_id("zookeeper://zk:2181/warehouse/deployments/europe-west-2")

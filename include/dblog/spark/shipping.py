@@ -42,8 +42,9 @@ def cluster_conf(archive: str) -> dict[str, str]:
 def start(builder: SparkSession.Builder) -> SparkSession:
     """The session of `builder` (set with `cluster_conf`), its executors given dblog's code. A
     Python worker runs `./dblog_env/bin/python` relative to its JVM's directory: an executor's is
-    its work directory, where the archive is unpacked; the driver's is made a directory of its own
-    holding a link to the driver's unpacked copy (a JVM started before keeps its directory)."""
+    its work directory, where the archive is unpacked; the driver's gets a link to the driver's
+    unpacked copy. A JVM this process starts runs in a directory made for it; one spark-submit
+    started first keeps spark-submit's directory (the merge task runs it in the job's own)."""
     home = tempfile.mkdtemp(prefix="dblog-driver-")
     before = os.getcwd()
     os.chdir(home)   # the JVM the builder starts inherits it; this process goes back at once
@@ -51,9 +52,13 @@ def start(builder: SparkSession.Builder) -> SparkSession:
         spark = builder.getOrCreate()
     finally:
         os.chdir(before)
+    jvm_dir = spark.sparkContext._jvm.java.lang.System.getProperty("user.dir")  # type: ignore[union-attr]
     unpacked = os.path.join(SparkFiles.getRootDirectory(), ENV_NAME)
-    if os.path.isdir(unpacked) and not os.path.exists(os.path.join(home, ENV_NAME)):
-        os.symlink(unpacked, os.path.join(home, ENV_NAME))
+    if jvm_dir and os.path.realpath(jvm_dir) != os.path.realpath(home):
+        os.rmdir(home)   # (spark-submit's JVM: it never entered this one)
+    link = os.path.join(jvm_dir or home, ENV_NAME)
+    if os.path.isdir(unpacked) and not os.path.lexists(link):
+        os.symlink(unpacked, link)
     spark.sparkContext.addPyFile(code_zip())   # executors import dblog from it, never from the checkout
     return spark
 

@@ -12,6 +12,7 @@ rows and rows dropped in windows, as recorded in ZooKeeper by whichever merges t
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -139,7 +140,10 @@ class MergeOperator(SparkSubmitOperator):
             report = self.prepare_submit(tmp, sources)
             self._hook = None
             try:
-                super().execute(context)
+                # spark-submit (so the driver's JVM) runs in the job's own directory: on a cluster,
+                # the driver's link to the shipped environment goes there (dblog.spark.shipping).
+                with contextlib.chdir(tmp):
+                    super().execute(context)
             except Exception as exc:  # spark-submit exited non-zero: the job's report says why
                 said = MergeReport.read(report) if os.path.exists(report) else None
                 if said is None or said.error == "":   # the job never said why: spark-submit's own error

@@ -1,0 +1,59 @@
+"""The cluster of `make cluster` as a test drives it (scripts/cluster.sh): its settings, its Airflow
+on Celery started with a test's own sources, and the faults a test injects (kill -9 of a process
+group, as a crashed host would; the ZooKeeper leader found by asking each node)."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from conftest import ROOT
+
+CLUSTER = ROOT / ".local" / "cluster"
+SCRIPT = str(ROOT / "scripts" / "cluster.sh")
+
+
+def cluster(*args: str, env: dict | None = None, timeout: float = 300) -> str:
+    """Run `scripts/cluster.sh ARGS`; fail with its output when it fails."""
+    done = subprocess.run(["bash", SCRIPT, *args], env=env or os.environ.copy(), capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, f"cluster.sh {' '.join(args)}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+    return done.stdout
+
+
+def settings() -> dict[str, str]:
+    """What `cluster.sh env` prints: the ensemble, the Spark master, the broker."""
+    return dict(line.split("=", 1) for line in cluster("env").split())
+
+
+def airflow_url() -> str:
+    return settings()["AIRFLOW__API__BASE_URL"]
+
+
+def zookeeper_hosts() -> str:
+    return settings()["AIRFLOW_CONN_DBLOG_ZOOKEEPER"].split("://", 1)[1].split("/", 1)[0]
+
+
+def zookeeper_leader() -> str | None:
+    """The ensemble's leader node (zk1..zk3), from each node's `srvr` answer (None while none leads)."""
+    import socket
+    for n, hostport in enumerate(zookeeper_hosts().split(","), 1):
+        host, port = hostport.split(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=2) as s:
+                s.sendall(b"srvr")
+                answer = s.makefile().read()
+        except OSError:
+            continue
+        if "Mode: leader" in answer:
+            return f"zk{n}"
+    return None
+
+
+def worker_of(pid: int) -> str | None:
+    """The Celery worker (celery1, celery2) a task process runs under: its working directory."""
+    try:
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        return None
+    return cwd.name if cwd.parent == CLUSTER / "airflow" else None
