@@ -11,9 +11,25 @@ COMPOSE = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())
 SERVICES = COMPOSE["services"]
 
 
-def test_compose_runs_every_part_the_issue_names():
-    assert {"mariadb", "postgres", "zookeeper", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor",
-            "airflow-triggerer", "spark-master", "spark-worker"} <= set(SERVICES)
+def test_compose_runs_every_part_of_the_cluster_topology():
+    assert {"mariadb", "postgres", "zookeeper-1", "zookeeper-2", "zookeeper-3", "redis", "seaweedfs",
+            "airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer",
+            "airflow-worker", "spark-master", "spark-worker"} <= set(SERVICES)
+    assert SERVICES["airflow-worker"]["deploy"]["replicas"] == SERVICES["spark-worker"]["deploy"]["replicas"] == 2
+
+
+def test_compose_shares_no_volume_between_containers_and_names_the_whole_ensemble():
+    """Parts reach each other through their servers only (the staged log and warehouse on S3)."""
+    import json
+
+    from dblog.connections import zookeeper
+    named = [v.split(":")[0] for s in SERVICES.values() for v in s.get("volumes", []) if not v.startswith(".")]
+    assert len(named) == len(set(named)), named
+    env = SERVICES["airflow-scheduler"]["environment"]
+    assert env["DBLOG_STAGING"].startswith("s3://") and env["DBLOG_WAREHOUSE"].startswith("s3://")
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+    hosts = json.loads(env["AIRFLOW_CONN_DBLOG_ZOOKEEPER"])["host"]
+    assert zookeeper(f"zookeeper://{hosts}/dblog").hosts == ",".join(f"zookeeper-{n}:2181" for n in (1, 2, 3))
 
 
 def test_airflow_containers_mount_the_project_folders_and_use_the_local_connection_ids():

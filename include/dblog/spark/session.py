@@ -39,12 +39,13 @@ def session(app: str = "dblog", master: str | None = None, conf: dict[str, str] 
     master = master or tuned.master
     if master:
         builder = builder.master(master)
+    remote = shipping.remote(master) or bool(tuned.executor_env)
     # Under spark-submit the driver is already running: its memory is spark-submit's (the merge task
     # passes the same setting as --driver-memory).
     options = {**SETTINGS, "spark.sql.shuffle.partitions": str(tuned.shuffle_partitions),
                "spark.driver.memory": tuned.driver_memory,
                **({"spark.cores.max": str(tuned.cores_max)} if tuned.cores_max else {}),
-               **(shipping.cluster_conf(tuned.executor_env) if tuned.executor_env else {}), **(conf or {})}
+               **(shipping.cluster_conf(tuned.executor_env) if remote else {}), **(conf or {})}
     if tuned.executor_env:   # (PySpark takes the executors' Python from the variable, not the conf)
         os.environ["PYSPARK_PYTHON"] = shipping.EXECUTOR_PYTHON
     elif not os.environ.get("PYSPARK_PYTHON"):
@@ -54,6 +55,6 @@ def session(app: str = "dblog", master: str | None = None, conf: dict[str, str] 
         os.environ["PYSPARK_PYTHON"] = sys.executable
     for k, v in options.items():
         builder = builder.config(k, v)
-    spark = shipping.start(builder) if tuned.executor_env else builder.getOrCreate()
+    spark = shipping.start(builder, bool(tuned.executor_env)) if remote else builder.getOrCreate()
     spark.sparkContext.setLogLevel(tuned.log_level)
     return spark

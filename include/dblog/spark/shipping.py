@@ -1,9 +1,11 @@
 """What a job ships to executors on a cluster: dblog's code, its Python environment, its settings.
 
 An executor on another machine has neither the driver's checkout nor its virtualenv, nor its
-environment variables. So a session on a cluster (`DBLOG_SPARK_EXECUTOR_ENV` set)
-- ships an archive of the executors' environment (`spark.archives`, unpacked in each executor's
-  work directory as `dblog_env`) and runs their Python from it;
+environment variables. So a session on a cluster (a master that is not `local`, or
+`DBLOG_SPARK_EXECUTOR_ENV` set)
+- ships an archive of the executors' environment when `DBLOG_SPARK_EXECUTOR_ENV` names one
+  (`spark.archives`, unpacked in each executor's work directory as `dblog_env`) and runs their
+  Python from it (without it, the workers' image has the environment: `PYSPARK_PYTHON`);
 - ships dblog's own code as a zip built from the running package (`addPyFile`), so driver and
   executors run the same code;
 - gives the driver's own Python workers (Spark plans a Python data source in one) the same
@@ -30,21 +32,35 @@ FORWARDED = ("DBLOG_", "AWS_", "AIRFLOW_CONN_")
 REDACTION = r"(?i)secret|password|token|access[.]key|airflow_conn|://[^/@]*:[^/@]*@"
 
 
-def cluster_conf(archive: str) -> dict[str, str]:
-    """The session's settings that ship the environment `archive` and dblog's settings."""
-    conf = {"spark.archives": f"{archive}#{ENV_NAME}", "spark.redaction.regex": REDACTION}
+def remote(master: str | None) -> bool:
+    """Whether the session's executors run elsewhere: its master (None: spark-submit's, read from
+    the JVM that started this process; a session this process starts itself then is local)."""
+    if master is None and os.environ.get("PYSPARK_GATEWAY_PORT"):   # under spark-submit
+        from pyspark import SparkConf
+        master = SparkConf().get("spark.master", None)
+    return bool(master) and not str(master).startswith("local")
+
+
+def cluster_conf(archive: str | None) -> dict[str, str]:
+    """The session's settings that ship dblog's settings and the environment `archive` (if any)."""
+    conf = {"spark.redaction.regex": REDACTION, **({"spark.archives": f"{archive}#{ENV_NAME}"} if archive else {})}
     for name, value in os.environ.items():
         if name.startswith(FORWARDED) and name != "DBLOG_SPARK_EXECUTOR_ENV":
             conf[f"spark.executorEnv.{name}"] = value
     return conf
 
 
-def start(builder: SparkSession.Builder) -> SparkSession:
+def start(builder: SparkSession.Builder, archive: bool = True) -> SparkSession:
     """The session of `builder` (set with `cluster_conf`), its executors given dblog's code. A
     Python worker runs `./dblog_env/bin/python` relative to its JVM's directory: an executor's is
     its work directory, where the archive is unpacked; the driver's gets a link to the driver's
     unpacked copy. A JVM this process starts runs in a directory made for it; one spark-submit
-    started first keeps spark-submit's directory (the merge task runs it in the job's own)."""
+    started first keeps spark-submit's directory (the merge task runs it in the job's own).
+    Without an `archive`, only the code is shipped."""
+    if not archive:
+        spark = builder.getOrCreate()
+        spark.sparkContext.addPyFile(code_zip())
+        return spark
     home = tempfile.mkdtemp(prefix="dblog-driver-")
     before = os.getcwd()
     os.chdir(home)   # the JVM the builder starts inherits it; this process goes back at once
