@@ -4,11 +4,11 @@ VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
 .PHONY: install up down status test unit demo airflow merge verify bench load chaos soak growth bulk lock clean \
-	cluster cluster-down cluster-faults executor-env
+	cluster cluster-down cluster-faults bench-cluster executor-env
 
 # These run against the local services of `make up`: settings left unset (connections, staging and
 # warehouse roots) fall back to them. Elsewhere dblog refuses to guess and names what to set.
-test unit demo airflow merge verify bench load chaos soak growth bulk cluster-faults: export DBLOG_LOCAL = 1
+test unit demo airflow merge verify bench load chaos soak growth bulk cluster-faults bench-cluster: export DBLOG_LOCAL = 1
 
 install:
 	@bash scripts/install.sh
@@ -92,6 +92,10 @@ cluster-down:
 # make cluster-faults: the cluster test's long form (tests/spark/test_cluster.py): 2,000-row tables
 # under 100 writes/s per source, a Celery worker, the ZooKeeper leader, a Spark worker mid-window
 # and one mid-merge killed, the S3 server restarted; figures in .local/test-output/cluster-handovers.json
+# make bench-cluster: dump rows/s and merge time on one Spark worker against two (bench/cluster_bench.py)
+bench-cluster: up executor-env
+	$(VENV)/python bench/cluster_bench.py
+
 cluster-faults: up executor-env
 	DBLOG_CLUSTER_FAULTS=all $(VENV)/pytest -q -s -p no:cacheprovider tests/spark/test_cluster.py
 

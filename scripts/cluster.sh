@@ -22,6 +22,7 @@ ZK_BASE=${DBLOG_CLUSTER_ZK_PORT:-2281}      # zkN: client ZK_BASE+N-1, peer ZK_B
 SPARK_PORT=${DBLOG_CLUSTER_SPARK_PORT:-7177}
 REDIS_PORT=${DBLOG_CLUSTER_REDIS_PORT:-6479}
 AIRFLOW_PORT=${DBLOG_CLUSTER_AIRFLOW_PORT:-8193}
+WORKER_CORES=${DBLOG_CLUSTER_WORKER_CORES:-1}   # each Spark worker's
 AIRFLOW_DB=${DBLOG_CLUSTER_AIRFLOW_DB:-airflow_cluster}
 AIRFLOW_PARTS="api-server scheduler dag-processor triggerer celery1 celery2"
 SPARK_HOME=$("$ROOT/.venv/bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
@@ -96,7 +97,7 @@ worker_up() {  # worker_up N: its own work directory (application files, executo
   # SPARK_LOCAL_DIRS: shuffle and block files stay in the worker's own directory too.
   SPARK_LOCAL_DIRS=$dir/tmp SPARK_WORKER_DIR=$dir/work setsid "$SPARK_HOME/bin/spark-class" \
     org.apache.spark.deploy.worker.Worker "spark://127.0.0.1:$SPARK_PORT" --host 127.0.0.1 \
-    --cores 1 --memory 1g --work-dir "$dir/work" --webui-port $((SPARK_PORT + 1003 + n)) \
+    --cores "$WORKER_CORES" --memory 1g --work-dir "$dir/work" --webui-port $((SPARK_PORT + 1003 + n)) \
     </dev/null >"$dir/worker.log" 2>&1 &
   echo $! >"$dir/worker.pid"
 }
@@ -108,7 +109,7 @@ spark_up() {
   master_up
   for n in 1 2; do worker_up "$n"; done
   wait_for "two spark workers" 90 workers_registered 2
-  log "spark master up on spark://127.0.0.1:$SPARK_PORT with 2 workers (1 core, 1 GB each)"
+  log "spark master up on spark://127.0.0.1:$SPARK_PORT with 2 workers ($WORKER_CORES core(s), 1 GB each)"
 }
 
 redis_up() {
