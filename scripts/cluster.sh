@@ -38,13 +38,21 @@ wait_for() {  # wait_for NAME SECONDS CMD...
   for _ in $(seq $((secs * 10))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
   die "$name did not become ready in ${secs}s; see its log under $C"
 }
-stop_group() {  # stop_group NAME PIDFILE: the process group started under setsid
+session_pids() {  # every process of the session started under setsid (Airflow's task runners have
+  ps -eo pid=,sid= | awk -v s="$1" '$2 == s {print $1}'   # groups of their own in it)
+}
+stop_group() {  # stop_group NAME PIDFILE: the session started under setsid
   alive "$2" || return 0
   local pid; pid=$(head -n1 "$2")
   kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid"
-  for _ in $(seq 200); do kill -0 "$pid" 2>/dev/null || { log "$1 stopped"; rm -f "$2"; return; }; sleep 0.1; done
-  kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-  rm -f "$2"; log "$1 killed"
+  for _ in $(seq 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  local left; left=$(session_pids "$pid")
+  if kill -0 "$pid" 2>/dev/null || [ -n "$left" ]; then
+    session_pids "$pid" | xargs -r kill -KILL 2>/dev/null || true
+    rm -f "$2"; log "$1 killed"
+  else
+    rm -f "$2"; log "$1 stopped"
+  fi
 }
 
 zk_hosts() { echo "127.0.0.1:$ZK_BASE,127.0.0.1:$((ZK_BASE + 1)),127.0.0.1:$((ZK_BASE + 2))"; }
@@ -124,10 +132,13 @@ redis_up() {
 }
 
 airflow_env() {
-  # shellcheck disable=SC1090
-  eval "$(PYTHONPATH="$ROOT/plugins:$ROOT/include" "$ROOT/.venv/bin/python" -m dblog_airflow.local --celery \
+  local out
+  out=$(PYTHONPATH="$ROOT/plugins:$ROOT/include" "$ROOT/.venv/bin/python" -m dblog_airflow.local --celery \
     --home "$C/airflow" --port "$AIRFLOW_PORT" --broker "redis://127.0.0.1:$REDIS_PORT/0" \
-    --spark-master "spark://127.0.0.1:$SPARK_PORT" --zookeeper "$(zk_hosts)" --database "$AIRFLOW_DB")"
+    --spark-master "spark://127.0.0.1:$SPARK_PORT" --zookeeper "$(zk_hosts)" --database "$AIRFLOW_DB") \
+    || die "the cluster's Airflow settings failed (is PostgreSQL up? make up)"
+  # shellcheck disable=SC1090
+  eval "$out"
 }
 airflow_part_up() {  # airflow_part_up NAME: one Airflow process, in its own directory
   local name=$1 dir=$C/airflow/$1
@@ -168,9 +179,9 @@ airflow_down() {
   for part in $AIRFLOW_PARTS; do stop_group "airflow $part" "$C/airflow/$part/pid"; done
 }
 
-kill_group() {  # kill_group NAME PIDFILE: kill -9, as a crashed host would
+kill_group() {  # kill_group NAME PIDFILE: kill -9 of its whole session, as a crashed host would
   alive "$2" || die "$1 is not running"
-  kill -KILL -- "-$(head -n1 "$2")" 2>/dev/null || true
+  session_pids "$(head -n1 "$2")" | xargs -r kill -KILL 2>/dev/null || true
   rm -f "$2"; log "$1 killed (-9)"
 }
 pidfile() {
@@ -209,7 +220,9 @@ case "${1:-}" in
     stop_group redis "$C/redis/redis.pid" ;;
   start) one up "${2:-}" ;;
   stop) one down "${2:-}" ;;
-  kill) kill_group "${2:-}" "$(pidfile "${2:-}")" ;;
+  kill)
+    if [ "${2:-}" = airflow ]; then for part in $AIRFLOW_PARTS; do kill_group "airflow $part" "$C/airflow/$part/pid"; done
+    else pf=$(pidfile "${2:-}") || exit 1; kill_group "${2:-}" "$pf"; fi ;;
   env)
     echo "AIRFLOW_CONN_DBLOG_ZOOKEEPER=zookeeper://$(zk_hosts)/dblog"
     echo "DBLOG_SPARK_MASTER=spark://127.0.0.1:$SPARK_PORT"

@@ -75,9 +75,10 @@ def celery_settings(home: Path, port: int, broker: str, spark_master: str, zooke
     secret = home / "secret"
     if not secret.exists():   # one secret that every process signs and checks the tasks' tokens with
         import secrets
-        home.mkdir(parents=True, exist_ok=True)
-        secret.write_text(secrets.token_hex(32))
-        secret.chmod(0o600)
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)   # never readable by others
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
     # Nothing on a shared disk: the staged log and the warehouse on S3, the catalog on PostgreSQL,
     # the executors' Python shipped with each job (`make executor-env`).
     defaults = {**settings(home), **s3_env(), "AIRFLOW_CONN_DBLOG_ZOOKEEPER": ensemble_connection(zookeeper),

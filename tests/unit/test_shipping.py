@@ -8,8 +8,7 @@ import zipfile
 from dblog.spark import shipping
 
 
-def test_only_a_master_that_is_not_local_runs_executors_elsewhere(monkeypatch):
-    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+def test_only_a_master_that_is_not_local_runs_executors_elsewhere():
     assert shipping.remote("spark://master:7077") and shipping.remote("k8s://https://api:6443")
     assert not shipping.remote("local[2]") and not shipping.remote(None)
 

@@ -1,8 +1,8 @@
 """What a job ships to executors on a cluster: dblog's code, its Python environment, its settings.
 
 An executor on another machine has neither the driver's checkout nor its virtualenv, nor its
-environment variables. So a session on a cluster (a master that is not `local`, or
-`DBLOG_SPARK_EXECUTOR_ENV` set)
+environment variables. So a session on a cluster (`DBLOG_SPARK_MASTER` or the session's master not
+`local`, or `DBLOG_SPARK_EXECUTOR_ENV` set)
 - ships an archive of the executors' environment when `DBLOG_SPARK_EXECUTOR_ENV` names one
   (`spark.archives`, unpacked in each executor's work directory as `dblog_env`) and runs their
   Python from it (without it, the workers' image has the environment: `PYSPARK_PYTHON`);
@@ -33,11 +33,10 @@ REDACTION = r"(?i)secret|password|token|access[.]key|airflow_conn|://[^/@]*:[^/@
 
 
 def remote(master: str | None) -> bool:
-    """Whether the session's executors run elsewhere: its master (None: spark-submit's, read from
-    the JVM that started this process; a session this process starts itself then is local)."""
-    if master is None and os.environ.get("PYSPARK_GATEWAY_PORT"):   # under spark-submit
-        from pyspark import SparkConf
-        master = SparkConf().get("spark.master", None)
+    """Whether the session's executors run elsewhere: a master that is not `local`. Under
+    spark-submit this process does not know the master (its SparkConf is empty until the context
+    starts): set DBLOG_SPARK_MASTER beside the `spark_default` connection, or an executors'
+    environment (DBLOG_SPARK_EXECUTOR_ENV), which implies a cluster."""
     return bool(master) and not str(master).startswith("local")
 
 
