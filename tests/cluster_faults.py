@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
 
 from conftest import ROOT
 
@@ -49,11 +48,3 @@ def zookeeper_leader() -> str | None:
             return f"zk{n}"
     return None
 
-
-def worker_of(pid: int) -> str | None:
-    """The Celery worker (celery1, celery2) a task process runs under: its working directory."""
-    try:
-        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
-    except OSError:
-        return None
-    return cwd.name if cwd.parent == CLUSTER / "airflow" else None
