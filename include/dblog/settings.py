@@ -12,6 +12,7 @@ Import-light on purpose: DAG files import it while the scheduler parses them.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import re
@@ -43,6 +44,7 @@ class Spec:
     pattern: str | None = None
     accepts: str = ""  # what a free-text setting takes, for docs/configuration.md
     same_as: str | None = None  # "group.field" whose value this one takes unless its variable is set
+    string_map: bool = False  # a JSON object of strings (empty: none)
 
 
 def setting(default: Any, env: str, help: str, **spec: Any) -> Any:
@@ -194,6 +196,11 @@ class Warehouse:
     catalog_name: str = setting(
         "dblog", "DBLOG_ICEBERG_CATALOG_NAME", "the catalog's name (a JDBC catalog's `catalog_name`: Spark and "
         "Trino must use the same)", pattern=r"[A-Za-z_][A-Za-z0-9_]{0,63}", accepts="letters, digits and `_`")
+    catalog_properties: str = setting(
+        "", "DBLOG_ICEBERG_CATALOG_PROPERTIES", "the catalog's properties besides its URI, as pyiceberg names "
+        "them: a REST catalog's `warehouse` (else the warehouse root), SigV4 signing (`rest.sigv4-enabled`, "
+        "`rest.signing-name`, `rest.signing-region`), `credential`, `token` (see The warehouse)",
+        string_map=True, accepts='a JSON object of strings, such as `{"rest.sigv4-enabled": "true"}`')
     keep_seconds: float = setting(
         14_400.0, "DBLOG_WAREHOUSE_KEEP_SECONDS", "how long `dblog maintain` keeps replaced snapshots (long "
         "queries and time travel read them)", minimum=0, maximum=31_536_000)
@@ -384,6 +391,8 @@ class Settings:
             raise _refused(spec, shown, f"set one of {', '.join(spec.choices)}")
         if spec.pattern and not re.fullmatch(spec.pattern, value, re.I):
             raise _refused(spec, shown, f"set a value matching {spec.pattern}, such as {_SPECS[name][1]}")
+        if spec.string_map and value and string_map(value) is None:
+            raise _refused(spec, shown, f"set {spec.accepts}")
         low, high = self.bounds(name)
         if low is not None and not low <= value <= high:
             limits = [_SPECS[b][0].env for b in (spec.minimum, spec.maximum) if isinstance(b, str)]
@@ -436,6 +445,18 @@ def _parse(spec: Spec, raw: str, default: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):  # NaN passes no range check
         raise _refused(spec, f"{spec.env}={raw!r}", "set a finite number")
     return value
+
+
+def string_map(text: str) -> dict[str, str] | None:
+    """A JSON object whose values are all strings, as a dict (empty text: empty); None: it is not one."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    return value if ok else None
 
 
 def _refused(spec: Spec, shown: str, fix: str) -> ConfigError:

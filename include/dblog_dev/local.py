@@ -8,6 +8,7 @@ from a container, where the services are `mariadb` and `postgres`; libpq reads P
 """
 from __future__ import annotations
 
+import json
 import os
 
 # Only the engine's lowest module: `dblog.connections` imports this one when DBLOG_LOCAL=1 asks.
@@ -85,6 +86,23 @@ def s3_env() -> dict[str, str]:
                           "`scripts/services.sh start seaweedfs` (it generates them)") from None
     return {"DBLOG_S3_ENDPOINT": f"http://{HOST}:{s3_port()}", "DBLOG_S3_REGION": "us-east-1",
             "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
+
+
+def s3_rest_catalog(bucket: str) -> dict[str, str]:
+    """The settings that put the warehouse in SeaweedFS's Iceberg REST catalog (services.sh runs it on
+    the S3 port + 3), in the table bucket `bucket`, made here through the S3 Tables API as AWS's
+    is: requests signed with SigV4 for `s3tables`, the bucket's URI as the catalog's warehouse."""
+    import boto3
+    env = s3_env()
+    client = boto3.client("s3tables", endpoint_url=env["DBLOG_S3_ENDPOINT"], region_name=env["DBLOG_S3_REGION"],
+                          aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
+    if bucket not in {b["name"] for b in client.list_table_buckets()["tableBuckets"]}:
+        client.create_table_bucket(name=bucket)
+    properties = {"warehouse": f"s3://{bucket}/", "rest.sigv4-enabled": "true", "rest.signing-name": "s3tables",
+                  "rest.signing-region": env["DBLOG_S3_REGION"]}
+    return {**env, "DBLOG_WAREHOUSE": f"s3://{bucket}/", "DBLOG_ICEBERG_CATALOG": f"http://{HOST}:{s3_port() + 3}",
+            "DBLOG_ICEBERG_CATALOG_PROPERTIES": json.dumps(properties)}
 
 
 def s3_probe() -> None:

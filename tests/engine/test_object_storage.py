@@ -12,7 +12,6 @@ import pytest
 
 from dblog import storage
 from dblog.operations.verify import compare
-from dblog.warehouse.catalog import location
 from dblog.warehouse.readers import duckdb_read
 from dblog.warehouse.tables import Warehouse
 
@@ -56,8 +55,9 @@ def test_a_dump_during_writes_staged_on_s3_converges_and_leaves_nothing_on_local
 def test_the_s3_server_listens_on_loopback_only_on_the_ports_it_was_given(s3):
     from dblog_dev.local import s3_port
     port = s3_port()
-    # S3, volume, filer, master, and each one's gRPC port (weed's defaults would open more).
-    for p in (port, port + 1, port + 2, port + 1000, port + 10000, port + 10001, port + 10002, port + 11000):
+    # S3, volume, filer, the Iceberg REST catalog, master, and each one's gRPC port (weed's defaults
+    # would open more).
+    for p in (port, port + 1, port + 2, port + 3, port + 1000, port + 10000, port + 10001, port + 10002, port + 11000):
         addresses = listening(p)
         assert addresses and addresses <= LOOPBACK, (p, addresses)
 
@@ -66,22 +66,25 @@ def _cli(src, *args):
     return src.dblog(*args, timeout=600)
 
 
-def _on_s3(src, monkeypatch, tmp_path, bucket: str, master: str) -> Warehouse:
-    """Staged log and warehouse in `bucket`; only the SQLite catalog stays on local disk."""
-    src.staging = f"s3://{bucket}/staged"
-    for name, value in dict(DBLOG_WAREHOUSE=f"s3://{bucket}/wh", DBLOG_SPARK_MASTER=master,
-                            DBLOG_ICEBERG_CATALOG=f"sqlite:///{tmp_path}/catalog.db?timeout=30").items():
+def _on_s3(src, monkeypatch, tag: str, master: str) -> Warehouse:
+    """Staged log in a bucket, the warehouse in a table bucket of SeaweedFS's Iceberg REST catalog
+    (SigV4-signed, as AWS S3 Tables' is): no local file at all."""
+    from dblog_dev.local import s3_rest_catalog
+    src.staging = f"s3://s-{tag}/staged"
+    for name, value in {**s3_rest_catalog(f"w-{tag}"), "DBLOG_SPARK_MASTER": master}.items():
         monkeypatch.setenv(name, value)
-    return Warehouse(f"s3://{bucket}/wh")
+    return Warehouse(os.environ["DBLOG_WAREHOUSE"])
 
 
 # The whole pipeline on S3 (staged log, warehouse, both read by pyiceberg and DuckDB) runs on the
-# Spark cluster: tests/spark/test_cluster.py.
+# Spark cluster with the PostgreSQL catalog: tests/spark/test_cluster.py.
 
 
-def test_kill_9_of_a_merge_on_s3_leaves_the_table_readable_and_a_re_run_converges(postgres, s3, tmp_path, monkeypatch):
+def test_kill_9_of_a_merge_on_a_rest_catalog_leaves_the_table_readable_and_a_re_run_converges(postgres, s3,
+                                                                                                monkeypatch):
     src = postgres
-    warehouse = _on_s3(src, monkeypatch, tmp_path, f"k-{src.tag}", "local[1]")
+    warehouse = _on_s3(src, monkeypatch, src.tag, "local[1]")
+    assert type(warehouse.catalog).__name__ == "RestCatalog"
     w = src.workload(seed=9, rows=2000)
     w.create()
     src.start_capture()
@@ -93,7 +96,8 @@ def test_kill_9_of_a_merge_on_s3_leaves_the_table_readable_and_a_re_run_converge
     before = warehouse.state(src.source_id, table)
     w.run(seconds=2)
     settle(src)
-    fs, base = storage.filesystem(location(warehouse.root, src.source_id, table) + "/data")
+    # (A REST catalog chooses the table's location.)
+    fs, base = storage.filesystem(warehouse.load(src.source_id, table).location() + "/data")
     files = lambda: {f.path for f in fs.get_file_info(pafs.FileSelector(base, recursive=True))  # noqa: E731
                      if f.path.endswith(".parquet")}
     known = files()

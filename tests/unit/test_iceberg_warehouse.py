@@ -145,3 +145,12 @@ def test_a_first_merge_that_loses_the_race_to_create_the_namespace_takes_the_win
     monkeypatch.setattr(wh.catalog, "create_namespace_if_not_exists", raced)
     pending = wh.begin("src_raced", "db.t", ["id"], [("id", "int")], None)
     assert pending.location and wh.catalog.namespace_exists(("src_raced",))
+
+
+def test_the_configured_catalog_properties_reach_the_catalog_and_its_warehouse_wins_over_the_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("DBLOG_ICEBERG_CATALOG", f"sqlite:///{tmp_path}/c.db")
+    monkeypatch.setenv("DBLOG_ICEBERG_CATALOG_PROPERTIES", '{"warehouse": "s3://tables/", "rest.signing-name": "s3tables"}')
+    catalog = Warehouse(str(tmp_path / "wh")).catalog
+    assert catalog.properties["warehouse"] == "s3://tables/" and catalog.properties["rest.signing-name"] == "s3tables"
+    monkeypatch.setenv("DBLOG_ICEBERG_CATALOG_PROPERTIES", "")
+    assert Warehouse(str(tmp_path / "wh")).catalog.properties["warehouse"] == f"file://{tmp_path}/wh"

@@ -19,6 +19,8 @@ def accepted_sample(name: str, spec, default, tuned: Settings):
     """A value the setting accepts other than its default, as its variable would spell it."""
     if spec.choices:
         return next(c for c in spec.choices if c != default)
+    if spec.string_map:
+        return '{"warehouse": "s3://tables/"}'
     if spec.pattern:
         return "512m" if name == "spark.driver_memory" else "analytics"
     if isinstance(default, str):
@@ -78,6 +80,10 @@ def test_an_empty_number_variable_means_the_default_and_an_empty_schedule_means_
     ({"DBLOG_SPARK_DRIVER_MEMORY": "lots"},
      "DBLOG_SPARK_DRIVER_MEMORY='lots' is not accepted: set a value matching [0-9]+[kmgtp]?, such as 4g"),
     ({"DBLOG_SPARK_LOG_LEVEL": "LOUD"}, "DBLOG_SPARK_LOG_LEVEL='LOUD' is not accepted: set one of ALL, TRACE"),
+    ({"DBLOG_ICEBERG_CATALOG_PROPERTIES": '{"rest.sigv4-enabled": true}'},
+     "DBLOG_ICEBERG_CATALOG_PROPERTIES='{\"rest.sigv4-enabled\": true}' is not accepted: set a JSON object of strings"),
+    ({"DBLOG_ICEBERG_CATALOG_PROPERTIES": "warehouse=s3://t/"},
+     "DBLOG_ICEBERG_CATALOG_PROPERTIES='warehouse=s3://t/' is not accepted: set a JSON object of strings"),
     ({"DBLOG_FULL_REFRESH_DELAY": "5000"},
      "DBLOG_FULL_REFRESH_DELAY='5000' is not accepted: set a number from 0 to 3,600 (DBLOG_MAX_DELAY_SECONDS bounds it)"),
 ])

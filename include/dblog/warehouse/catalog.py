@@ -22,7 +22,7 @@ from functools import lru_cache
 from urllib.parse import urlsplit
 
 from ..connections import local_dir
-from ..settings import ConfigError, settings
+from ..settings import ConfigError, settings, string_map
 from ..storage import ENDPOINT_ENV, REGION_ENV, is_local
 
 BRANCH = "dblog-tombstones"   # the branch holding tombstones; readers of main never see them
@@ -90,14 +90,18 @@ def load(root: str, uri: str | None = None):
     uri = uri or catalog_uri(root)
     # One thread at a time: two threads loading a new SQL catalog at once (a continuous merge and
     # a reader) would both create its tables, and the second fails.
+    config = settings().warehouse
     with _LOADING:
-        return _load(settings().warehouse.catalog_name, uri, warehouse_uri(root),
-                     json.dumps(io_properties(root), sort_keys=True))
+        return _load(config.catalog_name, uri, warehouse_uri(root),
+                     json.dumps({**io_properties(root), **(string_map(config.catalog_properties) or {})},
+                                sort_keys=True))
 
 
 @lru_cache(maxsize=8)
-def _load(name: str, uri: str, warehouse: str, io_json: str):
-    props = {"warehouse": warehouse, **json.loads(io_json)}
+def _load(name: str, uri: str, warehouse: str, props_json: str):
+    # A REST catalog's `warehouse` names what it serves (a table bucket, a catalog): the configured
+    # properties' wins over the root.
+    props = {"warehouse": warehouse, **json.loads(props_json)}
     if uri.startswith(("http://", "https://")):
         from pyiceberg.catalog.rest import RestCatalog
         return RestCatalog(name, uri=uri, **props)
