@@ -34,14 +34,6 @@ def _cluster(*args: str, env: dict | None = None) -> str:
                           check=True, capture_output=True, text=True).stdout
 
 
-def _catalog() -> str:
-    from dblog_dev.local import admin_uri
-    sys.path.insert(0, str(ROOT / "plugins"))
-    from dblog_airflow.local import _create_database
-    _create_database("bench_cluster_catalog")
-    return f"postgresql+psycopg2://{admin_uri('postgres').split('://', 1)[1].rsplit('/', 1)[0]}/bench_cluster_catalog"
-
-
 def _dblog(env: dict, *args: str) -> float:
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "dblog.cli", *args], env=env, capture_output=True, text=True)
@@ -80,7 +72,8 @@ def main() -> None:
     base = {**os.environ, **dict(line.split("=", 1) for line in _cluster("env").split()), **s3_env(),
             "DBLOG_SPARK_EXECUTOR_ENV": str(archive)}
     create("mysql", NS, ROWS)
-    catalog = _catalog()
+    from dblog_dev.local import postgres_database
+    catalog = postgres_database("bench_cluster_catalog")
     runs = [run_once(cores, base, catalog) for _ in range(REPS) for cores in (1, 2)]
     result = {"rows": ROWS, "reps": REPS, "runs": runs}
     for cores in (1, 2):

@@ -70,6 +70,22 @@ def admin_uri(service: str) -> str:
     return _ADMIN[service].format(host=host, **ports())
 
 
+def postgres_database(name: str) -> str:
+    """A database of its own on the local PostgreSQL (made unless it exists), as a SQLAlchemy URI: an
+    Iceberg catalog, an Airflow deployment's metadata."""
+    from .workload import connect
+    _, conn = connect(admin_uri("postgres"))
+    try:
+        conn.autocommit = True
+        cur = conn.cursor()
+        cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+        if not cur.fetchone():
+            cur.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        conn.close()
+    return f"postgresql+psycopg2://{admin_uri('postgres').split('://', 1)[1].rsplit('/', 1)[0]}/{name}"
+
+
 # -- the S3 server (SeaweedFS) that `scripts/services.sh start seaweedfs` runs ---------------------
 def s3_port() -> int:
     return ports()["S3"]

@@ -67,11 +67,8 @@ def celery_settings(home: Path, port: int, broker: str, spark_master: str, zooke
     database `database` on the local PostgreSQL (created here if missing), Spark jobs submitted to
     `spark_master`, ZooKeeper on the ensemble `zookeeper` (host:port,...). A setting the caller's
     environment already holds for dblog (its connections, `DBLOG_*`) wins over these defaults."""
-    from dblog_dev.local import admin_uri, s3_env
-    admin = admin_uri("postgres").split("://", 1)[1].rsplit("/", 1)[0]
-    for name in (database, f"{database}_catalog"):
-        _create_database(name)
-    metadata = f"postgresql+psycopg2://{admin}/{database}"
+    from dblog_dev.local import postgres_database, s3_env
+    metadata, catalog = postgres_database(database), postgres_database(f"{database}_catalog")
     secret = home / "secret"
     if not secret.exists():   # one secret that every process signs and checks the tasks' tokens with
         import secrets
@@ -84,7 +81,7 @@ def celery_settings(home: Path, port: int, broker: str, spark_master: str, zooke
     defaults = {**settings(home), **s3_env(), "AIRFLOW_CONN_DBLOG_ZOOKEEPER": ensemble_connection(zookeeper),
                 "AIRFLOW_CONN_SPARK_DEFAULT": spark_master, "DBLOG_SPARK_MASTER": spark_master,
                 "DBLOG_STAGING": "s3://dblog/staged", "DBLOG_WAREHOUSE": "s3://dblog/warehouse",
-                "DBLOG_ICEBERG_CATALOG": f"postgresql+psycopg2://{admin}/{database}_catalog",
+                "DBLOG_ICEBERG_CATALOG": catalog,
                 "DBLOG_SPARK_EXECUTOR_ENV": str(home.parent / "executor-env.tar.gz"), "DBLOG_SPARK_CORES_MAX": "1"}
     env = {k: v for k, v in defaults.items() if not k.startswith(CALLER_WINS) or k not in os.environ}
     api = f"http://127.0.0.1:{port}"
@@ -121,20 +118,6 @@ def ensemble_connection(hosts: str, chroot: str = "dblog") -> str:
     holds one host:port (Airflow cannot parse `zookeeper://h1:2181,h2:2181/dblog`)."""
     import json
     return json.dumps({"conn_type": "zookeeper", "host": hosts, "schema": chroot.strip("/")})
-
-
-def _create_database(name: str) -> None:
-    from dblog_dev.local import admin_uri
-    from dblog_dev.workload import connect
-    _, conn = connect(admin_uri("postgres"))
-    try:
-        conn.autocommit = True
-        cur = conn.cursor()
-        cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-        if not cur.fetchone():
-            cur.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        conn.close()
 
 
 def _main(argv: list[str]) -> None:

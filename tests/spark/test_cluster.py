@@ -22,11 +22,12 @@ import requests
 from dblog.operations.verify import compare_warehouse
 from dblog.warehouse.tables import Warehouse
 from dblog_airflow.local import PASSWORD, USER, ensemble_connection
+from dblog_dev.local import postgres_database
 
 from airflow_fixtures import Standalone
 from chaos.oracles import PositionHistory
 from cluster_faults import CLUSTER, airflow_url, cluster, settings, zookeeper_hosts, zookeeper_leader
-from conftest import ADMIN, ROOT, TABLES, assert_warehouse_equals_source, settle, wait_for
+from conftest import ROOT, TABLES, assert_warehouse_equals_source, settle, wait_for
 from e2e.soak import CaptureProbe
 
 ARCHIVE = CLUSTER / "executor-env.tar.gz"
@@ -45,17 +46,6 @@ def spark_cluster(services):
     from dblog_dev.local import s3_env
     yield {**settings(), **s3_env(), "DBLOG_SPARK_EXECUTOR_ENV": str(ARCHIVE), "DBLOG_SPARK_CORES_MAX": "1"}
     cluster("down")
-
-
-def _database(name: str) -> str:
-    """A PostgreSQL database of the test's own (its Iceberg catalog)."""
-    from dblog_dev.workload import connect
-    _, conn = connect(ADMIN["postgres"])
-    conn.autocommit = True
-    conn.cursor().execute(f"CREATE DATABASE {name}")
-    conn.close()
-    admin = ADMIN["postgres"].split("://", 1)[1].rsplit("/", 1)[0]
-    return f"postgresql+psycopg2://{admin}/{name}"
 
 
 def _task_instances(api: Standalone, run_id: str) -> list[dict]:
@@ -90,7 +80,7 @@ def test_the_pipeline_on_celery_and_a_spark_cluster_converges_under_writes_throu
     for s in sources:   # one deployment: one chroot on the ensemble, one staged log
         s.zk_hosts, s.chroot, s.staging = hosts, f"/cluster_{tag}", f"s3://{bucket}/staged"
     settings_ = {**spark_cluster, "DBLOG_WAREHOUSE": f"s3://{bucket}/wh",
-                 "DBLOG_ICEBERG_CATALOG": _database(f"catalog_{tag}"), "DBLOG_DUMP_READER": "spark"}
+                 "DBLOG_ICEBERG_CATALOG": postgres_database(f"catalog_{tag}"), "DBLOG_DUMP_READER": "spark"}
     for name, value in settings_.items():
         if name != "AIRFLOW_CONN_DBLOG_ZOOKEEPER":   # (the sources' own: their chroot on the ensemble)
             monkeypatch.setenv(name, value)
