@@ -23,6 +23,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bigtable import TABLE, create  # noqa: E402
 from common import ROOT, uri  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "plugins"))
+from dblog_airflow.local import ensemble_connection  # noqa: E402
+
 ROWS = int(os.environ.get("DBLOG_BENCH_CLUSTER_ROWS", "1000000"))
 REPS = int(os.environ.get("DBLOG_BENCH_CLUSTER_REPS", "2"))
 NS = "bench_cluster"
@@ -46,7 +49,8 @@ def run_once(cores: int, base: dict, catalog: str) -> dict:
     run = uuid.uuid4().hex[:8]
     name = f"bcl_{run}"
     env = {**base, f"AIRFLOW_CONN_{name.upper()}": uri("mysql", NS), "DBLOG_SOURCES": name,
-           "AIRFLOW_CONN_DBLOG_ZOOKEEPER": base["AIRFLOW_CONN_DBLOG_ZOOKEEPER"].rsplit("/", 1)[0] + f"/bench_{run}",
+           "AIRFLOW_CONN_DBLOG_ZOOKEEPER": ensemble_connection(json.loads(base["AIRFLOW_CONN_DBLOG_ZOOKEEPER"])["host"],
+                                                               f"bench_{run}"),
            "DBLOG_STAGING": f"s3://bench-cluster/{run}/staged", "DBLOG_WAREHOUSE": f"s3://bench-cluster/{run}/wh",
            "DBLOG_ICEBERG_CATALOG": catalog, "DBLOG_DUMP_READER": "spark", "DBLOG_SPARK_CORES_MAX": str(cores),
            "PYTHONPATH": str(ROOT / "include")}
@@ -68,8 +72,8 @@ def main() -> None:
     _cluster("up", env={**os.environ, "DBLOG_CLUSTER_AIRFLOW": "0"})
     archive = ROOT / ".local" / "cluster" / "executor-env.tar.gz"
     subprocess.run(["bash", str(ROOT / "scripts" / "executor_env.sh"), str(archive)], check=True)
-    from dblog_dev.local import s3_env
-    base = {**os.environ, **dict(line.split("=", 1) for line in _cluster("env").split()), **s3_env(),
+    from dblog_dev.local import exported, s3_env
+    base = {**os.environ, **exported(_cluster("env")), **s3_env(),
             "DBLOG_SPARK_EXECUTOR_ENV": str(archive)}
     create("mysql", NS, ROWS)
     from dblog_dev.local import postgres_database

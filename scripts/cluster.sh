@@ -175,8 +175,9 @@ airflow_up() {
   wait_for "airflow api-server" 180 api_healthy
   log "airflow up on http://127.0.0.1:$AIRFLOW_PORT (CeleryExecutor, 2 workers; admin / admin)"
 }
-airflow_down() {
-  for part in $AIRFLOW_PARTS; do stop_group "airflow $part" "$C/airflow/$part/pid"; done
+airflow_down() {  # every part at once: each gets its 20 s to end before it is killed
+  for part in $AIRFLOW_PARTS; do stop_group "airflow $part" "$C/airflow/$part/pid" & done
+  wait
 }
 
 kill_group() {  # kill_group NAME PIDFILE: kill -9 of its whole session, as a crashed host would
@@ -223,12 +224,12 @@ case "${1:-}" in
   kill)
     if [ "${2:-}" = airflow ]; then for part in $AIRFLOW_PARTS; do kill_group "airflow $part" "$C/airflow/$part/pid"; done
     else pf=$(pidfile "${2:-}") || exit 1; kill_group "${2:-}" "$pf"; fi ;;
-  env)
-    echo "AIRFLOW_CONN_DBLOG_ZOOKEEPER=zookeeper://$(zk_hosts)/dblog"
-    echo "DBLOG_SPARK_MASTER=spark://127.0.0.1:$SPARK_PORT"
-    echo "SPARK_LOCAL_IP=127.0.0.1"   # (a driver on this machine: loopback too)
-    echo "DBLOG_CELERY_BROKER=redis://127.0.0.1:$REDIS_PORT/0"
-    echo "AIRFLOW__API__BASE_URL=http://127.0.0.1:$AIRFLOW_PORT" ;;
+  env)   # for `eval "$(scripts/cluster.sh env)"`; the ensemble in Airflow's JSON form (a URI holds one host)
+    echo "export AIRFLOW_CONN_DBLOG_ZOOKEEPER='{\"conn_type\": \"zookeeper\", \"host\": \"$(zk_hosts)\", \"schema\": \"dblog\"}'"
+    echo "export DBLOG_SPARK_MASTER=spark://127.0.0.1:$SPARK_PORT"
+    echo "export SPARK_LOCAL_IP=127.0.0.1"   # (a driver on this machine: loopback too)
+    echo "export DBLOG_CELERY_BROKER=redis://127.0.0.1:$REDIS_PORT/0"
+    echo "export AIRFLOW__API__BASE_URL=http://127.0.0.1:$AIRFLOW_PORT" ;;
   status)
     for n in 1 2 3; do alive "$C/zk$n/zk.pid" && echo "zookeeper node $n up :$((ZK_BASE + n - 1))" \
       || echo "zookeeper node $n down"; done

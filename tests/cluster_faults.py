@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 from conftest import ROOT
 
@@ -14,15 +15,19 @@ SCRIPT = str(ROOT / "scripts" / "cluster.sh")
 
 def cluster(*args: str, env: dict | None = None, timeout: float = 300) -> str:
     """Run `scripts/cluster.sh ARGS`; fail with its output when it fails."""
+    started = time.monotonic()
     done = subprocess.run(["bash", SCRIPT, *args], env=env or os.environ.copy(), capture_output=True, text=True,
                           timeout=timeout)
+    if os.environ.get("DBLOG_TEST_TRACE"):
+        print(f"[trace] {time.monotonic() - started:6.1f} s cluster.sh {' '.join(args)}", flush=True)
     assert done.returncode == 0, f"cluster.sh {' '.join(args)}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
     return done.stdout
 
 
 def settings() -> dict[str, str]:
     """What `cluster.sh env` prints: the ensemble, the Spark master, the broker."""
-    return dict(line.split("=", 1) for line in cluster("env").split())
+    from dblog_dev.local import exported
+    return exported(cluster("env"))
 
 
 def airflow_url() -> str:
@@ -30,7 +35,8 @@ def airflow_url() -> str:
 
 
 def zookeeper_hosts() -> str:
-    return settings()["AIRFLOW_CONN_DBLOG_ZOOKEEPER"].split("://", 1)[1].split("/", 1)[0]
+    import json
+    return json.loads(settings()["AIRFLOW_CONN_DBLOG_ZOOKEEPER"])["host"]
 
 
 def zookeeper_leader() -> str | None:

@@ -45,11 +45,15 @@ def services():
 
 
 def wait_for(condition, timeout: float = 60.0, interval: float = 0.05, what: str = "condition"):
-    """Await a condition (polling it); fail with `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
+    """Await a condition (polling it); fail with `what` after `timeout` seconds. DBLOG_TEST_TRACE=1
+    prints each wait's length (with `pytest -s`: where a slow test spends its time)."""
+    started = time.monotonic()
+    deadline = started + timeout
     while True:
         value = condition()
         if value:
+            if os.environ.get("DBLOG_TEST_TRACE"):
+                print(f"[trace] {time.monotonic() - started:6.1f} s waiting for {what}", flush=True)
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")

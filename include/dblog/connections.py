@@ -80,9 +80,15 @@ def _json_to_uri(conn_id: str, value: str) -> str:
         ":" + quote(str(c["password"]), safe="") if c.get("password") is not None else "")
     netloc = (f"{auth}@" if auth else "") + str(c["host"]) + (f":{c['port']}" if c.get("port") else "")
     extra = c.get("extra") or {}
-    if isinstance(extra, str):
-        extra = json.loads(extra) if extra.strip() else {}
-    query = f"?{urlencode({k: str(v) for k, v in extra.items()})}" if extra else ""
+    try:
+        extra = json.loads(extra) if isinstance(extra, str) and extra.strip() else extra or {}
+    except ValueError:
+        extra = None
+    if not isinstance(extra, dict):
+        raise ConfigError(f"AIRFLOW_CONN_{conn_id.upper()}: its extra must be a JSON object")
+    # As a URI's query holds them: JSON's spelling for what is not a string (true, not True), no nulls.
+    query = urlencode({k: v if isinstance(v, str) else json.dumps(v) for k, v in extra.items() if v is not None})
+    query = f"?{query}" if query else ""
     return f"{c['conn_type']}://{netloc}/{str(c.get('schema') or '').lstrip('/')}{query}"
 
 

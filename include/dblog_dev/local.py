@@ -86,6 +86,13 @@ def postgres_database(name: str) -> str:
     return f"postgresql+psycopg2://{admin_uri('postgres').split('://', 1)[1].rsplit('/', 1)[0]}/{name}"
 
 
+def exported(text: str) -> dict[str, str]:
+    """The variables of `export NAME=VALUE` lines, as a shell would read them (`cluster.sh env`)."""
+    import shlex
+    pairs = (shlex.split(line)[1].split("=", 1) for line in text.splitlines() if line.startswith("export "))
+    return {name: value for name, value in pairs}
+
+
 # -- the S3 server (SeaweedFS) that `scripts/services.sh start seaweedfs` runs ---------------------
 def s3_port() -> int:
     return ports()["S3"]

@@ -215,7 +215,9 @@ def test_a_dump_killed_mid_window_resumes_reading_only_the_splits_it_had_not_sta
     # changes; at 50 changes/s the ids stay dense (`windows.DENSE`) until the window that steps.
     writer = mariadb.spawn_workload(seconds=3600, seed=41, rows=1500, rate=50 if stepped else None)
     table = mariadb.table("accounts")
-    dump_id = mariadb.dblog("dump", "--source", mariadb.source_id, "--table", "accounts", "--chunk-size", "50",
+    # (Spark's reader: fewer, bigger windows; each is a Spark job, and the crash is in the first.)
+    chunk = "250" if reader == "spark" else "50"
+    dump_id = mariadb.dblog("dump", "--source", mariadb.source_id, "--table", "accounts", "--chunk-size", chunk,
                             "--parallelism", str(parallelism), "--create-only", check=True).stdout.strip()
     env = {"DBLOG_DUMP_READER": reader, "DBLOG_SPARK_MASTER": "local[2]"}
     crashed = mariadb.dblog("dump", "run", dump_id, "--source", mariadb.source_id,

@@ -92,9 +92,11 @@ def test_the_pipeline_on_celery_and_a_spark_cluster_converges_under_writes_throu
                "DBLOG_SOURCES": f"{mariadb.source_id},{postgres.source_id}",
                "AIRFLOW_CONN_DBLOG_ZOOKEEPER": ensemble_connection(hosts, mariadb.chroot),
                "DBLOG_CLUSTER_AIRFLOW_DB": f"airflow_{tag}", "DBLOG_CAPTURE_SLICE_SECONDS": "30",
-               "DBLOG_CAPTURE_STOPPED_GRACE_SECONDS": "180", "DBLOG_MERGE_SLICE_SECONDS": "120",
+               "DBLOG_CAPTURE_STOPPED_GRACE_SECONDS": "180", "DBLOG_MERGE_SLICE_SECONDS": "900",
                "DBLOG_FULL_REFRESH_SCHEDULE": "", "DBLOG_VERIFY_SCHEDULE": "", "DBLOG_MAINTENANCE_SCHEDULE": "",
-               "DBLOG_DUMP_POOL_SLOTS": "1"}   # (a Spark application per dump task: one core each)
+               "DBLOG_DUMP_POOL_SLOTS": "1",   # (a Spark application per dump task: one core each)
+               # A dead worker's task is failed sooner (a capture's heartbeat stays far below it).
+               "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "15"}
     cluster("start", "airflow", env=airflow)
     try:
         _run(sources, airflow, warehouse, tmp_path)

@@ -50,6 +50,12 @@ def test_an_ensemble_in_airflow_s_json_connection_form_names_the_same_deployment
     source = source_from_uri("src", connection_uri("src"))
     assert source.dsn["host"] == "db" and source.dsn["port"] == 5432 and source.dsn["password"] == "p@ss/w"
     assert source.schema == "public"
+    monkeypatch.setenv("AIRFLOW_CONN_SRC", '{"conn_type": "postgres", "host": "db", "extra": '
+                                           '"{\\"schema\\": \\"s\\", \\"verify\\": true, \\"ca\\": null}"}')
+    assert connection_uri("src") == "postgres://db/?schema=s&verify=true"   # (extra as a string, JSON's spelling)
+    monkeypatch.setenv("AIRFLOW_CONN_SRC", '{"conn_type": "postgres", "host": "db", "extra": "[1]"}')
+    with pytest.raises(ConfigError, match="AIRFLOW_CONN_SRC: its extra must be a JSON object"):
+        connection_uri("src")
     monkeypatch.setenv("AIRFLOW_CONN_SRC", '{"conn_type": "postgres"')
     with pytest.raises(ConfigError, match="AIRFLOW_CONN_SRC is neither a URI nor valid JSON"):
         connection_uri("src")
