@@ -59,16 +59,42 @@ def _kill_and_restart(name: str, env: dict) -> None:
     cluster("start", name, env=env)
 
 
-def _shipped_python_runs_under_a_worker() -> bool:
-    """A Python worker of an executor runs the interpreter unpacked in its worker's directory."""
+def _executors() -> dict[int, list[str]]:
+    """Spark's executor processes (their JVMs, and their Python workers running the interpreter the
+    job shipped) and where each writes: its working directory and the files it holds open for writing."""
+    out = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             exe = os.readlink(f"/proc/{pid}/exe")
-        except OSError:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if not (exe.startswith(str(CLUSTER / "spark")) and "/dblog_env/" in exe or
+                    b"CoarseGrainedExecutorBackend" in cmdline):
+                continue
+            written = [os.readlink(f"/proc/{pid}/cwd") + "/"]
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                flags = int(Path(f"/proc/{pid}/fdinfo/{fd}").read_text().split()[3], 8)   # "flags:\t0100002"
+                if target.startswith("/") and not target.startswith(("/dev/", "/proc/")) and flags & 3:
+                    written.append(target)
+            out[int(pid)] = written
+        except OSError:   # (a process that ended meanwhile)
             continue
-        if exe.startswith(str(CLUSTER / "spark")) and "/dblog_env/" in exe:
-            return True
-    return False
+    return out
+
+
+def _shipped_python_runs_under_a_worker() -> bool:
+    """A Python worker of an executor runs the interpreter unpacked in its worker's directory."""
+    return any(os.readlink(f"/proc/{pid}/exe").startswith(str(CLUSTER / "spark")) for pid in _executors()
+               if os.path.exists(f"/proc/{pid}/exe"))
+
+
+def _written_outside_the_workers(tmp_path: Path) -> list[str]:
+    """Where an executor writes in the checkout outside the Spark workers' own directories, or in
+    the test's (the driver's) temporary directories: nowhere, as on hosts that share no disk."""
+    own = [str(CLUSTER / "spark" / f"worker{n}") + "/" for n in (1, 2)]
+    return [path for written in _executors().values() for path in written
+            if (path.startswith(str(ROOT) + "/") or path.startswith(str(tmp_path.parent.parent))) and
+            not path.startswith(tuple(own))]
 
 
 @pytest.mark.timeout(1500)
@@ -140,6 +166,7 @@ def _run(sources, airflow: dict, warehouse: Warehouse, tmp_path: Path) -> None:
             _kill_and_restart("worker1", airflow)
         assert wait_for(lambda: _shipped_python_runs_under_a_worker(), 300, interval=1,
                         what="an executor's Python from the shipped environment")
+        assert not _written_outside_the_workers(tmp_path), _written_outside_the_workers(tmp_path)
         def dumped(run_id: str) -> list[dict] | None:
             tables = [ti for ti in _task_instances(api, run_id)   # (the other source's group is skipped)
                       if ti["task_id"].endswith("dump_table") and ti["state"] != "skipped"]
