@@ -391,8 +391,8 @@ class Settings:
             raise _refused(spec, shown, f"set one of {', '.join(spec.choices)}")
         if spec.pattern and not re.fullmatch(spec.pattern, value, re.I):
             raise _refused(spec, shown, f"set a value matching {spec.pattern}, such as {_SPECS[name][1]}")
-        if spec.string_map and value and string_map(value) is None:
-            raise _refused(spec, shown, f"set {spec.accepts}")
+        if spec.string_map and value and string_map(value) is None:   # (its value may hold a token: not shown)
+            raise _refused(spec, spec.env, f"set {spec.accepts}")
         low, high = self.bounds(name)
         if low is not None and not low <= value <= high:
             limits = [_SPECS[b][0].env for b in (spec.minimum, spec.maximum) if isinstance(b, str)]
