@@ -224,8 +224,9 @@ case "${1:-}" in
   kill)
     if [ "${2:-}" = airflow ]; then for part in $AIRFLOW_PARTS; do kill_group "airflow $part" "$C/airflow/$part/pid"; done
     else pf=$(pidfile "${2:-}") || exit 1; kill_group "${2:-}" "$pf"; fi ;;
-  env)   # for `eval "$(scripts/cluster.sh env)"`; the ensemble in Airflow's JSON form (a URI holds one host)
-    echo "export AIRFLOW_CONN_DBLOG_ZOOKEEPER='{\"conn_type\": \"zookeeper\", \"host\": \"$(zk_hosts)\", \"schema\": \"dblog\"}'"
+  env)   # for `eval "$(scripts/cluster.sh env)"`; the ensemble in Airflow's JSON form (Airflow's URI parser takes one host)
+    PYTHONPATH="$ROOT/plugins:$ROOT/include" "$ROOT/.venv/bin/python" -m dblog_airflow.local --ensemble \
+      --zookeeper "$(zk_hosts)"
     echo "export DBLOG_SPARK_MASTER=spark://127.0.0.1:$SPARK_PORT"
     echo "export SPARK_LOCAL_IP=127.0.0.1"   # (a driver on this machine: loopback too)
     echo "export DBLOG_CELERY_BROKER=redis://127.0.0.1:$REDIS_PORT/0"

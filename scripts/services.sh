@@ -113,7 +113,10 @@ s3_credentials() {
 
 seaweedfs_up() {
   alive "$WEED/weed.pid" && { log "seaweedfs already up on $S3_PORT"; return; }
-  port_busy "$S3_PORT" && die "port $S3_PORT is taken by another process; set DBLOG_S3_PORT"
+  local p
+  for p in "$S3_PORT" $((S3_PORT + 3)); do   # S3, and its Iceberg REST catalog (dblog_dev.local.S3_ICEBERG_OFFSET)
+    if port_busy "$p"; then die "port $p is taken by another process; set DBLOG_S3_PORT"; fi
+  done
   [ -x "$ROOT/.venv/bin/weed" ] || die "no weed binary in .venv; run 'make install'"
   mkdir -p "$WEED/data"; s3_credentials
   local key secret; { read -r key; read -r secret; } <"$LOCAL/secrets/s3"

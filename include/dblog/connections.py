@@ -79,11 +79,12 @@ def _json_to_uri(conn_id: str, value: str) -> str:
     auth = quote(str(c.get("login") or ""), safe="") + (
         ":" + quote(str(c["password"]), safe="") if c.get("password") is not None else "")
     netloc = (f"{auth}@" if auth else "") + str(c["host"]) + (f":{c['port']}" if c.get("port") else "")
-    extra = c.get("extra") or {}
+    extra = c.get("extra")
     try:
-        extra = json.loads(extra) if isinstance(extra, str) and extra.strip() else extra or {}
+        extra = (json.loads(extra) if extra.strip() else None) if isinstance(extra, str) else extra
     except ValueError:
-        extra = None
+        extra = []
+    extra = {} if extra is None else extra   # (none, blank, or JSON null: no extra)
     if not isinstance(extra, dict):
         raise ConfigError(f"AIRFLOW_CONN_{conn_id.upper()}: its extra must be a JSON object")
     # As a URI's query holds them: JSON's spelling for what is not a string (true, not True), no nulls.

@@ -94,6 +94,9 @@ def exported(text: str) -> dict[str, str]:
 
 
 # -- the S3 server (SeaweedFS) that `scripts/services.sh start seaweedfs` runs ---------------------
+S3_ICEBERG_OFFSET = 3   # the Iceberg REST catalog's port past the S3 port (services.sh: -s3.port.iceberg)
+
+
 def s3_port() -> int:
     return ports()["S3"]
 
@@ -124,7 +127,7 @@ def s3_rest_catalog(bucket: str) -> dict[str, str]:
         client.create_table_bucket(name=bucket)
     properties = {"warehouse": f"s3://{bucket}/", "rest.sigv4-enabled": "true", "rest.signing-name": "s3tables",
                   "rest.signing-region": env["DBLOG_S3_REGION"]}
-    return {**env, "DBLOG_WAREHOUSE": f"s3://{bucket}/", "DBLOG_ICEBERG_CATALOG": f"http://{HOST}:{s3_port() + 3}",
+    return {**env, "DBLOG_WAREHOUSE": f"s3://{bucket}/", "DBLOG_ICEBERG_CATALOG": f"http://{HOST}:{s3_port() + S3_ICEBERG_OFFSET}",
             "DBLOG_ICEBERG_CATALOG_PROPERTIES": json.dumps(properties)}
 
 

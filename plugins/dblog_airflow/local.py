@@ -130,8 +130,10 @@ def _main(argv: list[str]) -> None:
     parser.add_argument("--spark-master", default="spark://127.0.0.1:7177")
     parser.add_argument("--zookeeper", default="127.0.0.1:2281,127.0.0.1:2282,127.0.0.1:2283")
     parser.add_argument("--database", default="airflow_cluster")
+    parser.add_argument("--ensemble", action="store_true", help="only the ZooKeeper connection of --zookeeper")
     a = parser.parse_args(argv)
     env = (celery_settings(a.home, a.port, a.broker, a.spark_master, a.zookeeper, a.database) if a.celery
+           else {"AIRFLOW_CONN_DBLOG_ZOOKEEPER": ensemble_connection(a.zookeeper)} if a.ensemble
            else settings())
     for key, value in env.items():
         print(f"export {key}={shlex.quote(value)}")

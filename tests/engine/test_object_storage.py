@@ -53,11 +53,11 @@ def test_a_dump_during_writes_staged_on_s3_converges_and_leaves_nothing_on_local
 
 
 def test_the_s3_server_listens_on_loopback_only_on_the_ports_it_was_given(s3):
-    from dblog_dev.local import s3_port
+    from dblog_dev.local import S3_ICEBERG_OFFSET, s3_port
     port = s3_port()
     # S3, volume, filer, the Iceberg REST catalog, master, and each one's gRPC port (weed's defaults
     # would open more).
-    for p in (port, port + 1, port + 2, port + 3, port + 1000, port + 10000, port + 10001, port + 10002, port + 11000):
+    for p in (port, port + 1, port + 2, port + S3_ICEBERG_OFFSET, port + 1000, port + 10000, port + 10001, port + 10002, port + 11000):
         addresses = listening(p)
         assert addresses and addresses <= LOOPBACK, (p, addresses)
 

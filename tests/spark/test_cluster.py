@@ -59,42 +59,47 @@ def _kill_and_restart(name: str, env: dict) -> None:
     cluster("start", name, env=env)
 
 
-def _executors() -> dict[int, list[str]]:
+class ExecutorWatch:
     """Spark's executor processes (their JVMs, and their Python workers running the interpreter the
-    job shipped) and where each writes: its working directory and the files it holds open for writing."""
-    out = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            exe = os.readlink(f"/proc/{pid}/exe")
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if not (exe.startswith(str(CLUSTER / "spark")) and "/dblog_env/" in exe or
-                    b"CoarseGrainedExecutorBackend" in cmdline):
+    job shipped), polled all along the test (/proc): whether a shipped interpreter ran, and where
+    any of them wrote, by working directory or a file open for writing, in the checkout outside its
+    own worker's directory or in the test's (the driver's) temporary directories: nowhere, as on
+    hosts that share no disk."""
+
+    def __init__(self, tmp_path: Path):
+        self.shipped, self.outside, self.forbidden = False, set(), (str(ROOT) + "/", str(tmp_path.parent.parent))
+
+    def poll(self) -> bool:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                exe = os.readlink(f"/proc/{pid}/exe")
+                python = exe.startswith(str(CLUSTER / "spark")) and "/dblog_env/" in exe
+                if not python and b"CoarseGrainedExecutorBackend" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    continue
+                cwd = os.readlink(f"/proc/{pid}/cwd") + "/"
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:   # (a process that ended meanwhile)
                 continue
-            written = [os.readlink(f"/proc/{pid}/cwd") + "/"]
-            for fd in os.listdir(f"/proc/{pid}/fd"):
+            self.shipped |= python
+            own = next((str(CLUSTER / "spark" / w) + "/" for w in ("worker1", "worker2")
+                        if cwd.startswith(str(CLUSTER / "spark" / w) + "/")), None)
+            for path in [cwd, *self._written(pid, fds)]:
+                if path.startswith(self.forbidden) and (own is None or not path.startswith(own)):
+                    self.outside.add(path)
+        return self.shipped
+
+    @staticmethod
+    def _written(pid: str, fds: list[str]) -> list[str]:
+        out = []
+        for fd in fds:
+            try:
                 target = os.readlink(f"/proc/{pid}/fd/{fd}")
                 flags = int(Path(f"/proc/{pid}/fdinfo/{fd}").read_text().split()[3], 8)   # "flags:\t0100002"
-                if target.startswith("/") and not target.startswith(("/dev/", "/proc/")) and flags & 3:
-                    written.append(target)
-            out[int(pid)] = written
-        except OSError:   # (a process that ended meanwhile)
-            continue
-    return out
-
-
-def _shipped_python_runs_under_a_worker() -> bool:
-    """A Python worker of an executor runs the interpreter unpacked in its worker's directory."""
-    return any(os.readlink(f"/proc/{pid}/exe").startswith(str(CLUSTER / "spark")) for pid in _executors()
-               if os.path.exists(f"/proc/{pid}/exe"))
-
-
-def _written_outside_the_workers(tmp_path: Path) -> list[str]:
-    """Where an executor writes in the checkout outside the Spark workers' own directories, or in
-    the test's (the driver's) temporary directories: nowhere, as on hosts that share no disk."""
-    own = [str(CLUSTER / "spark" / f"worker{n}") + "/" for n in (1, 2)]
-    return [path for written in _executors().values() for path in written
-            if (path.startswith(str(ROOT) + "/") or path.startswith(str(tmp_path.parent.parent))) and
-            not path.startswith(tuple(own))]
+            except (OSError, IndexError, ValueError):   # (closed meanwhile)
+                continue
+            if target.startswith("/") and not target.startswith(("/dev/", "/proc/")) and flags & 3:
+                out.append(target)
+        return out
 
 
 @pytest.mark.timeout(1500)
@@ -121,8 +126,9 @@ def test_the_pipeline_on_celery_and_a_spark_cluster_converges_under_writes_throu
                "DBLOG_CAPTURE_STOPPED_GRACE_SECONDS": "180", "DBLOG_MERGE_SLICE_SECONDS": "900",
                "DBLOG_FULL_REFRESH_SCHEDULE": "", "DBLOG_VERIFY_SCHEDULE": "", "DBLOG_MAINTENANCE_SCHEDULE": "",
                "DBLOG_DUMP_POOL_SLOTS": "1",   # (a Spark application per dump task: one core each)
-               # A dead worker's task is failed sooner (a capture's heartbeat stays far below it).
-               "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "15"}
+               # A dead worker's task is failed sooner: four of Airflow's 5-s task heartbeats missed
+               # (the default 30 s: six).
+               "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20"}
     cluster("start", "airflow", env=airflow)
     try:
         _run(sources, airflow, warehouse, tmp_path)
@@ -138,7 +144,7 @@ def _run(sources, airflow: dict, warehouse: Warehouse, tmp_path: Path) -> None:
     api = Standalone(url, token, mariadb, warehouse.root, None, CLUSTER / "airflow" / "logs")
     wait_for(lambda: api.api("GET", "/dags/dblog_dump").ok, 180, interval=1, what="the DAG processor to parse dblog_dump")
     writers = [s.spawn_workload(seconds=3600, seed=20 + n, rate=RATE) for n, s in enumerate(sources)]
-    history, went_back = PositionHistory(), []
+    history, went_back, watch = PositionHistory(), [], ExecutorWatch(tmp_path)
     with mariadb.store() as store, CaptureProbe(store, mariadb.source_id) as probe:
         wait_for(lambda: probe.leaders(), 240, interval=1, what="the capture DAG to capture on a Celery worker")
         runs = {}
@@ -164,9 +170,7 @@ def _run(sources, airflow: dict, warehouse: Warehouse, tmp_path: Path) -> None:
         cluster("start", leader, env=airflow)
         if LONG:   # a Spark worker and its executors, mid-window (the dumps read on Spark)
             _kill_and_restart("worker1", airflow)
-        assert wait_for(lambda: _shipped_python_runs_under_a_worker(), 300, interval=1,
-                        what="an executor's Python from the shipped environment")
-        assert not _written_outside_the_workers(tmp_path), _written_outside_the_workers(tmp_path)
+        assert wait_for(watch.poll, 300, interval=1, what="an executor's Python from the shipped environment")
         def dumped(run_id: str) -> list[dict] | None:
             tables = [ti for ti in _task_instances(api, run_id)   # (the other source's group is skipped)
                       if ti["task_id"].endswith("dump_table") and ti["state"] != "skipped"]
@@ -193,6 +197,7 @@ def _run(sources, airflow: dict, warehouse: Warehouse, tmp_path: Path) -> None:
             settle(s)
 
         def converged() -> bool:
+            watch.poll()
             for s in sources:
                 went_back.extend(history.observe(warehouse, s.source_id))
             return all(warehouse.load(s.source_id, s.table(t)) is not None and
@@ -205,6 +210,7 @@ def _run(sources, airflow: dict, warehouse: Warehouse, tmp_path: Path) -> None:
         captures = api.api("GET", "/dags/dblog_capture/dagRuns/~/taskInstances", params={"limit": 200}).json()[
             "task_instances"]
     assert not went_back, went_back[:5]   # no key ever went back in time across the warehouse's versions
+    assert not watch.outside, sorted(watch.outside)
     for s in sources:
         assert_warehouse_equals_source(s, warehouse)   # pyiceberg and DuckDB (httpfs + an S3 secret)
         for t in TABLES:

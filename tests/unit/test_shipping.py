@@ -17,10 +17,12 @@ def test_settings_are_forwarded_redacted_and_the_archive_only_when_there_is_one(
     monkeypatch.setenv("DBLOG_STAGING", "s3://b/staged")
     monkeypatch.setenv("AIRFLOW_CONN_SRC", "mysql://u:secret@h/db")
     monkeypatch.setenv("HOME_MADE", "not forwarded")
+    monkeypatch.setenv("DBLOG_ICEBERG_CATALOG_PROPERTIES", '{"credential": "id:s3cr3t"}')   # the driver's alone
     image = shipping.cluster_conf(None)   # the workers' image holds the environment
     assert "spark.archives" not in image
     assert image["spark.executorEnv.DBLOG_STAGING"] == "s3://b/staged"
     assert "spark.executorEnv.HOME_MADE" not in image
+    assert not any("s3cr3t" in v for v in image.values())
     assert re.search(image["spark.redaction.regex"], "spark.executorEnv.AIRFLOW_CONN_SRC")
     packed = shipping.cluster_conf("/x/env.tar.gz")
     assert packed["spark.archives"] == "/x/env.tar.gz#dblog_env"

@@ -29,7 +29,10 @@ EXECUTOR_PYTHON = f"./{ENV_NAME}/bin/python"   # in each executor's work directo
 FORWARDED = ("DBLOG_", "AWS_", "AIRFLOW_CONN_")
 # Spark redacts a conf or environment entry whose key or value matches: its default, and
 # connection URIs with a password in them.
-REDACTION = r"(?i)secret|password|token|access[.]key|airflow_conn|://[^/@]*:[^/@]*@"
+REDACTION = r"(?i)secret|password|token|credential|access[.]key|airflow_conn|://[^/@]*:[^/@]*@"
+# Not forwarded: the archive is the session's own, and executors never talk to the catalog (the
+# driver commits) while its properties may hold an OAuth2 credential.
+DRIVER_ONLY = ("DBLOG_SPARK_EXECUTOR_ENV", "DBLOG_ICEBERG_CATALOG_PROPERTIES")
 
 
 def remote(master: str | None) -> bool:
@@ -44,7 +47,7 @@ def cluster_conf(archive: str | None) -> dict[str, str]:
     """The session's settings that ship dblog's settings and the environment `archive` (if any)."""
     conf = {"spark.redaction.regex": REDACTION, **({"spark.archives": f"{archive}#{ENV_NAME}"} if archive else {})}
     for name, value in os.environ.items():
-        if name.startswith(FORWARDED) and name != "DBLOG_SPARK_EXECUTOR_ENV":
+        if name.startswith(FORWARDED) and name not in DRIVER_ONLY:
             conf[f"spark.executorEnv.{name}"] = value
     return conf
 
