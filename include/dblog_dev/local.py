@@ -123,7 +123,7 @@ def s3_rest_catalog(bucket: str) -> dict[str, str]:
     client = boto3.client("s3tables", endpoint_url=env["DBLOG_S3_ENDPOINT"], region_name=env["DBLOG_S3_REGION"],
                           aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
                           aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
-    if bucket not in {b["name"] for b in client.list_table_buckets()["tableBuckets"]}:
+    if bucket not in {b["name"] for b in client.list_table_buckets().get("tableBuckets", [])}:   # (none: no key)
         client.create_table_bucket(name=bucket)
     properties = {"warehouse": f"s3://{bucket}/", "rest.sigv4-enabled": "true", "rest.signing-name": "s3tables",
                   "rest.signing-region": env["DBLOG_S3_REGION"]}
