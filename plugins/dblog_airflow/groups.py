@@ -26,7 +26,7 @@ def dump_source(source_id: str, *, selected_source: str | None = None, tables: A
     with TaskGroup(group_id=source_id, tooltip=f"dump {source_id}") as group:
         start = StartDumpOperator(task_id="start", source_conn_id=source_id, selected_source=selected_source,
                                   tables=tables, keys=keys, chunk_size=chunk_size, delay_seconds=delay_seconds,
-                                  dump_id=dump_id, exclude=exclude, parallelism=parallelism, retries=0)
+                                  dump_id=dump_id, exclude=exclude, parallelism=parallelism)
         dumps = DumpTableOperator.partial(task_id="dump_table", source_conn_id=source_id, pool=dump_pool(source_id),
                                           map_index_template="{{ task.table }}").expand_kwargs(start.output)
         start >> dumps >> wait_for_capture(source_id)

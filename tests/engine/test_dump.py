@@ -191,3 +191,28 @@ def test_status_reports_capture_position_lag_and_dump_progress_as_json(src):
     (dump,) = status["dumps"]
     progress = dump["tables"][src.table("accounts")]
     assert dump["state"] == "done" and progress["rows"] == 50 and progress["chunks"] == 3
+
+
+def test_a_registration_retried_for_the_same_request_names_the_same_dump_and_finishes_it(mariadb):
+    """A start task whose worker died after it wrote the dump's scope: its retry (the same Airflow
+    run) finishes registering that dump; any other request for that id is refused."""
+    from dblog.snapshot.dump import create_dump
+    from dblog.snapshot.dump_spec import DumpError, DumpSpec
+    mariadb.workload(rows=20).create()
+    table = mariadb.table("accounts")
+    store = mariadb.store()
+    try:
+        def register(request):
+            return create_dump(store, mariadb.source(), DumpSpec(tables=[table], dump_id="d1", request=request))
+        assert register("dblog_dump/run-1/0/src") == "d1"
+        store.delete(paths.control_path(mariadb.source_id, "d1"))   # (the try died before these)
+        store.delete(paths.table_progress_path(mariadb.source_id, "d1", table))
+        assert register("dblog_dump/run-1/0/src") == "d1"
+        assert store.get(paths.control_path(mariadb.source_id, "d1"))["state"] == "running"
+        assert read_progress(store, mariadb.source_id, "d1", table).table == table
+        for other in ("dblog_dump/run-1/1/src", None):   # a cleared run; the CLI
+            with pytest.raises(DumpError, match="dump d1 already exists"):
+                register(other)
+        assert dumps_registered(mariadb) == ["d1"]
+    finally:
+        store.stop()

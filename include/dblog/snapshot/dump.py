@@ -156,30 +156,44 @@ def create_dump(store: StateStore, source: Source, spec: DumpSpec) -> str:
     progress). Returns its id. Bad input creates nothing: no checkpoint, no slot, no dump."""
     plan = validate(source, spec)
     schemas, keys = plan.schemas, plan.keys
+    dump_id = spec.dump_id or new_dump_id()
+    existing = store.get(paths.dump_path(source.name, dump_id))
+    if existing is not None and (spec.request is None or existing.get("request") != spec.request):
+        raise DumpError(f"dump {dump_id} already exists on {source.name}; pick another id or resume it "
+                        f"with `dblog dump run {dump_id}`")
     # After validation (a first dump on a source would otherwise create the checkpoint and, on
     # PostgreSQL, a slot holding WAL for ever), before registering: the chunks' watermarks must be
     # captured, and a source that fails its preflight must leave no dump that never runs.
-    if spec.dump_id is not None and store.get(paths.dump_path(source.name, spec.dump_id)) is not None:
-        raise DumpError(f"dump {spec.dump_id} already exists on {source.name}; pick another id or resume it "
-                        f"with `dblog dump run {spec.dump_id}`")
     ensure_checkpoint(store, source)
-    dump_id = spec.dump_id or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:6]
-    scope = {"id": dump_id, "source": source.name, "tables": [s.name for s in schemas],
-             "keys": None if keys is None else [json.loads(encode_key(k)) for k in keys],
-             "skipped": [asdict(s) for s in plan.skipped],
-             "created_at": time.time(), **({"reason": spec.reason} if spec.reason else {})}
     # Estimates come before the first write, so a failing catalog query leaves nothing behind.
     estimates = {s.name: len(keys) if keys is not None else source.estimate_rows(s) for s in schemas}
-    if not store.create_new(paths.dump_path(source.name, dump_id), scope):
-        raise DumpError(f"dump {dump_id} already exists on {source.name}; pick another id or resume it "
-                        f"with `dblog dump run {dump_id}`")
-    store.put(paths.control_path(source.name, dump_id),
-              {"state": RUNNING, "chunk_size": spec.chunk_size, "delay_s": float(spec.delay_s),
-               "parallelism": spec.parallelism})
-    for s in schemas:
-        store.put(paths.table_progress_path(source.name, dump_id, s.name),
-                  asdict(TableProgress(s.name, estimated_rows=estimates[s.name])))
+    if existing is None:
+        scope = {"id": dump_id, "source": source.name, "tables": [s.name for s in schemas],
+                 "keys": None if keys is None else [json.loads(encode_key(k)) for k in keys],
+                 "skipped": [asdict(s) for s in plan.skipped], "created_at": time.time(),
+                 **({"reason": spec.reason} if spec.reason else {}),
+                 **({"request": spec.request} if spec.request else {})}
+        if not store.create_new(paths.dump_path(source.name, dump_id), scope):
+            raise DumpError(f"dump {dump_id} already exists on {source.name}; pick another id or resume it "
+                            f"with `dblog dump run {dump_id}`")
+    else:   # the same request again: its registration may have stopped part-way; finish what is missing
+        estimates = {t: estimates.get(t, 0) for t in existing["tables"]}
+    # create_new: a retried registration keeps a control or progress an earlier try (or a running
+    # table task) already wrote.
+    store.create_new(paths.control_path(source.name, dump_id),
+                     {"state": RUNNING, "chunk_size": spec.chunk_size, "delay_s": float(spec.delay_s),
+                      "parallelism": spec.parallelism})
+    for table, estimate in estimates.items():
+        store.create_new(paths.table_progress_path(source.name, dump_id, table),
+                         asdict(TableProgress(table, estimated_rows=estimate)))
     return dump_id
+
+
+def new_dump_id(at: dt.datetime | None = None, salt: str | None = None) -> str:
+    """A dump's generated id: its start time, then six hex digits (random, or a hash of `salt`, so
+    that a retried request names the same dump)."""
+    tail = hashlib.sha256(salt.encode()).hexdigest()[:6] if salt else uuid.uuid4().hex[:6]
+    return (at or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%S-") + tail
 
 
 ACTIONS = ("pause", "resume", "cancel", "throttle")

@@ -29,6 +29,9 @@ class DumpSpec:
     dump_id: str | None = None
     reason: str | None = None                         # why it runs, when the product started it (a repair)
     exclude: list[str] = field(default_factory=list)  # with every table: tables to leave out
+    # Who asked (an Airflow run's source group): a second registration with the same request and id
+    # is the same dump, so a start task retried after its worker died resumes instead of failing.
+    request: str | None = None
 
     def __post_init__(self) -> None:
         if self.chunk_size is None:

@@ -65,14 +65,19 @@ class StartDumpOperator(BaseOperator):
 
     def execute(self, context) -> list[dict]:
         from dblog.coordination.store import dump_path
-        from dblog.snapshot.dump import create_dump
+        from dblog.snapshot.dump import create_dump, new_dump_id
         check_run(self, context, tables=self.tables, chunk_size=self.chunk_size, delay_seconds=self.delay_seconds,
                   exclude=self.exclude, parallelism=self.parallelism)
         if not covers(self.selected_source, self.source_conn_id):
             raise AirflowSkipException(f"this run dumps {self.selected_source}, not {self.source_conn_id}")
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
-        spec = dump_spec(self.tables, self.keys, self.chunk_size, self.delay_seconds, self.dump_id, self.exclude,
-                         self.parallelism)
+        # A retry (its worker died mid-registration) names the same dump and finishes registering it;
+        # a cleared run is a new request, so a new dump.
+        run = context["dag_run"]
+        request = f"{run.dag_id}/{run.run_id}/{run.clear_number or 0}/{self.source_conn_id}"
+        spec = dump_spec(self.tables, self.keys, self.chunk_size, self.delay_seconds,
+                         self.dump_id or new_dump_id(run.run_after, salt=request), self.exclude, self.parallelism)
+        spec.request = request
         try:
             source = hook.get_source()
             with hook.store() as store:
