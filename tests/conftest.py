@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,8 +28,30 @@ ADMIN = {service: local.admin_uri(service) for service in ("mariadb", "postgres"
 os.environ["DBLOG_LOCAL"] = "1"
 
 
+SOURCES = ("mariadb", "postgres")
+# `make test` is the short form: a test on the `src` fixture runs on one source, alternating by
+# test and case, unless marked `both_sources`; `make test-full` (DBLOG_SUITE=full) runs every pair.
+FULL = os.environ.get("DBLOG_SUITE") == "full"
+
+
+def one_source(item) -> str | None:
+    """The source a test of `src` runs on in the short form (None: every source)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if FULL or "src" not in params or item.get_closest_marker("both_sources"):
+        return None
+    case = item.originalname + repr(sorted((k, str(v)) for k, v in params.items() if k != "src"))
+    return SOURCES[zlib.crc32(case.encode()) % len(SOURCES)]
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
+    kept, dropped = [], []
+    for item in items:
+        chosen = one_source(item)
+        (dropped if chosen is not None and chosen != item.callspec.params["src"] else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
     for item in items:
         if "/unit/" not in str(item.fspath) and not item.get_closest_marker("offline"):
             item.add_marker(pytest.mark.integration)

@@ -42,8 +42,9 @@ def test_every_dag_has_docs_a_description_tags_and_retries(dags, dag_id):
     assert dag.description and len(dag.description) > 20, "the DAG list shows the description"
     assert "dblog" in dag.tags and len(dag.tags) >= 2
     assert dag.default_args.get("retries", 0) >= 1
-    start_tasks = [t for t in dag.tasks if t.task_id == "start" or t.task_id.endswith(".start")]
-    assert all(t.retries == 0 for t in start_tasks), "bad input must fail at once, not retry"
+    # Every task, start tasks too, is retried when its worker dies with it; bad input fails a task
+    # at once all the same (AirflowFailException: tests/dags/test_dblog_dump.py).
+    assert all(t.retries >= 1 for t in dag.tasks), [t.task_id for t in dag.tasks if t.retries < 1]
 
 
 def test_the_tags_tell_the_dags_apart(dags):

@@ -32,7 +32,6 @@ class VerifyStartOperator(BaseBranchOperator):
 
     def __init__(self, *, source_conn_ids: Sequence[str], selected_source: str | None = None, tables: Any = None,
                  chunk_size: Any = None, branch_task: str = "wait_for_capture", **kwargs: Any) -> None:
-        kwargs.setdefault("retries", 0)
         super().__init__(**kwargs)
         self.source_conn_ids, self.selected_source = list(source_conn_ids), selected_source
         self.tables, self.chunk_size, self.branch_task = tables, chunk_size, branch_task
