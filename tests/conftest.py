@@ -30,7 +30,8 @@ os.environ["DBLOG_LOCAL"] = "1"
 
 SOURCES = ("mariadb", "postgres")
 # `make test` is the short form: a test on the `src` fixture runs on one source, alternating by
-# test and case, unless marked `both_sources`; `make test-full` (DBLOG_SUITE=full) runs every pair.
+# test and case, unless marked `both_sources`, and tests marked `long` (a variant whose subject a
+# cheaper test of the suite covers) are left out; `make test-full` (DBLOG_SUITE=full) runs them all.
 FULL = os.environ.get("DBLOG_SUITE") == "full"
 
 
@@ -48,7 +49,8 @@ def pytest_collection_modifyitems(config, items):
     kept, dropped = [], []
     for item in items:
         chosen = one_source(item)
-        (dropped if chosen is not None and chosen != item.callspec.params["src"] else kept).append(item)
+        other_source = chosen is not None and chosen != item.callspec.params["src"]
+        (dropped if other_source or (item.get_closest_marker("long") and not FULL) else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

@@ -93,6 +93,9 @@ def test_the_capture_hands_over_slice_after_slice_survives_a_kill_and_a_dump_com
     assert sum(standalone.statsd.values(f"dblog.capture.events.{src.source_id}")) > 0
 
 
+# `make test-full` only (85 s, most of it the capture's grace): the suite's form is
+# tests/plugins/test_capture_trigger.py (the wait's trigger against a stopped capture and its grace).
+@pytest.mark.long
 @pytest.mark.late(3)  # it pauses the capture: after every test that needs it running
 def test_a_dump_waiting_on_a_stopped_capture_fails_with_the_reason_and_the_fix(standalone):
     src = standalone.src

@@ -1,6 +1,7 @@
 """The DBLog page in a real browser (Debian's chromium, headless, driven by playwright) inside a
 running `airflow standalone`: open it from Airflow's navigation, see the capture, follow a slow
-dump, pause it (ZooKeeper and the worker's task log agree), resume it, see it finish and merge.
+dump triggered over the REST API, pause it (ZooKeeper and the worker's task log agree), resume it,
+see it finish and merge, and its table land equal to the source.
 Screenshots: .local/test-output/ui/."""
 from __future__ import annotations
 
@@ -39,9 +40,12 @@ def _rows(row) -> int:
     return int(row.get_attribute("data-rows") or 0)
 
 
-def test_a_dump_is_followed_paused_and_resumed_from_the_dblog_page(standalone):
+def test_a_dump_triggered_over_rest_is_followed_paused_and_resumed_from_the_dblog_page_and_lands_its_table(
+        standalone):
     from playwright.sync_api import expect
+    from test_rest_api import assert_landed, dumped_rows_sent
     src = standalone.src
+    rows_sent_before = dumped_rows_sent(standalone, src.table("order_lines"))   # (other tests' dumps of it)
     dump_id, run_id = f"page-{uuid.uuid4().hex[:8]}", f"dblog_page_{uuid.uuid4().hex[:8]}"
     with signed_in(standalone) as page:
         # The external view: an entry of Airflow's navigation that renders the page inside the UI.
@@ -103,6 +107,7 @@ def test_a_dump_is_followed_paused_and_resumed_from_the_dblog_page(standalone):
         table = source.locator(f"tr[data-table='{src.table('order_lines')}']")
         expect(table).to_be_visible(timeout=30_000)  # the run's merge published a warehouse version
         _pages_through_many_tables(standalone, source)
+    assert_landed(standalone, run_id, src.table("order_lines"), rows_sent_before)
     with src.store() as store:
         from dblog.coordination.store import control_path
         assert store.get(control_path(src.source_id, dump_id)) == {"state": "running", "chunk_size": 200,

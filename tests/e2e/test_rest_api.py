@@ -1,4 +1,5 @@
-"""End to end through a running `airflow standalone`: trigger dblog_dump over the REST API."""
+"""End to end through a running `airflow standalone`: trigger dblog_dump over the REST API (a
+successful one: tests/e2e/test_dblog_page.py, which follows it on the DBLog page)."""
 from __future__ import annotations
 
 from urllib.parse import quote
@@ -25,39 +26,43 @@ def dumps_of(src) -> set[str]:
         return set(store.children(f"/{src.source_id}/dumps"))
 
 
-def test_a_dump_triggered_over_the_rest_api_lands_a_warehouse_table_equal_to_its_source(standalone):
+def dumped_rows_sent(standalone, table: str) -> float:
+    """What the standalone's StatsD heard of `dblog.dump.rows` for a table (every dump of it so far)."""
+    from dblog_airflow import metrics
+    return sum(standalone.statsd.values(metrics.name("dump.rows", standalone.src.source_id, table)))
+
+
+def assert_landed(standalone, run_id: str, table: str, rows_sent_before: float) -> None:
+    """A successful dblog_dump run of one table triggered over the REST API: the warehouse table
+    equals its source (pyiceberg and DuckDB), the run's `dump.rows` metrics add up to its dump's rows,
+    and the dump task's OpenLineage event names the source table with its columns (what the merges
+    write: tests/e2e/test_merge_under_the_scheduler.py)."""
     from dblog.coordination import store as paths
     from dblog.operations.verify import compare_warehouse
+    from dblog.warehouse.readers import duckdb_read
     from dblog.warehouse.tables import Warehouse
-    from dblog_airflow import metrics
 
     from conftest import PORTS, wait_for
     src = standalone.src
-    sent = metrics.name("dump.rows", src.source_id, src.table("order_lines"))
-    earlier = sum(standalone.statsd.values(sent))  # other tests' dumps of the table, on the same standalone
-    run_id = trigger_dump(standalone, {"source": src.source_id, "tables": ["order_lines"], "chunk_size": 250})
-    assert standalone.wait_for_run("dblog_dump", run_id) == "success"
     warehouse = Warehouse(standalone.warehouse)
-    diff = compare_warehouse(src.source(), warehouse, src.table("order_lines"))
+    diff = compare_warehouse(src.source(), warehouse, table)
     assert diff.equal and diff.source_rows > 1000, diff
-    from dblog.warehouse.readers import duckdb_read
-    assert duckdb_read(warehouse, src.source_id, src.table("order_lines")).num_rows == diff.source_rows
+    assert duckdb_read(warehouse, src.source_id, table).num_rows == diff.source_rows
 
     dump = standalone.api("GET", f"{task_path(run_id, src.source_id + '.start')}/xcomEntries/dump").json()["value"]
     with src.store() as store:
-        rows = store.get(paths.table_progress_path(src.source_id, dump["dump_id"], src.table("order_lines")))["rows"]
-    wait_for(lambda: sum(standalone.statsd.values(sent)) - earlier == rows, 30,
-             what=f"{sent} to add up to this dump's {rows} rows")
+        rows = store.get(paths.table_progress_path(src.source_id, dump["dump_id"], table))["rows"]
+    wait_for(lambda: dumped_rows_sent(standalone, table) - rows_sent_before == rows, 30,
+             what=f"dblog.dump.rows of {table} to add up to this dump's {rows} rows")
 
-    # Lineage, through Airflow's OpenLineage provider: the dump read the source table, with its
-    # columns (what the merges write: tests/e2e/test_merge_under_the_scheduler.py).
     def read() -> list[dict]:
         return [d for e in standalone.lineage() if e["eventType"] == "COMPLETE"
                 and e["job"]["name"] == f"dblog_dump.{src.source_id}.dump_table" for d in e["inputs"]]
     wait_for(read, 60, what="the dump task's OpenLineage event")
-    assert any(d["namespace"] == f"mysql://127.0.0.1:{PORTS['MARIADB']}" and d["name"] == src.table("order_lines")
+    assert any(d["namespace"] == f"mysql://127.0.0.1:{PORTS['MARIADB']}" and d["name"] == table
                and {"order_id", "line_no"} <= {f["name"] for f in d["facets"]["schema"]["fields"]} for d in read()), \
         read()
+
 
 def test_a_chunk_size_of_zero_over_the_rest_api_fails_the_run_at_start_saying_what_to_set(standalone):
     src = standalone.src

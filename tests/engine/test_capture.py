@@ -15,6 +15,7 @@ from dblog.sources.base import SourceError
 from conftest import PORTS, checkpoint, settle, wait_for
 
 
+@pytest.mark.both_sources   # (each source's own capture, reader or setup: the subject)
 def test_staged_positions_are_unique_and_increase_in_commit_order(src):
     w = src.workload(seed=5, rows=300)
     w.create()

@@ -3,6 +3,8 @@ import json
 import os
 import signal
 
+import pytest
+
 from dblog.coordination import store as paths
 from dblog.model.staged_format import ChunkFile
 from dblog.operations.reconcile import rebuild
@@ -19,6 +21,7 @@ def assert_converged(src, tables=TABLES):
         assert diff.source_rows > 0
 
 
+@pytest.mark.both_sources   # (each source's own capture, reader or setup: the subject)
 def test_a_full_dump_of_both_tables_during_concurrent_writes_converges_row_for_row(src):
     src.workload(seed=1).create()
     src.start_capture()
@@ -36,6 +39,7 @@ def test_a_full_dump_of_both_tables_during_concurrent_writes_converges_row_for_r
     print(f"{src.kind}: rows dropped in windows: {dropped}")
 
 
+@pytest.mark.both_sources   # (each source's own capture, reader or setup: the subject)
 def test_kill_9_of_the_dump_and_the_capture_midway_resumes_after_the_last_chunk_and_converges(src):
     src.workload(seed=3, rows=3000).create()
     capture = src.start_capture()

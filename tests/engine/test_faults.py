@@ -148,6 +148,7 @@ def lose_history(src) -> None:
         src.workload(seed=37, rows=300).run(seconds=0.5)
 
 
+@pytest.mark.both_sources   # (each source's own capture, reader or setup: the subject)
 def test_lost_history_fails_closed_asking_for_a_full_dump_and_that_recovery_converges(src):
     src.workload(seed=36, rows=300).create()
     src.dblog("capture", "--init", "--source", src.source_id, check=True)
@@ -201,8 +202,9 @@ def test_of_two_captures_started_together_exactly_one_stages_and_checkpoints(mar
     ("dump.after_staging", "threads", 3, 2, 3, False),  # the window staged whole, its high watermark not written
     # Spark's reader only where it changes the outcome: an executor's first staged split kills the
     # driver (its executors' JVM goes with it); with local[2], the window's third split cannot have
-    # started, so part of the window is staged.
-    ("dump.split_staged", "spark", 3, 1, 0, False),
+    # started, so part of the window is staged. `make test-full` only (40 s): the recovery is the
+    # threads cases' own, and an executor killed mid-window is tests/engine/test_parallel_windows.py's.
+    pytest.param("dump.split_staged", "spark", 3, 1, 0, False, marks=pytest.mark.long),
 ])
 def test_a_dump_killed_mid_window_resumes_reading_only_the_splits_it_had_not_staged_and_converges(
         mariadb, point, reader, parallelism, nth, window, stepped):

@@ -1,6 +1,8 @@
 """The capture users have only what capture needs, and the local services listen on loopback only."""
 from __future__ import annotations
 
+import pytest
+
 from conftest import LOOPBACK, PORTS, listening, wait_for
 from test_convergence import assert_converged
 
@@ -41,6 +43,7 @@ def _fresh_capture_user(src) -> tuple[str, list[str]]:
             f"&publication={user}", [f"DROP PUBLICATION IF EXISTS {user}", f"DROP OWNED BY {user}", f"DROP ROLE {user}"])
 
 
+@pytest.mark.both_sources   # (each source's own capture, reader or setup: the subject)
 def test_a_fresh_capture_user_set_up_in_the_readme_order_dumps_and_captures(src):
     """The order docs/sources.md gives: `dblog setup` as the new user prints the exact least-privilege statements
     (no traceback, never FOR ALL TABLES), an administrator runs them, then setup passes and the

@@ -65,6 +65,7 @@ def _both(source, schema, after=None, limit=None, upto=None):
     return native, python
 
 
+@pytest.mark.both_sources   # (each source's own capture, reader or setup: the subject)
 def test_a_native_chunk_read_holds_the_python_drivers_values_for_every_column_type_it_takes(src, caplog):
     _create(src, NATIVE[src.kind], _rows(src.kind), "native")
     source = src.source()
