@@ -67,6 +67,9 @@ chaos: up
 	RUNS=$(RUNS) CHAOS_SECONDS=$(SECONDS) SOURCES=$(SOURCES) SEED=$(SEED) LEGACY=$(LEGACY) MERGE=$(MERGE) \
 		$(VENV)/python scripts/chaos.py
 
+# The long forms below run every case of their tests (both sources: see test-full).
+soak growth bulk: export DBLOG_SUITE = full
+
 # make soak [SOAK_SECONDS=1800]: the capture under a real airflow standalone, slices of 20 s, writes, a kill -9
 SOAK_SECONDS ?= 1800
 soak: up

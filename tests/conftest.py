@@ -47,7 +47,9 @@ def one_source(item) -> str | None:
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     kept, dropped = [], []
-    for item in items:
+    # A test named on the command line (path::name[case]) runs as asked, whichever form.
+    named = any("::" in str(arg) for arg in config.args)
+    for item in items if not named else ():
         chosen = one_source(item)
         other_source = chosen is not None and chosen != item.callspec.params["src"]
         (dropped if other_source or (item.get_closest_marker("long") and not FULL) else kept).append(item)

@@ -173,7 +173,9 @@ def create_dump(store: StateStore, source: Source, spec: DumpSpec) -> str:
                  "skipped": [asdict(s) for s in plan.skipped], "created_at": time.time(),
                  **({"reason": spec.reason} if spec.reason else {}),
                  **({"request": spec.request} if spec.request else {})}
-        if not store.create_new(paths.dump_path(source.name, dump_id), scope):
+        if not store.create_new(paths.dump_path(source.name, dump_id), scope) and (
+                spec.request is None or (store.get(paths.dump_path(source.name, dump_id)) or {}).get("request")
+                != spec.request):   # (a try of the same request registering at the same moment: the same dump)
             raise DumpError(f"dump {dump_id} already exists on {source.name}; pick another id or resume it "
                             f"with `dblog dump run {dump_id}`")
     else:   # the same request again: its registration may have stopped part-way; finish what is missing
@@ -190,8 +192,8 @@ def create_dump(store: StateStore, source: Source, spec: DumpSpec) -> str:
 
 
 def new_dump_id(at: dt.datetime | None = None, salt: str | None = None) -> str:
-    """A dump's generated id: its start time, then six hex digits (random, or a hash of `salt`, so
-    that a retried request names the same dump)."""
+    """A dump's generated id: a time (now, or the Airflow run's), then six hex digits (random, or a
+    hash of `salt`, so that a retried request names the same dump)."""
     tail = hashlib.sha256(salt.encode()).hexdigest()[:6] if salt else uuid.uuid4().hex[:6]
     return (at or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%S-") + tail
 

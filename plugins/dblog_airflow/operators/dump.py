@@ -65,6 +65,7 @@ class StartDumpOperator(BaseOperator):
 
     def execute(self, context) -> list[dict]:
         from dblog.coordination.store import dump_path
+        from dblog.errors import TransientError
         from dblog.snapshot.dump import create_dump, new_dump_id
         check_run(self, context, tables=self.tables, chunk_size=self.chunk_size, delay_seconds=self.delay_seconds,
                   exclude=self.exclude, parallelism=self.parallelism)
@@ -72,9 +73,12 @@ class StartDumpOperator(BaseOperator):
             raise AirflowSkipException(f"this run dumps {self.selected_source}, not {self.source_conn_id}")
         hook = DBLogHook(self.source_conn_id, self.zookeeper_conn_id)
         # A retry (its worker died mid-registration) names the same dump and finishes registering it;
-        # a cleared run is a new request, so a new dump.
-        run = context["dag_run"]
-        request = f"{run.dag_id}/{run.run_id}/{run.clear_number or 0}/{self.source_conn_id}"
+        # this task cleared is a new request, so a new dump. The first try of the current clear is
+        # Airflow's own formula (its max_tries grows by the retries each clear); the run's
+        # clear_number would also count a clear of another task of the run.
+        run, ti = context["dag_run"], context["ti"]
+        first_try = ti.max_tries - (self.retries or 0) + 1
+        request = f"{run.dag_id}/{run.run_id}/{first_try}/{self.source_conn_id}"
         spec = dump_spec(self.tables, self.keys, self.chunk_size, self.delay_seconds,
                          self.dump_id or new_dump_id(run.run_after, salt=request), self.exclude, self.parallelism)
         spec.request = request
@@ -85,6 +89,8 @@ class StartDumpOperator(BaseOperator):
                 dump_id = create_dump(store, source, spec)
                 scope = store.get(dump_path(source.name, dump_id))
         except _input_errors() as exc:
+            if isinstance(exc, TransientError):   # a source down for now: Airflow's retry, not bad input
+                raise
             fail(self.log, f"dump not started: {exc}")
         tables, skipped = scope["tables"], scope.get("skipped", [])
         for s in skipped:  # WARNING: the log view's filter and the task's log show what was left out
