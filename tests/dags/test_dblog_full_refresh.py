@@ -1,6 +1,8 @@
 """dblog_full_refresh and dblog_merge through `dag.test()`: two sources under writes converge."""
 from __future__ import annotations
 
+import pytest
+
 from conftest import assert_warehouse_equals_source, settle
 
 
@@ -45,6 +47,9 @@ def test_full_refresh_of_every_source_under_writes_then_merges_converge_and_publ
         assert all(e["snapshot_id"] and e["identifier"][0] == s.source_id for es in events.values() for e in es)
 
 
+# `make test-full` only: a dump of one table in its chunk size is tests/dags/test_dblog_dump.py's, and
+# the full refresh of every source under writes is the test above.
+@pytest.mark.long
 def test_a_full_refresh_triggered_for_one_table_rereads_only_that_table_in_its_chunk_size(mariadb, deploy, warehouse):
     from dblog.coordination import store as paths
     mariadb.workload(seed=23, rows=100).create()

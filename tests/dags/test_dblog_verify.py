@@ -1,6 +1,8 @@
 """dblog_verify through `dag.test()`: drift is found and repaired by a key-list dblog_dump run."""
 from __future__ import annotations
 
+import pytest
+
 from conftest import assert_warehouse_equals_source
 
 
@@ -56,6 +58,9 @@ def test_verify_triggers_a_repair_dump_of_exactly_the_drifted_keys_and_it_conver
     assert_warehouse_equals_source(mariadb, warehouse)
 
 
+# `make test-full` only (22 s): the run's `tables` param is checked by the integrity tests, and a
+# verify that finds and repairs drift is the test above.
+@pytest.mark.long
 def test_a_verify_triggered_for_one_table_checks_and_repairs_only_that_table(mariadb, deploy, capfd):
     mariadb.workload(seed=33, rows=200).create()
     mariadb.start_capture()
