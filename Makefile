@@ -37,8 +37,9 @@ test: up
 	$(VENV)/pytest -q --junitxml=$(TEST_OUT)/junit.xml; a=$$?; \
 	  $(VENV)/python scripts/suite_time.py $(TEST_OUT); exit $$a
 
-# Every test of the `src` fixture on both sources (the suite runs each on one, alternating, unless
-# marked both_sources): before a release, or after a change to a source adapter.
+# Every test: those of the `src` fixture on both sources (the suite runs each on one, alternating,
+# unless marked both_sources) and those marked long. Before a release, or after a change to a
+# source adapter.
 test-full: export DBLOG_SUITE = full
 test-full: test
 

@@ -157,8 +157,9 @@ def create_dump(store: StateStore, source: Source, spec: DumpSpec) -> str:
     plan = validate(source, spec)
     schemas, keys = plan.schemas, plan.keys
     dump_id = spec.dump_id or new_dump_id()
-    existing = store.get(paths.dump_path(source.name, dump_id))
-    if existing is not None and (spec.request is None or existing.get("request") != spec.request):
+    path = paths.dump_path(source.name, dump_id)
+    existing = store.get(path)
+    if existing is not None and not _registered_by(store, path, spec.request):
         raise DumpError(f"dump {dump_id} already exists on {source.name}; pick another id or resume it "
                         f"with `dblog dump run {dump_id}`")
     # After validation (a first dump on a source would otherwise create the checkpoint and, on
@@ -173,9 +174,7 @@ def create_dump(store: StateStore, source: Source, spec: DumpSpec) -> str:
                  "skipped": [asdict(s) for s in plan.skipped], "created_at": time.time(),
                  **({"reason": spec.reason} if spec.reason else {}),
                  **({"request": spec.request} if spec.request else {})}
-        if not store.create_new(paths.dump_path(source.name, dump_id), scope) and (
-                spec.request is None or (store.get(paths.dump_path(source.name, dump_id)) or {}).get("request")
-                != spec.request):   # (a try of the same request registering at the same moment: the same dump)
+        if not store.create_new(path, scope) and not _registered_by(store, path, spec.request):
             raise DumpError(f"dump {dump_id} already exists on {source.name}; pick another id or resume it "
                             f"with `dblog dump run {dump_id}`")
     else:   # the same request again: its registration may have stopped part-way; finish what is missing
@@ -189,6 +188,12 @@ def create_dump(store: StateStore, source: Source, spec: DumpSpec) -> str:
         store.create_new(paths.table_progress_path(source.name, dump_id, table),
                          asdict(TableProgress(table, estimated_rows=estimate)))
     return dump_id
+
+
+def _registered_by(store: StateStore, path: str, request: str | None) -> bool:
+    """Whether the dump at `path` was registered by `request`: a retry of it, or a try of it
+    registering at the same moment, is the same dump."""
+    return request is not None and (store.get(path) or {}).get("request") == request
 
 
 def new_dump_id(at: dt.datetime | None = None, salt: str | None = None) -> str:
