@@ -178,8 +178,9 @@ class Merge:
         "0.1-0.3 s there, 1.5-1.8 s through Spark); 0: only tables of at most `DBLOG_MERGE_LOCAL_ROWS` rows",
         minimum=0, maximum=1 << 34)
     parallel_tables: int = setting(
-        4, "DBLOG_MERGE_PARALLEL_TABLES", "tables the continuous merge merges at once in its Spark session (fair "
-        "scheduling), so a big table's merge does not hold the others' freshness; 1: one after another",
+        4, "DBLOG_MERGE_PARALLEL_TABLES", "tables a merge (continuous or single) merges at once in its Spark "
+        "session (fair scheduling), so a big table's merge does not hold the others' freshness and one table's "
+        "driver-side work overlaps another's tasks; 1: one after another",
         minimum=1, maximum=64)
     continuous_slice_seconds: int = setting(
         3600, "DBLOG_MERGE_SLICE_SECONDS", "length of one `dblog_merge_continuous` run (one warm Spark session); "

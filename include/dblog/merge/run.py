@@ -10,6 +10,8 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable
+from concurrent import futures
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .. import connections
@@ -64,18 +66,50 @@ def run_merge(options: MergeOptions, say: Callable[[str], None] = print,
     staged, warehouse = StagedLog(connections.staging_root()), Warehouse(connections.warehouse_root())
     for src in sources:
         _known_tables(src, staged, tables[src.name] or [])
-    spark = session("dblog-merge", options.master, LONG_RUNNING if options.continuous else None)
+    parallel = settings().merge.parallel_tables
+    spark = session("dblog-merge", options.master, LONG_RUNNING if options.continuous or parallel > 1 else None)
     with open_store() as store:
         if options.continuous:
             return _merge_continuously(options, say, spark, store, staged, warehouse, tables)
         pairs = [(source, t) for source, chosen in tables.items() for t in chosen or staged_tables(staged, source)]
-        results = []
-        for source, t in pairs:
-            results.append(merge_table(spark, store, staged, warehouse, source, t, bucket_rows=options.bucket_rows))
-            say(results[-1].summary())
+
+        def merge(source: str, table: str) -> MergeResult:
+            if parallel > 1:   # a fair-scheduler pool per thread: a small table's jobs are not queued behind a big one's
+                spark.sparkContext.setLocalProperty("spark.scheduler.pool", threading.current_thread().name)
+            return merge_table(spark, store, staged, warehouse, source, table, bucket_rows=options.bucket_rows)
+        return merge_each(pairs, merge, parallel, say, on_table)
+
+
+def merge_each(pairs: list[tuple[str, str]], merge: Callable[[str, str], MergeResult], parallel: int,
+               say: Callable[[str], None], on_table: Callable[[int, int], None] | None) -> list[MergeResult]:
+    """Each table merged once, `parallel` side by side (one table's driver-side work, planning and
+    commits, overlaps another's Spark tasks), a line to `say` as each ends; the results in `pairs`
+    order. The first failure stops the tables not started yet and is raised once the ones under way
+    end, as a serial run raises it."""
+    done, said = 0, threading.Lock()
+
+    def one(source: str, table: str) -> MergeResult:
+        nonlocal done
+        result = merge(source, table)
+        with said:   # a line never runs into another
+            done += 1
+            say(result.summary())
             if on_table is not None:
-                on_table(len(results), len(pairs))
-    return results
+                on_table(done, len(pairs))
+        return result
+    if parallel <= 1 or len(pairs) <= 1:
+        return [one(s, t) for s, t in pairs]
+    with ThreadPoolExecutor(min(parallel, len(pairs)), thread_name_prefix="dblog-merge") as pool:
+        running = [pool.submit(one, s, t) for s, t in pairs]
+        futures.wait(running, return_when=futures.FIRST_EXCEPTION)
+        if any(f.done() and f.exception() is not None for f in running):
+            for f in running:
+                f.cancel()
+        futures.wait(running)
+    failed = next((f.exception() for f in running if not f.cancelled() and f.exception() is not None), None)
+    if failed is not None:
+        raise failed
+    return [f.result() for f in running]
 
 
 def _merge_continuously(options: MergeOptions, say: Callable[[str], None], spark, store, staged, warehouse,
