@@ -1,7 +1,8 @@
 """The table the dump scenarios copy, the write load on it, and the row-diff of a copy.
 
-`t (id, name, amount, created, v)`: `v` counts a row's updates, so a copy differs from the
-source exactly where a key is missing, extra, duplicated, or carries another `v`.
+`t (id, name, amount, created, v)`, or 20 columns shaped like the NYC taxi trips (`TAXI_COLUMNS`,
+`DBLOG_BENCH_DUMP_SHAPE=taxi`): `v` counts a row's updates, so a copy differs from the source
+exactly where a key is missing, extra, duplicated, or carries another `v`.
 
 Run as a process, it is the concurrent writer (`python bench/bigtable.py write KIND NS RATE OUT`):
 row changes at RATE per second in transactions of 10 (updates of random rows, inserts above
@@ -23,7 +24,38 @@ from common import admin, namespace, run_sql  # noqa: E402
 TABLE = "t"
 
 
-def create(kind: str, ns: str, rows: int) -> None:
+# Shaped like the NYC taxi trips table OLake's published load benchmark copies (timestamps,
+# decimals, doubles, integers, short strings; 20 columns), generated, plus `v` for the row-diff.
+# Values vary per row so that no column compresses to nothing.
+TAXI_COLUMNS = [
+    ("vendor_id", "SMALLINT", "SMALLINT", "1 + {g} % 2"),
+    ("pickup_at", "DATETIME(6)", "TIMESTAMP", "{ts}"),
+    ("dropoff_at", "DATETIME(6)", "TIMESTAMP", "{ts_later}"),
+    ("passenger_count", "SMALLINT", "SMALLINT", "1 + {g} % 6"),
+    ("trip_distance", "DOUBLE", "DOUBLE PRECISION", "({g} % 3000) / 97.0"),
+    ("ratecode_id", "SMALLINT", "SMALLINT", "1 + {g} % 5"),
+    ("store_and_fwd_flag", "CHAR(1)", "CHAR(1)", "CASE WHEN {g} % 50 = 0 THEN 'Y' ELSE 'N' END"),
+    ("pu_location_id", "INT", "INT", "1 + {g} % 263"),
+    ("do_location_id", "INT", "INT", "1 + ({g} * 7) % 263"),
+    ("payment_type", "SMALLINT", "SMALLINT", "1 + {g} % 4"),
+    ("fare_amount", "DECIMAL(9,2)", "NUMERIC(9,2)", "({g} % 9000) / 100.0 + 2.5"),
+    ("extra", "DECIMAL(9,2)", "NUMERIC(9,2)", "({g} % 4) / 2.0"),
+    ("mta_tax", "DECIMAL(9,2)", "NUMERIC(9,2)", "0.50"),
+    ("tip_amount", "DECIMAL(9,2)", "NUMERIC(9,2)", "({g} % 1500) / 100.0"),
+    ("tolls_amount", "DECIMAL(9,2)", "NUMERIC(9,2)", "CASE WHEN {g} % 20 = 0 THEN 6.55 ELSE 0 END"),
+    ("improvement_surcharge", "DECIMAL(9,2)", "NUMERIC(9,2)", "0.30"),
+    ("total_amount", "DECIMAL(10,2)", "NUMERIC(10,2)", "({g} % 12000) / 100.0 + 3.8"),
+    ("congestion_surcharge", "DECIMAL(9,2)", "NUMERIC(9,2)", "CASE WHEN {g} % 3 = 0 THEN 2.5 ELSE 0 END"),
+    ("airport_fee", "DECIMAL(9,2)", "NUMERIC(9,2)", "CASE WHEN {g} % 25 = 0 THEN 1.25 ELSE 0 END"),
+]
+
+
+def create(kind: str, ns: str, rows: int, shape: str = "narrow") -> None:
+    """The table `ns.t` of `rows` rows: `narrow` (the columns above) or `taxi` (`TAXI_COLUMNS`)."""
+    if shape == "taxi":
+        return _create_taxi(kind, ns, rows)
+    if shape != "narrow":
+        raise ValueError(f"unknown table shape {shape!r}: narrow or taxi")
     namespace(kind, ns)
     if kind == "mysql":
         run_sql(kind, f"CREATE TABLE {ns}.{TABLE} (id BIGINT PRIMARY KEY, name VARCHAR(40), amount DECIMAL(12,2), "
@@ -34,6 +66,24 @@ def create(kind: str, ns: str, rows: int) -> None:
         run_sql(kind, f"CREATE TABLE {ns}.{TABLE} (id BIGINT PRIMARY KEY, name VARCHAR(40), amount NUMERIC(12,2), "
                       "created TIMESTAMP, v BIGINT NOT NULL)",
                 f"INSERT INTO {ns}.{TABLE} SELECT g, 'name-' || g, g / 7.0, now(), 0 FROM generate_series(1, {rows}) g",
+                f"VACUUM ANALYZE {ns}.{TABLE}")
+
+
+def _create_taxi(kind: str, ns: str, rows: int) -> None:
+    namespace(kind, ns)
+    mysql = kind == "mysql"
+    g = "seq" if mysql else "g"
+    ts = (f"TIMESTAMP('2024-01-01') + INTERVAL ({g} * 3) SECOND" if mysql
+          else f"TIMESTAMP '2024-01-01' + ({g} * 3) * INTERVAL '1 second'")
+    later = (f"TIMESTAMP('2024-01-01') + INTERVAL ({g} * 3 + 300 + {g} % 1800) SECOND" if mysql
+             else f"TIMESTAMP '2024-01-01' + ({g} * 3 + 300 + {g} % 1800) * INTERVAL '1 second'")
+    columns = ", ".join(f"{name} {my if mysql else pg}" for name, my, pg, _ in TAXI_COLUMNS)
+    values = ", ".join(expr.format(g=g, ts=ts, ts_later=later) for *_, expr in TAXI_COLUMNS)
+    create_table = f"CREATE TABLE {ns}.{TABLE} (id BIGINT PRIMARY KEY, {columns}, v BIGINT NOT NULL)"
+    if mysql:
+        run_sql(kind, create_table, f"INSERT INTO {ns}.{TABLE} SELECT seq, {values}, 0 FROM {ns}.seq_1_to_{rows}")
+    else:
+        run_sql(kind, create_table, f"INSERT INTO {ns}.{TABLE} SELECT g, {values}, 0 FROM generate_series(1, {rows}) g",
                 f"VACUUM ANALYZE {ns}.{TABLE}")
 
 

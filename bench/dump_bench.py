@@ -71,9 +71,11 @@ def copy(tool: str, h: Harness, spark, chunk_size: int) -> dict:
     return baseline(tool, h.kind, spark, f"{h.dir}/{tool}")
 
 
-def idle(kind: str, spark, rows: int, chunk_size: int, reps: int, tools: tuple[str, ...] = TOOLS) -> dict:
-    """Scenario 2. Returns per tool: median rows/s, ratio to the plain SELECT, rows differing."""
-    bigtable.create(kind, NS, rows)
+def idle(kind: str, spark, rows: int, chunk_size: int, reps: int, tools: tuple[str, ...] = TOOLS,
+         shape: str = "narrow") -> dict:
+    """Scenario 2 (on the `narrow` table or the `taxi` one). Returns per tool: median rows/s, ratio
+    to the plain SELECT, rows differing."""
+    bigtable.create(kind, NS, rows, shape)
     h = Harness(kind, NS, f"bench_{kind}")
     h.start_capture()
     runs: dict[str, list[dict]] = {t: [] for t in tools}
@@ -89,7 +91,7 @@ def idle(kind: str, spark, rows: int, chunk_size: int, reps: int, tools: tuple[s
                 print(f"      {r['rows']:,} rows in {r['seconds']:.1f} s; rows differing: {r['differ']['total']}", flush=True)
     finally:
         h.close()
-    out = {"rows": rows, "chunk_size": chunk_size, "reps": reps, "tools": {}}
+    out = {"rows": rows, "shape": shape, "chunk_size": chunk_size, "reps": reps, "tools": {}}
     rates = {tool: median([r["rows"] / r["seconds"] for r in rs]) for tool, rs in runs.items()}
     for tool, rs in runs.items():
         rate = rates[tool]

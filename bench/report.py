@@ -108,12 +108,13 @@ def writes(doc: dict) -> list[str]:
     return out
 
 
-BEFORE = Path(__file__).parent / "results" / "history" / "merge-before-iceberg.json"   # the plain Parquet layout
+BEFORE = Path(__file__).parent / "results" / "history" / "merge-2026-11-24.json"   # before position deletes
 
 
 def merge(doc: dict) -> list[str]:
     runs = doc["result"] if "local" in doc["result"] else {"local": doc["result"]}
     before = json.loads(BEFORE.read_text())["result"] if BEFORE.exists() else None
+    before = before.get("local", before) if before else None
     rows = []
     for where, r in runs.items():
         old = before if where == "local" and before else None
@@ -124,9 +125,10 @@ def merge(doc: dict) -> list[str]:
         for name, n, merge_s, commit_s, plain_s, ratio, i, kind in cases:
             was = old[kind][i]["ratio"] if old and i < len(old[kind]) else "n/a"
             rows.append([f"{where}: {name}", n, merge_s, commit_s, plain_s, ratio, was])
-    return ["**4. Merge scaling** (Spark local[2]; Iceberg tables, one commit per merge; on S3 the staged "
+    return ["**4. Merge scaling** (Spark local[2], warm; Iceberg tables, one commit per merge; on S3 the staged "
             "input and the table live on SeaweedFS and the baseline is the same local plain write; "
-            "ratio before: the earlier plain-Parquet layout, `bench/results/history/merge-before-iceberg.json`)", ""] + _table(
+            "ratio before: `bench/results/history/merge-2026-11-24.json`, before first loads went straight into "
+            "buckets and before position deletes)", ""] + _table(
         ["merge", "rows", "merge s", "commit s", "plain rewrite s", "ratio", "ratio before"], rows)
 
 

@@ -19,6 +19,7 @@ Sizes and settings (environment; defaults fit 2 cores / 24 GiB):
   DBLOG_BENCH_REPS=3 (scenarios 1, 5)  DBLOG_BENCH_DUMP_REPS=3 (scenario 2; each run is ~6 min a source)
   DBLOG_BENCH_DUMP_TOOLS=ours,plain,spark_jdbc,dlt (scenario 2: the copies to time)
   DBLOG_BENCH_DUMP_PARALLELISM=1 (scenario 2: ranges per dump window)
+  DBLOG_BENCH_DUMP_SHAPE=narrow (scenario 2: the table, narrow or taxi: 20 columns like the NYC taxi trips)
   DBLOG_BENCH_CHUNK_SIZE (default: dblog's)  DBLOG_BENCH_WRITE_RATE=1000 row changes/s
   DBLOG_BENCH_BASELINE_SECONDS=60      DBLOG_BENCH_CAPTURE_ROWS=100000  DBLOG_BENCH_MERGE_ROWS=1000000
   DBLOG_BENCH_SWEEP_ROWS=1000000       DBLOG_BENCH_SWEEP_SIZES=2000,5000,20000,50000
@@ -77,7 +78,8 @@ def part(name: str, kinds: list[str], spark_session) -> dict:
     if name == "dump":
         import dump_bench
         tools = tuple(env("DUMP_TOOLS", ",".join(dump_bench.TOOLS)).split(","))
-        return {k: dump_bench.idle(k, spark_session(), rows, chunk, int(env("DUMP_REPS", "3")), tools) for k in kinds}
+        return {k: dump_bench.idle(k, spark_session(), rows, chunk, int(env("DUMP_REPS", "3")), tools,
+                                   env("DUMP_SHAPE", "narrow")) for k in kinds}
     if name == "writes":
         import dump_bench
         tools = tuple(env("WRITES_TOOLS", ",".join(dump_bench.TOOLS)).split(","))

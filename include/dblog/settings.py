@@ -177,6 +177,11 @@ class Merge:
         "for compressible columns, once per table merged at once (100 changed keys into a 250,000-row bucket: "
         "0.1-0.3 s there, 1.5-1.8 s through Spark); 0: only tables of at most `DBLOG_MERGE_LOCAL_ROWS` rows",
         minimum=0, maximum=1 << 34)
+    delta_ratio: int = setting(
+        20, "DBLOG_MERGE_DELTA_RATIO", "a merge whose touched buckets hold at least this many times the rows it "
+        "brings leaves their data files in place: it writes the new rows beside them and an Iceberg position delete "
+        "file naming the rows they replace (1,000 random keys into 10M rows: no longer a rewrite of every bucket); "
+        "0: always rewrite the touched buckets", minimum=0, maximum=1_000_000)
     parallel_tables: int = setting(
         4, "DBLOG_MERGE_PARALLEL_TABLES", "tables a merge (continuous or single) merges at once in its Spark "
         "session (fair scheduling), so a big table's merge does not hold the others' freshness and one table's "

@@ -477,7 +477,7 @@ def _apply(spark: SparkSession, store: StateStore, warehouse: Warehouse, result:
     try:
         # A merge whose lease lapsed (a long pause) must not commit: maintenance may have swept its files.
         lease.check()
-        result.commit_seconds = commit(pending, files, touched, new.properties())
+        result.commit_seconds = commit(pending, files, touched, new.properties(), done.deletes if done else None)
         result.committed_at, result.commits, result.snapshots_expired = time.time(), 1, pending.expired
     except CommitError as exc:
         raise MergeError(f"{source}/{table}: {exc}") from exc
@@ -594,7 +594,11 @@ def _write(spark: SparkSession, base: TableState, pending, inputs: MergeInputs, 
     records, fill_unchanged = inputs.merge_records()
     if records is None:
         return None
-    return rewrite(spark, base, pending, records, upto, purge, bucket_rows, fill_unchanged, inputs.unique)
+    done = rewrite(spark, base, pending, records, upto, purge, bucket_rows, fill_unchanged, inputs.unique)
+    if done.deletes:
+        result.note = f"{len(done.deletes)} bucket(s) changed in place: new rows beside their files, the rows they " \
+                      "replace named in position delete files"
+    return done
 
 
 def _report(result: MergeResult, state: TableState) -> None:

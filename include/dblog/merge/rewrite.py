@@ -13,17 +13,20 @@ import datetime as dt
 import uuid
 from dataclasses import dataclass, field
 
-from pyspark.sql import DataFrame, SparkSession
+from pyiceberg.manifest import DataFile
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from ..model.staged_format import DUMP_ID
+from ..settings import settings
 from ..spark.data_sources import FIELD_ID, field_ids, read_files
 from ..warehouse.commit import Pending, WrittenFile
 from ..warehouse.files import TOMBSTONE, WRITTEN, bucket_writer
 from ..warehouse.merged_state import Bucket, TableState
 from ..warehouse.types import BUCKET, META, META_TYPES, MISSING
 from . import bucket_merge as M
+from . import delta
 from .frame_rules import WINDOW
 
 
@@ -37,23 +40,47 @@ class Rewritten:
     survivors: dict[str, int] = field(default_factory=dict)   # dump id -> chunk rows that survived
     survivors_total: int = 0
     without_spark: bool = False                 # written on the driver (a small merge or first load)
+    # A delta merge (`delta`): bucket id -> its position delete file (None: nothing replaced);
+    # those buckets keep their data files on main.
+    deletes: dict[int, DataFile | None] = field(default_factory=dict)
 
 
 def rewrite(spark: SparkSession, base: TableState, pending: Pending, recs: DataFrame, upto: str, purge: bool,
             bucket_rows: int, fill_unchanged: bool, unique: bool = False) -> Rewritten:
-    """Merge `recs` into the buckets they touch and write those buckets anew (`unique`: see
+    """Merge `recs` into the buckets they touch and write those buckets anew, or, for a few keys
+    into big buckets, only the stored rows of their keys (`delta`) (`unique`: see
     `merge.merge_records`)."""
     key, columns = base.key, base.columns
-    types, names = dict(columns), [c for c, _ in columns]
+    types = dict(columns)
     bounds = [b.lo for b in base.buckets]
     out = Rewritten(base.buckets)
     incoming = _count_incoming(recs, key, types, bounds, out)
     touched = set(incoming)
-    old = [df.file_path for b in sorted(touched) for df in base.buckets[b].files + base.buckets[b].tombstones]
-    existing = M.align(read_files(spark, old, _stored_schema(columns, pending)), columns) if old else None
     # Sizes are estimated (an update counts twice), so a bucket may split a little early; never late.
     estimate = {b: base.buckets[b].rows + base.buckets[b].tombstone_rows + incoming.get(b, 0) for b in touched}
     oversized = M.oversized(estimate, bucket_rows)
+    schema = _stored_schema(columns, pending)
+    if not unique and delta.qualifies(base, incoming, settings().merge.delta_ratio, oversized, bucket_rows):
+        recs = recs.persist()   # read for its keys, then merged: its inputs are composed once
+        try:
+            plan = delta.plan(base, sorted(touched), recs.select(*key).distinct().toArrow(),
+                              {k: field_ids(pending.schema_ipc)[k] for k in key})
+            stored = delta.stored_rows(spark, base, plan, schema)
+            labels = [b.id for b in base.buckets]
+            # A few Spark tasks a core, each writing its buckets' few rows (a task a bucket: 40 tiny tasks).
+            tasks = min(len(touched), 2 * spark.sparkContext.defaultParallelism)
+            out.files = _merged_files(pending, base, None if stored is None else M.align(stored, columns), recs, upto,
+                                      purge, fill_unchanged, M.bucket_of(key, types, bounds), labels, tasks)
+        finally:
+            recs.unpersist()
+        out.touched = {base.buckets[b].id for b in touched}
+        metadata = pending.tx.table_metadata  # type: ignore[attr-defined]
+        out.deletes = delta.delete_files(pending.location, metadata.default_spec_id, base, plan)
+        out.buckets, out.written = delta.buckets_after(base, plan, out.files), len(touched)
+        return out
+    old = [df.file_path for b in sorted(touched) for df in base.buckets[b].files + base.buckets[b].tombstones]
+    deleting = [df.file_path for b in sorted(touched) for df in base.buckets[b].deletes]
+    existing = M.align(read_files(spark, old, schema, deleting), columns) if old else None
     keys = recs.select(*key) if existing is None else existing.select(*key).unionByName(recs.select(*key))
     splits = _split_points(keys.withColumn("_b", M.bucket_of(key, types, bounds)), key, types, oversized, bucket_rows)
     entries = M.with_splits(bounds, splits)   # (lower bound, bucket it was) per bucket
@@ -62,9 +89,21 @@ def rewrite(spark: SparkSession, base: TableState, pending: Pending, recs: DataF
         labels.append(base.buckets[was].id if was is not None else fresh)
         fresh += was is None
     pieces = sum(1 for _, was in entries if was is None or was in touched)
+    out.files = _merged_files(pending, base, existing, recs, upto, purge, fill_unchanged,
+                              M.bucket_of(key, types, [lo for lo, _ in entries]), labels, pieces, unique)
+    out.touched = {base.buckets[b].id for b in touched}
+    out.buckets = _new_buckets(base, entries, labels, touched, out)
+    return out
+
+
+def _merged_files(pending: Pending, base: TableState, existing: DataFrame | None, recs: DataFrame, upto: str,
+                  purge: bool, fill_unchanged: bool, bucket: Column, labels: list[int], pieces: int,
+                  unique: bool = False) -> list[WrittenFile]:
+    """`recs` merged into the `existing` rows by the merge rule, bucket by bucket (`bucket`: the
+    index into `labels`, the bucket ids), written by the executors as the buckets' new files."""
     now = dt.datetime.now(dt.UTC)
-    merged = M.merge_records(existing, recs, key, names, now, fill_unchanged,
-                             M.bucket_of(key, types, [lo for lo, _ in entries]), max(1, pieces), unique)
+    merged = M.merge_records(existing, recs, base.key, [c for c, _ in base.columns], now, fill_unchanged, bucket,
+                             max(1, pieces), unique)
     if purge:
         gone = M.is_tombstone() & (F.col("_dblog_position") <= upto)
         if pending.keep_new_tombstones:
@@ -74,10 +113,7 @@ def rewrite(spark: SparkSession, base: TableState, pending: Pending, recs: DataF
             .withColumn(MISSING, F.to_json(MISSING))   # crosses to Python as text: see warehouse.files
             .withColumn(TOMBSTONE, F.coalesce(M.is_tombstone(), F.lit(False))).drop("_b"))
     writer = bucket_writer(pending.location, pending.schema_ipc, uuid.uuid4().hex[:12])
-    out.files = [WrittenFile(**r.asDict()) for r in rows.mapInArrow(writer, WRITTEN).collect()]
-    out.touched = {base.buckets[b].id for b in touched}
-    out.buckets = _new_buckets(base, entries, labels, touched, out)
-    return out
+    return [WrittenFile(**r.asDict()) for r in rows.mapInArrow(writer, WRITTEN).collect()]
 
 
 def _stored_schema(columns: list[tuple[str, str]], pending: Pending) -> StructType:

@@ -11,7 +11,7 @@ same way. It qualifies when:
 * its input is log events only (no chunk: windows and first loads stay with Spark),
 * every event carries every value (nothing for the fill rule to fill),
 * the table does not exist yet (its first merge: created with the events' columns) or is stored
-  as one bucket that this merge will not split, of at most
+  as one bucket without position deletes (`delta`) that this merge will not split, of at most
   `DBLOG_MERGE_LOCAL_ROWS` rows or at most `DBLOG_MERGE_LOCAL_BUCKET_BYTES` of stored Parquet
   (the driver holds it decompressed, 5-10 times that for compressible columns, once per table
   merged at once; past 20,000 rows a probe table's merges went from 0.2 s here to 4-12 s through
@@ -62,8 +62,8 @@ class LocalEvents:
 def local_events(staged: StagedLog, source: str, table: str, state: TableState | None, after: str | None,
                  upto: str, limit: int, bucket_rows: int, bucket_bytes: int = 0) -> LocalEvents | None:
     """The events of a merge that may run here (see the module doc), read with pyarrow; None: Spark."""
-    if limit <= 0 or (state is not None and len(state.buckets) != 1):
-        return None
+    if limit <= 0 or (state is not None and (len(state.buckets) != 1 or state.buckets[0].deletes)):
+        return None   # (a bucket with position deletes: the Spark path applies them)
     bucket = state.buckets[0] if state is not None else Bucket(0, None)   # a first merge: an empty bucket
     if bucket.rows + bucket.tombstone_rows > limit and stored_bytes(bucket) > bucket_bytes:
         return None

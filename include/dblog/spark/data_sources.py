@@ -26,6 +26,7 @@ from ..model.schema_changes import widens
 from ..stagedlog import shared_segments
 from ..stagedlog.staged_log import parse_member
 from ..storage import filesystem, is_local
+from ..warehouse import deletes as position_deletes
 
 BATCH_ROWS = 65536
 _registered: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # session -> names registered
@@ -95,7 +96,9 @@ def register(spark: SparkSession, source: type[DataSource]) -> None:
 
 # -- dblog_parquet ----------------------------------------------------------------------------------
 class ParquetFiles(DataSource):
-    """Options: `files` (JSON list of URIs), `partitions` (groups of files, default one per file)."""
+    """Options: `files` (JSON list of URIs), `partitions` (groups of files, default one per file),
+    `deletes` (JSON list of position delete files' URIs: the rows they name are left out), `rows`
+    (JSON {URI: [row position, ...]}: only those rows of those files)."""
 
     @classmethod
     def name(cls) -> str:
@@ -106,12 +109,15 @@ class ParquetFiles(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         files = json.loads(self.options["files"])
-        return ParquetReader(schema, files, int(self.options.get("partitions") or len(files) or 1))
+        return ParquetReader(schema, files, int(self.options.get("partitions") or len(files) or 1),
+                             json.loads(self.options.get("deletes") or "[]"), json.loads(self.options.get("rows") or "{}"))
 
 
 class ParquetReader(DataSourceReader):
-    def __init__(self, schema: StructType, files: list[str], partitions: int):
+    def __init__(self, schema: StructType, files: list[str], partitions: int, deletes: list[str] | None = None,
+                 rows: dict[str, list[int]] | None = None):
         self.schema, self.files, self.n = schema, files, max(1, min(partitions, len(files)))
+        self.deletes, self.rows = deletes or [], rows or {}
 
     def partitions(self) -> list[InputPartition]:
         # Round robin: files listed in time order tend to grow or shrink together.
@@ -119,13 +125,21 @@ class ParquetReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         target = to_arrow_schema(self.schema, timezone="UTC")
+        gone = position_deletes.positions(self.deletes)
         for uri in partition.value or []:
             f = open_file(uri)
             by_id = _columns_by_id(f.schema_arrow, self.schema)   # a table's data files: by field id
             names = by_id if by_id is not None else {n: n for n in target.names if n in f.schema_arrow.names}
             present = list(dict.fromkeys(names.values()))
+            if uri in self.rows:   # a few rows of a big file (`merge.delta`)
+                for batch in f.read(columns=present).take(pa.array(sorted(self.rows[uri]), pa.int64())).to_batches():
+                    yield conform(batch, target, names)
+                continue
+            offset = 0
             for batch in f.iter_batches(BATCH_ROWS, columns=present):
-                yield conform(batch, target, names)
+                kept = position_deletes.kept(batch.num_rows, gone.get(uri), offset)
+                offset += batch.num_rows
+                yield conform(batch if kept is None else batch.filter(kept), target, names)
 
 
 def open_file(uri: str) -> pq.ParquetFile:
@@ -150,12 +164,16 @@ def footer_schema(uris: list[str]) -> pa.Schema:
         return pa.schema([newest[n] for n in names], metadata=schemas[-1].metadata)
 
 
-def read_files(spark: SparkSession, uris: list[str], schema: StructType | None = None) -> DataFrame:
+def read_files(spark: SparkSession, uris: list[str], schema: StructType | None = None,
+               deletes: list[str] | None = None) -> DataFrame:
     """The rows of Parquet files on any storage, columns merged across files; with `schema` (a
     table's), read as that schema: a column a file lacks is null, a narrower type is widened
-    (Spark's mergeSchema refuses int beside bigint)."""
+    (Spark's mergeSchema refuses int beside bigint). `deletes`: position delete files (URIs) whose
+    rows are left out."""
     if not uris:
         raise ValueError("read_files: no file to read")
+    if deletes:
+        return read_with_source(spark, uris, schema, deletes)
     if all(is_local(u) and parse_member(u) is None for u in uris):   # Spark's own reader: about twice as fast
         reader = spark.read.schema(schema) if schema is not None else spark.read.option("mergeSchema", "true")
         try:
@@ -167,12 +185,15 @@ def read_files(spark: SparkSession, uris: list[str], schema: StructType | None =
     return read_with_source(spark, uris, schema)
 
 
-def read_with_source(spark: SparkSession, uris: list[str], schema: StructType | None = None) -> DataFrame:
-    """`read_files` through `dblog_parquet`, whatever the storage."""
+def read_with_source(spark: SparkSession, uris: list[str], schema: StructType | None = None,
+                     deletes: list[str] | None = None, rows: dict[str, list[int]] | None = None) -> DataFrame:
+    """`read_files` through `dblog_parquet`, whatever the storage (`rows`: only these rows of these
+    files, by position)."""
     register(spark, ParquetFiles)
     partitions = min(len(uris), 2 * spark.sparkContext.defaultParallelism)
     return (spark.read.format("dblog_parquet").schema(schema or spark_schema(footer_schema(uris)))
-            .option("files", json.dumps(uris)).option("partitions", str(partitions)).load())
+            .option("files", json.dumps(uris)).option("partitions", str(partitions))
+            .option("deletes", json.dumps(deletes or [])).option("rows", json.dumps(rows or {})).load())
 
 
 # -- dblog_iceberg ----------------------------------------------------------------------------------

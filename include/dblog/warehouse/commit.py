@@ -13,11 +13,19 @@ from dataclasses import dataclass, field
 
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
-from pyiceberg.manifest import ManifestContent
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestWriterV2,
+)
 from pyiceberg.table import Transaction
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update import RemoveSnapshotsUpdate
 from pyiceberg.table.update.snapshot import _ManifestMergeManager, _OverwriteFiles
+from pyiceberg.typedef import KeyDefaultDict
 
 from ..errors import DBLogError
 from ..faults import crash_point
@@ -80,16 +88,106 @@ class MergeTransaction(Transaction):
         return seen[2]
 
 
+class _DeleteManifestWriter(ManifestWriterV2):
+    """A manifest of delete files (pyiceberg 0.12 writes only data manifests)."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
 class MergingOverwrite(_OverwriteFiles):
     """An overwrite that also merges small manifests, as an append can (pyiceberg's overwrite adds
-    one manifest per commit, and commit time grows with them). Private API of pyiceberg 0.12:
-    tests/unit/test_iceberg_warehouse.py::test_manifests_stay_few_over_many_merges fails if an
-    upgrade breaks it."""
+    one manifest per commit, and commit time grows with them), and that adds and removes position
+    delete files (`deletes`) in manifests of their own content, as the spec requires (pyiceberg's
+    would list them in data manifests). Private API of pyiceberg 0.12:
+    tests/unit/test_iceberg_warehouse.py::test_manifests_stay_few_over_many_merges and
+    tests/unit/test_position_deletes.py fail if an upgrade breaks it."""
 
     def _process_manifests(self, manifests):
         data = [m for m in manifests if m.content == ManifestContent.DATA]
         deletes = [m for m in manifests if m.content != ManifestContent.DATA]
         return _ManifestMergeManager(8 << 20, MERGE_MANIFESTS_AT, True, self).merge_manifests(data) + deletes
+
+    def _writer(self, spec, content: ManifestContent):
+        if content == ManifestContent.DATA:
+            return self.new_manifest_writer(spec)
+        return _DeleteManifestWriter(spec, self.schema(), self.new_manifest_output(), self._snapshot_id,
+                                     self._compression)
+
+    def _manifests(self):
+        self._build_delete_files_partition_predicate()
+        deleted = self._deleted_entries()
+        written = []
+        for content in (ManifestContent.DATA, ManifestContent.DELETES):
+            added = [f for f in self._added_data_files if _manifest_content(f) == content]
+            if added:
+                with self._writer(self._transaction.table_metadata.spec(), content) as writer:
+                    for f in added:
+                        writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
+                                                           sequence_number=None, file_sequence_number=None, data_file=f))
+                written.append(writer.to_manifest_file())
+            groups: dict[int, list] = {}
+            for entry in deleted:
+                if _manifest_content(entry.data_file) == content:
+                    groups.setdefault(entry.data_file.spec_id, []).append(entry)
+            for spec_id, entries in groups.items():
+                with self._writer(self.spec(spec_id), content) as writer:
+                    for entry in entries:
+                        writer.add_entry(entry)
+                written.append(writer.to_manifest_file())
+        return self._process_manifests(written + self._existing_manifests())
+
+    def _deleted_entries(self):
+        """The parent snapshot's entries of the removed files, delete files included (pyiceberg's
+        looks at data files only); every removed file must be found."""
+        parent = self._transaction.table_metadata.snapshot_by_id(self._parent_snapshot_id) \
+            if self._parent_snapshot_id is not None else None
+        found = []
+        may_hold = KeyDefaultDict(self._build_manifest_evaluator)
+        for manifest in parent.manifests(self._io) if parent else []:
+            if not may_hold[manifest.partition_spec_id](manifest):
+                continue
+            found += [ManifestEntry.from_args(status=ManifestEntryStatus.DELETED, snapshot_id=self._snapshot_id,
+                                              sequence_number=e.sequence_number,
+                                              file_sequence_number=e.file_sequence_number, data_file=e.data_file)
+                      for e in manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+                      if e.data_file in self._deleted_data_files]
+        missing = self._deleted_data_files - {e.data_file for e in found}
+        if missing:
+            raise ValidationException(f"Missing required files to delete: {', '.join(sorted(f.file_path for f in missing))}")
+        return found
+
+    def _existing_manifests(self):
+        """The branch head's manifests, those listing a removed file rewritten without it (in a
+        manifest of their own content)."""
+        kept = []
+        head = self._transaction.table_metadata.snapshot_by_name(name=self._target_branch)
+        may_hold = KeyDefaultDict(self._build_manifest_evaluator)   # by partition: most manifests are not read
+        for manifest in head.manifests(io=self._io) if head else []:
+            if not may_hold[manifest.partition_spec_id](manifest):
+                kept.append(manifest)
+                continue
+            entries = manifest.fetch_manifest_entry(io=self._io, discard_deleted=True)
+            left = [e for e in entries if e.data_file not in self._deleted_data_files]
+            if len(left) == len(entries):
+                kept.append(manifest)
+            elif left:
+                with self._writer(self.spec(manifest.partition_spec_id), manifest.content) as writer:
+                    for e in left:
+                        writer.add_entry(ManifestEntry.from_args(
+                            status=ManifestEntryStatus.EXISTING, snapshot_id=e.snapshot_id,
+                            sequence_number=e.sequence_number, file_sequence_number=e.file_sequence_number,
+                            data_file=e.data_file))
+                kept.append(writer.to_manifest_file())
+        return kept
+
+
+def _manifest_content(data_file) -> ManifestContent:
+    return ManifestContent.DATA if data_file.content == DataFileContent.DATA else ManifestContent.DELETES
 
 
 def overwrite(tx, branch: str, properties: dict[str, str]) -> MergingOverwrite:
@@ -110,19 +208,26 @@ def data_files(pending: Pending, written: list[WrittenFile]) -> list:
     return out
 
 
-def commit(pending: Pending, written: list[WrittenFile], touched: set[int], properties: dict[str, str]) -> float:
+def commit(pending: Pending, written: list[WrittenFile], touched: set[int], properties: dict[str, str],
+           deletes: dict[int, DataFile | None] | None = None) -> float:
     """Swap the touched buckets' files for the written ones on main and on the tombstone branch and
-    record `properties`, in one catalog commit. Returns the seconds it took (footers read,
-    manifests written, catalog swapped)."""
+    record `properties`, in one catalog commit; a bucket in `deletes` (a delta merge: its position
+    delete file, None if it replaced no row) keeps its files on main, the written ones and the
+    delete file added beside them.
+    Returns the seconds it took (footers read, manifests written, catalog swapped)."""
     started = time.monotonic()
     tx = pending.tx
+    deletes = deletes or {}
     new = data_files(pending, written)
     with overwrite(tx, "main", properties) as ow:
-        for b in sorted(touched):
+        for b in sorted(touched - set(deletes)):
             for df in pending.main.get(b, []):
                 ow.delete_data_file(df)
         for f, df in zip(written, new):
             if not f.tombstone:
+                ow.append_data_file(df)
+        for df in deletes.values():
+            if df is not None:
                 ow.append_data_file(df)
     old_dead = [df for b in sorted(touched) for df in pending.branch.get(b, [])]
     new_dead = [df for f, df in zip(written, new) if f.tombstone]

@@ -22,6 +22,7 @@ class Bucket:
     missing_rows: int = 0          # live rows with a value nothing proved yet (`_dblog_missing`)
     files: list = field(default_factory=list)        # the bucket's DataFiles on main
     tombstones: list = field(default_factory=list)   # ... and on the tombstone branch
+    deletes: list = field(default_factory=list)      # its position delete files on main (`deletes`)
 
 
 @dataclass

@@ -3,7 +3,7 @@
 1. Expire snapshots older than the keep window (pyiceberg), never a branch head nor the snapshot
    whose `dblog.*` summary records what was merged.
 2. Compact a bucket holding more than `compact_min_files` files on main (or tombstone files on the
-   branch) into one file sorted by the key, committed with the same `dblog.*` state: rows and
+   branch), or position delete files (`deletes`), into one file sorted by the key, committed with the same `dblog.*` state: rows and
    state are unchanged, readers see one snapshot more.
 3. Sweep: pyiceberg deletes no file on expiry, and a killed merge leaves files no snapshot
    references. Every file under the table's location that the table no longer reaches and that
@@ -38,7 +38,7 @@ from ..coordination import store as paths
 from ..errors import DBLogError
 from ..settings import settings
 from ..storage import PARQUET_WRITE, atomic_puts, filesystem
-from . import change_tables, history
+from . import change_tables, deletes, history
 from .catalog import BRANCH
 from .commit import Pending, WrittenFile, data_files, overwrite
 from .files import data_path
@@ -164,12 +164,18 @@ def expire(t, keep_seconds: float, dry_run: bool, keep_snapshots: int | None = N
 
 # -- compaction --------------------------------------------------------------------------------
 def files_by_bucket(t, ref: str) -> dict[int, list]:
-    """The ref's live DataFiles per bucket (metadata only)."""
+    """The ref's live DataFiles per bucket, its position delete files after them (metadata only)."""
     out: dict[int, list] = {}
     if t.snapshot_by_name(ref) is None:
         return out
+    removing: dict[int, list] = {}
     for task in t.scan().use_ref(ref).plan_files():
         out.setdefault(task.file.partition[0], []).append(task.file)
+        for d in task.delete_files:
+            if d not in removing.setdefault(d.partition[0], []):
+                removing[d.partition[0]].append(d)
+    for b, found in removing.items():
+        out.setdefault(b, []).extend(found)
     return out
 
 
@@ -184,7 +190,9 @@ def compact(t, min_files: int, dry_run: bool) -> int:
     """Rewrite each bucket holding more than `min_files` files on main or on the tombstone branch
     as one file per ref, one commit per bucket; returns how many buckets were (or would be) compacted."""
     refs = {ref: files_by_bucket(t, ref) for ref in (MAIN, BRANCH)}
-    due = sorted({b for files in refs.values() for b, fs in files.items() if len(fs) > min_files})
+    # (A bucket with position deletes is compacted whatever its file count: readers stop opening them.)
+    due = sorted({b for files in refs.values() for b, fs in files.items()
+                  if len(fs) > min_files or any(deletes.is_delete(f) for f in fs)})
     if dry_run or not due:
         return len(due)
     key = json.loads(t.properties["dblog.key"])
@@ -194,7 +202,7 @@ def compact(t, min_files: int, dry_run: bool) -> int:
         tx = t.transaction()
         for ref, props in ((MAIN, state), (BRANCH, branch_state)):
             old = refs[ref].get(b, [])
-            if len(old) > min_files:
+            if len(old) > min_files or any(deletes.is_delete(f) for f in old):
                 _swap(t, tx, ref, b, old, key, {**props, "dblog.compacted": str(b)})
         tx.commit_transaction()
     return len(due)
@@ -203,8 +211,9 @@ def compact(t, min_files: int, dry_run: bool) -> int:
 def _swap(t, tx, ref: str, bucket: int, old: list, key: list[str], props: dict[str, str]) -> None:
     """Stage on `tx` the overwrite of a bucket's `old` files on `ref` by one sorted file."""
     where = EqualTo(BUCKET, bucket)  # type: ignore[call-arg,arg-type]  # pydantic signature mypy misreads
-    data = t.scan(row_filter=where).use_ref(ref).to_arrow()
-    expected = sum(df.record_count for df in old)
+    data = t.scan(row_filter=where).use_ref(ref).to_arrow()   # (position deletes applied)
+    gone = deletes.positions(f.file_path for f in old if deletes.is_delete(f))
+    expected = sum(df.record_count for df in old if not deletes.is_delete(df)) - deletes.deleted_count(old, gone)
     if data.num_rows != expected:   # delete files or a concurrent writer: never drop or add a row
         raise MaintenanceError(f"bucket {bucket} of {ref} reads {data.num_rows} rows but its files hold "
                                f"{expected}: not compacting it")

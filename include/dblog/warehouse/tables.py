@@ -19,7 +19,7 @@ from pyiceberg.transforms import IdentityTransform
 from ..errors import WarehouseError
 from ..settings import settings
 from . import catalog as C
-from . import history
+from . import deletes, history
 from . import types as T
 from .commit import CommitError, MergeTransaction, Pending
 from .merged_state import Bucket, TableState
@@ -166,7 +166,7 @@ class Warehouse:
         pending = Pending(tx, metadata.location.rstrip("/"), schema_ipc, soft_deletes=soft)
         if state is not None:
             for b in state.buckets:
-                pending.main[b.id], pending.branch[b.id] = b.files, b.tombstones
+                pending.main[b.id], pending.branch[b.id] = b.files + b.deletes, b.tombstones
         return pending
 
     def drop(self, source: str, table: str) -> bool:
@@ -208,7 +208,8 @@ def table_state(t, source: str, table: str, files: bool = False) -> TableState:
     state = TableState.from_properties(source, table, key, columns, snapshot.summary.additional_properties)
     head = t.current_snapshot()
     state.snapshot_id = head.snapshot_id
-    state.rows = int(head.summary["total-records"] or 0)
+    # (Rows a position delete file hides are still counted in their data file's records.)
+    state.rows = int(head.summary["total-records"] or 0) - int(head.summary["total-position-deletes"] or 0)
     branch = t.snapshot_by_name(C.BRANCH)
     state.tombstones = int(branch.summary["total-records"] or 0) if branch is not None else 0
     state.branch_head = branch.snapshot_id if branch is not None else None
@@ -218,16 +219,20 @@ def table_state(t, source: str, table: str, files: bool = False) -> TableState:
             if t.snapshot_by_name(ref) is None:
                 continue
             for task in t.scan().use_ref(ref).plan_files():
-                if task.delete_files:   # another engine's row deletes: a rewrite would bring the rows back
-                    raise WarehouseError(f"{source}/{table}: another engine wrote delete files into the table "
-                                     f"({task.delete_files.pop().file_path}); dblog owns its rows and cannot merge "
-                                     f"past them. Fix: dblog warehouse drop --source {source} --table {table}, "
-                                     "then a full dump")
                 bucket = by_id.get(task.file.partition[0])
                 if bucket is None:
                     raise WarehouseError(f"{source}/{table}: a data file of bucket {task.file.partition[0]} is in no "
                                      "bucket the snapshot records")
                 getattr(bucket, attr).append(task.file)
+                for d in task.delete_files:
+                    if ref != "main" or not deletes.is_delete(d) or d.partition[0] != bucket.id:
+                        # (equality deletes, or position deletes across buckets: a rewrite would bring rows back)
+                        raise WarehouseError(f"{source}/{table}: another engine wrote delete files dblog cannot "
+                                             f"apply into the table ({d.file_path}); dblog owns its rows and cannot "
+                                             f"merge past them. Fix: dblog warehouse drop --source {source} --table "
+                                             f"{table}, then a full dump")
+                    if d not in bucket.deletes:
+                        bucket.deletes.append(d)
                 setattr(bucket, count, getattr(bucket, count) + task.file.record_count)
     return state
 

@@ -1,0 +1,139 @@
+"""A merge of a few keys into big buckets, by position deletes instead of a rewrite.
+
+A rewrite costs what the touched buckets hold: 1,000 keys scattered over a 10M-row table touch
+every one of its 250,000-row buckets and rewrote all of it (3.2x a plain rewrite). When the
+buckets a merge touches hold at least `DBLOG_MERGE_DELTA_RATIO` times the records it brings,
+the merge instead
+
+1. finds the stored rows of the records' keys: the key columns of the touched buckets' data files
+   are read (by field id, rows already deleted left out) and joined with the records' keys, on
+   the driver with pyarrow;
+2. reads those rows whole (`dblog_parquet`'s `rows` option) with every tombstone of the touched
+   buckets, and merges them with the records by the merge rule, as a rewrite does;
+3. writes the winners as a new data file per bucket, the tombstones as the bucket's new tombstone
+   files (the branch is rewritten: it holds few rows), and one position delete file per bucket
+   naming the stored rows the winners replace (`warehouse.deletes`).
+
+The bucket's data files stay; every Iceberg reader hides the deleted rows, and dblog's own
+readers of a bucket's files apply them. A bucket with `MAX_FILES` data or delete files is
+rewritten by its next merge (and maintenance compacts it sooner), so neither piles up.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.manifest import DataFile
+from pyspark.sql import DataFrame, SparkSession
+
+from ..spark.data_sources import read_files, read_with_source
+from ..storage import filesystem
+from ..warehouse import deletes
+from ..warehouse.files import missing_count
+from ..warehouse.merged_state import Bucket, TableState
+from ..warehouse.types import MISSING
+
+MAX_FILES = 8            # data or delete files of a bucket before its next merge rewrites it
+MAX_RECORDS = 50_000     # a merge's records past which it rewrites (the replaced rows' positions travel in a plan)
+_ARROW_FIELD_ID = b"PARQUET:field_id"
+
+
+@dataclass
+class Delta:
+    """A delta merge's plan: per touched bucket index, the positions of its stored rows the records
+    replace (data file URI -> positions) and how many of them listed unproven values."""
+    touched: list[int]
+    replaced: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    replaced_missing: dict[int, int] = field(default_factory=dict)
+
+    def rows(self, bucket: int) -> int:
+        return sum(len(p) for p in self.replaced.get(bucket, {}).values())
+
+
+def qualifies(base: TableState, incoming: dict[int, int], ratio: int, oversized: dict[int, int],
+              bucket_rows: int) -> bool:
+    """Whether the records (`incoming`: per bucket index) are few enough against what the buckets
+    they touch hold for a delta merge to pay (see the module doc): at most a `ratio`-th of their rows
+    and `MAX_RECORDS`, into buckets of at least a quarter of `bucket_rows` on average (smaller
+    ones cost little to rewrite), none to be split, none holding `MAX_FILES` data or delete files."""
+    if ratio <= 0 or oversized or not incoming:
+        return False
+    touched = [base.buckets[b] for b in incoming]
+    if any(len(b.files) >= MAX_FILES or len(b.deletes) >= MAX_FILES for b in touched):
+        return False
+    stored, records = sum(b.rows for b in touched), sum(incoming.values())
+    return records <= MAX_RECORDS and records * ratio <= stored and 4 * stored >= len(touched) * bucket_rows
+
+
+def plan(base: TableState, touched: list[int], keys: pa.Table, key_ids: dict[str, int]) -> Delta:
+    """The stored rows of `keys` (the records' distinct keys) in the touched buckets."""
+    out = Delta(sorted(touched))
+    for b in out.touched:
+        bucket = base.buckets[b]
+        if not bucket.files:
+            continue
+        gone = deletes.positions(d.file_path for d in bucket.deletes)
+        with ThreadPoolExecutor(4) as pool:
+            found = list(pool.map(_matches, [f.file_path for f in bucket.files],
+                                  [gone.get(f.file_path) for f in bucket.files],
+                                  [keys] * len(bucket.files), [key_ids] * len(bucket.files)))
+        out.replaced[b] = {f.file_path: positions for f, (positions, _) in zip(bucket.files, found) if len(positions)}
+        out.replaced_missing[b] = sum(missing for _, missing in found)
+    return out
+
+
+def _matches(uri: str, gone: np.ndarray | None, keys: pa.Table, key_ids: dict[str, int]) -> tuple[np.ndarray, int]:
+    """(positions of the file's live rows whose key is in `keys`, how many of them list unproven values)."""
+    fs, path = filesystem(uri)
+    f = pq.ParquetFile(path, filesystem=fs)
+    by_id = {int(c.metadata[_ARROW_FIELD_ID]): c.name for c in f.schema_arrow if c.metadata and _ARROW_FIELD_ID in c.metadata}
+    names = list(keys.column_names)
+    listing = [MISSING] if MISSING in f.schema_arrow.names else []
+    stored = f.read(columns=[by_id[key_ids[k]] for k in names] + listing)
+    lookup = pa.table({k: stored.column(i) for i, k in enumerate(names)})
+    lookup = lookup.append_column("_pos", pa.array(np.arange(stored.num_rows, dtype=np.int64)))
+    live = deletes.kept(stored.num_rows, gone)
+    if live is not None:
+        lookup = lookup.filter(live)
+    hit = lookup.join(keys.cast(pa.schema([lookup.schema.field(k) for k in names])), keys=names,
+                      join_type="left semi")
+    positions = np.sort(hit["_pos"].to_numpy())
+    if not listing or not len(positions):
+        return positions, 0
+    return positions, missing_count(stored.column(MISSING).take(pa.array(positions)))
+
+
+def stored_rows(spark: SparkSession, base: TableState, delta: Delta, schema) -> DataFrame | None:
+    """The replaced rows and every tombstone of the touched buckets, as the table's stored schema."""
+    rows = {uri: positions.tolist() for b in delta.touched for uri, positions in delta.replaced.get(b, {}).items()}
+    tombstones = [f.file_path for b in delta.touched for f in base.buckets[b].tombstones]
+    parts = ([read_with_source(spark, list(rows), schema, rows=rows)] if rows else []) + \
+        ([read_files(spark, tombstones, schema)] if tombstones else [])
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+
+
+def delete_files(location: str, spec_id: int, base: TableState, delta: Delta) -> dict[int, DataFile | None]:
+    """Per touched bucket id, its position delete file (None: no stored row replaced)."""
+    return {base.buckets[b].id: deletes.write(location, spec_id, base.buckets[b].id, delta.replaced[b])
+            if delta.rows(b) else None for b in delta.touched}
+
+
+def buckets_after(base: TableState, delta: Delta, written: list) -> list[Bucket]:
+    """The bucket list after a delta merge: the touched buckets' rows less those replaced, plus the
+    written ones; their tombstones are the written ones (the branch is rewritten)."""
+    out = []
+    touched = set(delta.touched)
+    for i, b in enumerate(base.buckets):
+        if i not in touched:
+            out.append(Bucket(b.id, b.lo, b.rows, b.tombstone_rows, b.missing_rows))
+            continue
+        live = [f for f in written if f.bucket == b.id and not f.tombstone]
+        dead = [f for f in written if f.bucket == b.id and f.tombstone]
+        out.append(Bucket(b.id, b.lo, b.rows - delta.rows(i) + sum(f.rows for f in live), sum(f.rows for f in dead),
+                          b.missing_rows - delta.replaced_missing.get(i, 0) + sum(f.missing for f in live)))
+    return out

@@ -1,0 +1,98 @@
+"""A merge of a few keys into big buckets leaves their data files in place and writes Iceberg
+position deletes (`dblog.merge.delta`): every reader (pyiceberg, DuckDB, dblog's own Spark
+reads) sees exactly the rows and tombstones a rewrite of the same buckets leaves, round after
+round; a later rewrite and maintenance's compaction apply the deletes and remove them."""
+from __future__ import annotations
+
+from dblog.merge.job import merge_table
+from dblog.spark.data_sources import spark_table
+from dblog.warehouse import deletes
+from dblog.warehouse.catalog import BRANCH
+from dblog.warehouse.readers import duckdb_read
+from dblog.warehouse.table_maintenance import compact
+from dblog.warehouse.tables import Warehouse
+
+from conftest import assert_warehouse_equals_source, settle
+
+ROWS, BUCKET_ROWS = 2000, 500
+ROUNDS = (   # scattered over every bucket, a few rows each
+    ["UPDATE {t} SET i = i + 1, s = 'upd' WHERE id % 97 = 0", "DELETE FROM {t} WHERE id IN (7, 1508)",
+     "INSERT INTO {t} VALUES (2500, 1, 'new', 1.50)"],
+    ["INSERT INTO {t} VALUES (7, 70, 'back', 7.00)",        # a deleted key again
+     "UPDATE {t} SET id = id + 5000 WHERE id = 1003",        # a key update, into another bucket
+     "UPDATE {t} SET s = 'twice' WHERE id = 9", "UPDATE {t} SET s = 'thrice' WHERE id = 9",
+     "DELETE FROM {t} WHERE id = 2500"],
+)
+
+
+def rows(warehouse: Warehouse, src, table: str, ref: str = "main") -> list[dict]:
+    """The ref's rows as pyiceberg reads them (position deletes applied), metadata but the merge time."""
+    t = warehouse.load(src.source_id, table)
+    if t.snapshot_by_name(ref) is None:
+        return []
+    data = t.scan().use_ref(ref).to_arrow().drop_columns(["_dblog_merged_at"])
+    return sorted(data.to_pylist(), key=lambda r: (r["id"], r["_dblog_position"]))
+
+
+def delete_files(warehouse: Warehouse, src, table: str) -> list:
+    state = warehouse.state(src.source_id, table, files=True)
+    return [d for b in state.buckets for d in b.deletes]
+
+
+def test_scattered_changes_write_position_deletes_that_every_reader_applies_as_a_rewrite_would(
+        src, spark, tmp_path, monkeypatch):
+    table = src.table("wide")
+    src.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, i BIGINT, s VARCHAR(20), d DECIMAL(10,2))")
+    src.start_capture()
+    for start in range(1, ROWS + 1, 500):
+        src.sql(f"INSERT INTO {table} VALUES " + ", ".join(
+            f"({k}, {k * 10}, 'row-{k}', {k}.25)" for k in range(start, start + 500)))
+    settle(src)
+    monkeypatch.setenv("DBLOG_MERGE_LOCAL_ROWS", "0")   # the Spark merge: the driver's small merge is another test's
+    by_delta, by_rewrite = Warehouse(str(tmp_path / "delta")), Warehouse(str(tmp_path / "rewrite"))
+    with src.store() as store:
+        def merge(warehouse: Warehouse, ratio: int):
+            monkeypatch.setenv("DBLOG_MERGE_DELTA_RATIO", str(ratio))
+            return merge_table(spark, store, src.staged(), warehouse, src.source_id, table, bucket_rows=BUCKET_ROWS)
+
+        merge(by_delta, 20), merge(by_rewrite, 0)
+        assert warehouse_buckets(by_delta, src, table) == 4 and not delete_files(by_delta, src, table)
+        for round_ in ROUNDS:
+            src.sql(*[s.format(t=table) for s in round_])
+            settle(src)
+            small, whole = merge(by_delta, 20), merge(by_rewrite, 0)
+            assert "changed in place" in small.note and "changed in place" not in whole.note
+            assert (small.log_events, small.rows, small.tombstones) == (whole.log_events, whole.rows, whole.tombstones)
+            for ref in ("main", BRANCH):
+                assert rows(by_delta, src, table, ref) == rows(by_rewrite, src, table, ref), ref
+        written = delete_files(by_delta, src, table)
+        assert len(written) >= 4 and all(deletes.is_delete(d) for d in written)   # every bucket took some
+        # Other engines' readers apply them too: DuckDB, and Spark through dblog's Iceberg source.
+        expected = sorted(r["id"] for r in rows(by_rewrite, src, table))
+        assert sorted(duckdb_read(by_delta, src.source_id, table)["id"].to_pylist()) == expected
+        assert sorted(r["id"] for r in spark_table(spark, by_delta, src.source_id, table).select("id").collect()) \
+            == expected
+        assert_warehouse_equals_source(src, by_delta, tables=("wide",))
+
+        # A rewrite of the buckets (many keys at once) reads them without the deleted rows.
+        src.sql(f"UPDATE {table} SET s = 'all' WHERE id % 2 = 0")
+        settle(src)
+        merge(by_delta, 20), merge(by_rewrite, 20)
+        assert not delete_files(by_delta, src, table)
+        assert rows(by_delta, src, table) == rows(by_rewrite, src, table)
+        assert_warehouse_equals_source(src, by_delta, tables=("wide",))
+
+        # Maintenance compacts a bucket with position deletes into one file, rows unchanged.
+        src.sql(f"UPDATE {table} SET s = 'one' WHERE id IN (11, 611, 1211, 1811)")
+        settle(src)
+        merge(by_delta, 20)
+        before = rows(by_delta, src, table)
+        assert delete_files(by_delta, src, table)
+        assert compact(by_delta.load(src.source_id, table), 4, dry_run=False) >= 4
+        assert not delete_files(by_delta, src, table) and rows(by_delta, src, table) == before
+        assert_warehouse_equals_source(src, by_delta, tables=("wide",))
+
+
+def warehouse_buckets(warehouse: Warehouse, src, table: str) -> int:
+    return len(warehouse.state(src.source_id, table).buckets)
+
