@@ -75,3 +75,31 @@ def test_kept_masks_only_the_rows_of_the_batch_a_delete_names():
     assert deletes.kept(4, gone, offset=0).to_pylist() == [True, True, False, True]
     assert deletes.kept(4, gone, offset=4).to_pylist() == [True, False, True, True]
     assert deletes.kept(3, gone, offset=10) is None and deletes.kept(3, None) is None
+
+
+def test_manifests_do_not_pile_up_over_many_rounds_of_delete_files_added_and_removed(tmp_path):
+    wh = Warehouse(str(tmp_path / "wh"))
+    for round_ in range(6):
+        commit_rows(wh, SOURCE, TABLE, [row(i, f"p{round_}") for i in range(5)], COLUMNS, ["id"])
+        [data_file] = wh.state(SOURCE, TABLE, files=True).buckets[0].files
+        delete_rows(wh, {data_file.file_path: [round_ % 5]})
+    t = wh.load(SOURCE, TABLE)
+    assert len(t.current_snapshot().manifests(t.io)) <= 4
+    assert live_manifest_contents(wh) == [ManifestContent.DATA, ManifestContent.DELETES]
+    assert wh.state(SOURCE, TABLE).rows == 4
+
+
+def test_stored_keys_of_a_column_widened_since_match_the_records_wider_values(tmp_path):
+    """A key column widened in place (int -> bigint) keeps int32 in older files: the lookup of the
+    records' keys casts the stored ones up, never the records' down."""
+    import pyarrow.parquet as pq
+
+    from dblog.merge.delta import _matches
+    path = tmp_path / "old.parquet"
+    field = pa.field("id", pa.int32(), metadata={b"PARQUET:field_id": b"1"})
+    pq.write_table(pa.table({"id": pa.array([1, 2, 3], pa.int32())}, schema=pa.schema([field])), path)
+    keys = pa.table({"id": pa.array([2, 3_000_000_000], pa.int64())})
+    positions, missing = _matches(str(path), None, keys, {"id": 1})
+    assert positions.tolist() == [1] and missing == 0
+    positions, _ = _matches(str(path), pa.array([1]).to_numpy(), keys, {"id": 1})   # (row 1 already deleted)
+    assert positions.tolist() == []

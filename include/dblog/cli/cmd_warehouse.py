@@ -48,7 +48,7 @@ def cmd_maintain(args) -> int:
 def cmd_warehouse(args) -> int:
     """`ls`: each warehouse table's Iceberg identifier, snapshot, rows and metadata file; `drop`: one
     table and its files, under its merge lease (a running merge cannot commit into it)."""
-    from ..warehouse.tables import Warehouse
+    from ..warehouse.tables import Warehouse, live_rows
     warehouse = Warehouse(connections.warehouse_root())
     if args.action == "drop":
         from ..warehouse.table_maintenance import merge_lease
@@ -64,7 +64,7 @@ def cmd_warehouse(args) -> int:
             if head is None:
                 continue   # dropped since it was listed
             print(f"{sid} {table}: identifier {json.dumps(list(warehouse.identifier(sid, table)))}, snapshot "
-                  f"{head.snapshot_id}, {head.summary['total-records'] or 0} rows, metadata {t.metadata_location}")
+                  f"{head.snapshot_id}, {live_rows(head)} rows, metadata {t.metadata_location}")
     return 0
 
 

@@ -58,9 +58,11 @@ def qualifies(base: TableState, incoming: dict[int, int], ratio: int, oversized:
     """Whether the records (`incoming`: per bucket index) are few enough against what the buckets
     they touch hold for a delta merge to pay (see the module doc): at most a `ratio`-th of their rows
     and `MAX_RECORDS`, into buckets of at least a quarter of `bucket_rows` on average (smaller
-    ones cost little to rewrite), none to be split, none holding `MAX_FILES` data or delete files."""
-    if ratio <= 0 or oversized or not incoming:
-        return False
+    ones cost little to rewrite), none to be split, none holding `MAX_FILES` data or delete files,
+    and no float key column."""
+    types = dict(base.columns)
+    if ratio <= 0 or oversized or not incoming or any(types[k] in ("float", "double") for k in base.key):
+        return False   # (a float key: Arrow's join tells -0.0 from 0.0, Spark's merge does not)
     touched = [base.buckets[b] for b in incoming]
     if any(len(b.files) >= MAX_FILES or len(b.deletes) >= MAX_FILES for b in touched):
         return False
@@ -98,8 +100,10 @@ def _matches(uri: str, gone: np.ndarray | None, keys: pa.Table, key_ids: dict[st
     live = deletes.kept(stored.num_rows, gone)
     if live is not None:
         lookup = lookup.filter(live)
-    hit = lookup.join(keys.cast(pa.schema([lookup.schema.field(k) for k in names])), keys=names,
-                      join_type="left semi")
+    # Stored keys as the records' types: a key column widened in place (int -> bigint) keeps its
+    # narrower type in older files, and the records' wider values must not be cast down.
+    lookup = lookup.cast(pa.schema([*(keys.schema.field(k) for k in names), lookup.schema.field("_pos")]))
+    hit = lookup.join(keys, keys=names, join_type="left semi")
     positions = np.sort(hit["_pos"].to_numpy())
     if not listing or not len(positions):
         return positions, 0

@@ -168,6 +168,8 @@ class MergingOverwrite(_OverwriteFiles):
         head = self._transaction.table_metadata.snapshot_by_name(name=self._target_branch)
         may_hold = KeyDefaultDict(self._build_manifest_evaluator)   # by partition: most manifests are not read
         for manifest in head.manifests(io=self._io) if head else []:
+            if manifest.added_files_count == 0 and manifest.existing_files_count == 0:
+                continue   # only files an earlier commit removed: a delete manifest's are never merged away
             if not may_hold[manifest.partition_spec_id](manifest):
                 kept.append(manifest)
                 continue

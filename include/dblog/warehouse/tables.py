@@ -94,7 +94,8 @@ class Warehouse:
 
     def data_files(self, source: str, table: str) -> list[str] | None:
         """Paths of the current snapshot's data files (local tables; benchmarks and tests read them
-        as a plain Parquet dataset). None before the first merge."""
+        as a plain Parquet dataset: rows a position delete file names are in them). None before
+        the first merge."""
         t = self.load(source, table)
         if t is None:
             return None
@@ -196,6 +197,11 @@ def _soft_switched(source: str, table: str, soft: bool) -> str:
             f"--source {source} --table {table}`")
 
 
+def live_rows(snapshot) -> int:
+    """The rows a snapshot shows: its data files' records less those its position delete files name."""
+    return int(snapshot.summary["total-records"] or 0) - int(snapshot.summary["total-position-deletes"] or 0)
+
+
 def table_state(t, source: str, table: str, files: bool = False) -> TableState:
     """The state of a loaded table's current snapshot (walking back past snapshots another writer
     made, such as a user's compaction, to the newest one dblog wrote)."""
@@ -208,8 +214,7 @@ def table_state(t, source: str, table: str, files: bool = False) -> TableState:
     state = TableState.from_properties(source, table, key, columns, snapshot.summary.additional_properties)
     head = t.current_snapshot()
     state.snapshot_id = head.snapshot_id
-    # (Rows a position delete file hides are still counted in their data file's records.)
-    state.rows = int(head.summary["total-records"] or 0) - int(head.summary["total-position-deletes"] or 0)
+    state.rows = live_rows(head)
     branch = t.snapshot_by_name(C.BRANCH)
     state.tombstones = int(branch.summary["total-records"] or 0) if branch is not None else 0
     state.branch_head = branch.snapshot_id if branch is not None else None
@@ -234,7 +239,9 @@ def table_state(t, source: str, table: str, files: bool = False) -> TableState:
                     if d not in bucket.deletes:
                         bucket.deletes.append(d)
                 setattr(bucket, count, getattr(bucket, count) + task.file.record_count)
+        for b in state.buckets:   # (a delta merge deletes only live rows: no row is named twice)
+            b.rows -= sum(d.record_count for d in b.deletes)
     return state
 
 
-__all__ = ["Warehouse", "Bucket", "TableState", "table_state"]
+__all__ = ["Warehouse", "Bucket", "TableState", "live_rows", "table_state"]
