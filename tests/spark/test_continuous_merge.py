@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from dblog.operations.verify import compare_warehouse
 from dblog.warehouse.merged_state import LOG_UPTO
 
@@ -18,6 +20,9 @@ def _converged(src, warehouse) -> bool:
                compare_warehouse(src.source(), warehouse, src.table(t)).equal for t in TABLES)
 
 
+# `make test-full` only: the chaos short form's postgres-continuous run kills the continuous merge
+# and checks every oracle; this one adds a scheduled merge beside the restarted continuous one.
+@pytest.mark.long
 def test_a_continuous_merge_killed_mid_commit_beside_a_killed_capture_and_a_scheduled_merge_converges_serially(
         mariadb, warehouse, tmp_path):
     """On one source: the merge reads the staged log, whichever source staged it (the PostgreSQL
