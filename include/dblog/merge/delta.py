@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from pyiceberg.manifest import DataFile
 from pyspark.sql import DataFrame, SparkSession
 
-from ..spark.data_sources import read_files, read_with_source
+from ..spark.data_sources import names_by_field_id, read_files, read_with_source
 from ..storage import filesystem
 from ..warehouse import deletes
 from ..warehouse.files import missing_count
@@ -38,7 +38,6 @@ from ..warehouse.types import MISSING
 
 MAX_FILES = 8            # data or delete files of a bucket before its next merge rewrites it
 MAX_RECORDS = 50_000     # a merge's records past which it rewrites (the replaced rows' positions travel in a plan)
-_ARROW_FIELD_ID = b"PARQUET:field_id"
 
 
 @dataclass
@@ -91,7 +90,7 @@ def _matches(uri: str, gone: np.ndarray | None, keys: pa.Table, key_ids: dict[st
     """(positions of the file's live rows whose key is in `keys`, how many of them list unproven values)."""
     fs, path = filesystem(uri)
     f = pq.ParquetFile(path, filesystem=fs)
-    by_id = {int(c.metadata[_ARROW_FIELD_ID]): c.name for c in f.schema_arrow if c.metadata and _ARROW_FIELD_ID in c.metadata}
+    by_id = names_by_field_id(f.schema_arrow)
     names = list(keys.column_names)
     listing = [MISSING] if MISSING in f.schema_arrow.names else []
     stored = f.read(columns=[by_id[key_ids[k]] for k in names] + listing)

@@ -53,13 +53,17 @@ def field_ids(schema_ipc: bytes) -> dict[str, int]:
     return {f.name: int(f.metadata[_ARROW_FIELD_ID]) for f in schema if f.metadata and _ARROW_FIELD_ID in f.metadata}
 
 
+def names_by_field_id(schema: pa.Schema) -> dict[int, str]:
+    """A Parquet file's top-level columns by their Iceberg field id (columns without one left out)."""
+    return {int(f.metadata[_ARROW_FIELD_ID]): f.name for f in schema if f.metadata and _ARROW_FIELD_ID in f.metadata}
+
+
 def _columns_by_id(file_schema: pa.Schema, wanted: StructType) -> dict[str, str] | None:
     """Requested name -> the file's column holding that field id (None: the request has no ids)."""
     ids = {f.name: f.metadata.get(FIELD_ID) for f in wanted.fields if f.metadata and FIELD_ID in f.metadata}
     if not ids:
         return None
-    by_id = {int(f.metadata[_ARROW_FIELD_ID]): f.name for f in file_schema
-             if f.metadata and _ARROW_FIELD_ID in f.metadata}
+    by_id = names_by_field_id(file_schema)
     return {name: by_id[i] for name, i in ids.items() if i in by_id}
 
 
