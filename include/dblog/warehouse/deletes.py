@@ -4,7 +4,7 @@ data files in place (`merge.delta`).
 A position-delete file names rows of data files by (file path, row position); every Iceberg
 reader (Spark's, pyiceberg, DuckDB, Trino) hides them. dblog writes one per bucket a merge
 deletes rows from, covering that bucket's data files only (partition = the bucket, path bounds
-set), and its own readers of a bucket's files apply them (`positions`, `without_deleted`).
+set), and its own readers of a bucket's files apply them (`positions`, `kept`).
 Maintenance compacts a bucket with delete files into one data file and drops them.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ def is_delete(data_file: DataFile) -> bool:
 def write(location: str, spec_id: int, bucket: int, rows: Mapping[str, Iterable[int]]) -> DataFile:
     """One position-delete file of `bucket`: per data file path (as its manifest entry names it),
     the row positions it deletes. Rows are sorted by path, then position, as the spec requires."""
-    paths = sorted(p for p, positions in rows.items())
+    paths = sorted(rows)
     columns: tuple[list[str], list[np.ndarray]] = ([], [])
     for p in paths:
         positions = np.unique(np.fromiter(rows[p], dtype=np.int64))
@@ -84,6 +84,3 @@ def kept(rows: int, deleted: np.ndarray | None, offset: int = 0) -> pa.Array | N
     mask[deleted[lo:hi] - offset] = False
     return pa.array(mask)
 
-
-def deleted_count(data_files: Iterable[DataFile], deleted: dict[str, np.ndarray]) -> int:
-    return sum(len(deleted.get(f.file_path, ())) for f in data_files)

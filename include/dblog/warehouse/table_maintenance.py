@@ -212,8 +212,8 @@ def _swap(t, tx, ref: str, bucket: int, old: list, key: list[str], props: dict[s
     """Stage on `tx` the overwrite of a bucket's `old` files on `ref` by one sorted file."""
     where = EqualTo(BUCKET, bucket)  # type: ignore[call-arg,arg-type]  # pydantic signature mypy misreads
     data = t.scan(row_filter=where).use_ref(ref).to_arrow()   # (position deletes applied)
-    gone = deletes.positions(f.file_path for f in old if deletes.is_delete(f))
-    expected = sum(df.record_count for df in old if not deletes.is_delete(df)) - deletes.deleted_count(old, gone)
+    # (A delete file's records are the rows it names: dblog never names a row twice, as table_state counts.)
+    expected = sum(-df.record_count if deletes.is_delete(df) else df.record_count for df in old)
     if data.num_rows != expected:   # delete files or a concurrent writer: never drop or add a row
         raise MaintenanceError(f"bucket {bucket} of {ref} reads {data.num_rows} rows but its files hold "
                                f"{expected}: not compacting it")
