@@ -22,7 +22,8 @@ of every table skips the tables it cannot dump (no primary key) and logs each wi
 (WARNING; XCom `dump` lists them under `skipped`). The dump id is in the `start` task's log and XCom
 `dump`. One task per table runs in the `dblog_dump_<source>` pool; then the run waits (deferred)
 for the capture to pass the dump and merges it into the warehouse, reporting the dump's own
-chunks, rows and rows dropped in windows.
+chunks, rows and rows dropped in windows. Where **dblog_merge_continuous** runs, the merge task
+leaves the chunks to it and waits (deferred) until it has merged them, starting no Spark job.
 """
 from __future__ import annotations
 

@@ -150,7 +150,7 @@ class Standalone:
     warehouse: str
     statsd: StatsdListener
     log_dir: Path
-    started: str = ""  # ISO time it answered: what it did since then, the late tests count
+    started: str = ""  # ISO time it was launched: what it did since then, the late tests count
     probe: object = None  # soak.CaptureProbe over its capture, sampling for its whole life
 
     def lineage(self) -> list[dict]:
@@ -252,6 +252,8 @@ def standalone(services, airflow_home, tmp_path_factory):
     subprocess.run([airflow, "pools", "set", f"dblog_dump_{src.source_id}", "2", "dumps"], env=env, check=True,
                    capture_output=True)
     log = open(base / "standalone.log", "w")
+    import datetime as dt
+    launched = dt.datetime.now(dt.UTC).isoformat()   # (its first slices run while it starts answering)
     proc = subprocess.Popen([airflow, "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -280,13 +282,11 @@ def standalone(services, airflow_home, tmp_path_factory):
         wait_for(healthy, 180, interval=1, what="airflow standalone to answer")
         token = requests.post(f"{url}/auth/token", json={"username": USER, "password": PASSWORD},
                               timeout=30).json()["access_token"]
-        import datetime as dt
-
         from soak import CaptureProbe
         store = stack.enter_context(src.store())
         probe = stack.enter_context(CaptureProbe(store, src.source_id))
         deployment = Standalone(url, token, src, env["DBLOG_WAREHOUSE"], statsd, base / "airflow" / "logs",
-                                dt.datetime.now(dt.UTC).isoformat(), probe)
+                                launched, probe)
         wait_for(lambda: deployment.api("GET", "/dags/dblog_dump").ok, 180, interval=1,
                  what="the DAG processor to parse dblog_dump")
         yield deployment

@@ -187,6 +187,11 @@ class Merge:
         "session (fair scheduling), so a big table's merge does not hold the others' freshness and one table's "
         "driver-side work overlaps another's tasks; 1: one after another",
         minimum=1, maximum=64)
+    handoff_seconds: float = setting(
+        120.0, "DBLOG_MERGE_HANDOFF_SECONDS", "a dump run's merge task leaves the dump's chunks to a continuous merge "
+        "that beat within this many seconds (a handover between two slices included) and waits for it to merge "
+        "them, instead of starting a Spark application of its own; past it, or when that merge fails on one of the "
+        "dump's tables, the task merges itself; 0: the task always merges itself", minimum=0, maximum=86_400)
     continuous_slice_seconds: int = setting(
         3600, "DBLOG_MERGE_SLICE_SECONDS", "length of one `dblog_merge_continuous` run (one warm Spark session); "
         "each handover costs a Spark start, and asset events are sent at the end of a slice",

@@ -184,16 +184,18 @@ def test_control_params_reject_an_unknown_action(dags):
         _validate(dags["dblog_dump_control"], {"dump_id": "x", "action": "explode"})
 
 
-def test_operators_store_template_fields_unchanged_and_the_trigger_round_trips():
+def test_operators_store_template_fields_unchanged_and_the_triggers_round_trip():
     from dblog_airflow.operators.dump import StartDumpOperator
     from dblog_airflow.triggers.capture import CaptureReachedTrigger
+    from dblog_airflow.triggers.merge import ContinuousMergeTookTrigger
     op = StartDumpOperator(task_id="t", source_conn_id="s", tables="{{ params.tables }}", chunk_size="{{ x }}")
     assert op.tables == "{{ params.tables }}" and op.chunk_size == "{{ x }}"
-    trigger = CaptureReachedTrigger("s", "mark", "zookeeper://127.0.0.1:1/x", "/tmp/staging", 0.5)
-    path, kwargs = trigger.serialize()
-    module, name = path.rsplit(".", 1)
-    clone = getattr(__import__(module, fromlist=[name]), name)(**kwargs)
-    assert clone.serialize() == (path, kwargs)
+    for trigger in (CaptureReachedTrigger("s", "mark", "zookeeper://127.0.0.1:1/x", "/tmp/staging", 0.5),
+                    ContinuousMergeTookTrigger([["s", "d1", "shop.t"]], "zookeeper://127.0.0.1:1/x", 120, 600)):
+        path, kwargs = trigger.serialize()
+        module, name = path.rsplit(".", 1)
+        clone = getattr(__import__(module, fromlist=[name]), name)(**kwargs)
+        assert clone.serialize() == (path, kwargs)
 
 
 def test_the_merge_job_writes_the_reason_it_failed_into_its_report(tmp_path, capsys):

@@ -34,7 +34,8 @@ def dumped_rows_sent(standalone, table: str) -> float:
 
 def assert_landed(standalone, run_id: str, table: str, rows_sent_before: float) -> None:
     """A successful dblog_dump run of one table triggered over the REST API: the warehouse table
-    equals its source (pyiceberg and DuckDB), the run's `dump.rows` metrics add up to its dump's rows,
+    equals its source (pyiceberg and DuckDB), the continuous merge took its chunks, the run's
+    `dump.rows` metrics add up to its dump's rows,
     and the dump task's OpenLineage event names the source table with its columns (what the merges
     write: tests/e2e/test_merge_under_the_scheduler.py)."""
     from dblog.coordination import store as paths
@@ -51,7 +52,13 @@ def assert_landed(standalone, run_id: str, table: str, rows_sent_before: float) 
 
     dump = standalone.api("GET", f"{task_path(run_id, src.source_id + '.start')}/xcomEntries/dump").json()["value"]
     with src.store() as store:
-        rows = store.get(paths.table_progress_path(src.source_id, dump["dump_id"], table))["rows"]
+        progress = store.get(paths.table_progress_path(src.source_id, dump["dump_id"], table))
+    rows = progress["rows"]
+    # The run's merge task left the dump to the deployment's continuous merge (no second Spark
+    # application) and reports the dump's chunks all merged (dblog.merge.handoff).
+    merge_log = standalone.task_log("dblog_dump", run_id, "merge")
+    assert "the continuous merge took every chunk of this run's dumps" in merge_log, merge_log[-3000:]
+    assert f"merged {progress['chunks']} of {progress['chunks']} chunks" in merge_log, merge_log[-3000:]
     wait_for(lambda: dumped_rows_sent(standalone, table) - rows_sent_before == rows, 30,
              what=f"dblog.dump.rows of {table} to add up to this dump's {rows} rows")
 

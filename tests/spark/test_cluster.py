@@ -183,7 +183,8 @@ def _run(sources, airflow: dict, warehouse: Warehouse, tmp_path: Path) -> None:
             assert not any(ti["state"] in ("failed", "upstream_failed") for ti in tables), tables
             return tables if tables and all(ti["state"] == "success" for ti in tables) else None
         # The killed worker's dump task was failed by the scheduler and retried on the other worker.
-        # (The runs' own merges go on beside the continuous merge; their success is checked at the end.)
+        # (The runs' merge tasks leave their chunks to the continuous merge once it beats; their
+        # success is checked at the end.)
         retried = [ti for ti in wait_for(lambda: dumped(runs[victim_source]), 900, interval=2,
                                          what="the dump's tables, one retried after its worker was killed")
                    if ti["try_number"] > 1]

@@ -254,3 +254,18 @@ def test_a_slice_reports_its_change_table_range_from_before_its_first_append_to_
     later = C.TableSlice(MergeResult("s", "t"))
     later.add(MergeResult("s", "t", changes=1, changes_after=13, changes_upto=14))
     assert (later.result().changes_after, later.result().changes_upto) == (13, 14)
+
+
+def test_each_source_hears_a_heartbeat_at_most_every_few_seconds_and_at_once_when_a_table_fails_or_recovers(
+        monkeypatch):
+    d = Deployment(monkeypatch, {"a": ["t1", "t2"]})
+    beats: list = []
+    monkeypatch.setattr(C, "beat", lambda store, source, state: beats.append((source, state)))
+    loop = C.ContinuousMerge(None, None, None, None, {"a": None}, every=0.05, say=[].append, parallel=1)
+    loop.run(duration=0.3)
+    assert [(s, b.tables, b.failing) for s, b in beats] == [("a", None, {})]   # several cycles, one beat
+    d.checkpoints["a"] = "p2"
+    d.next[("a", "t2")] = MergeError("disk full")
+    loop.run(duration=0.3)
+    # (the next cycle merges t2 again, and it succeeds)
+    assert [(s, b.failing) for s, b in beats[1:]] == [("a", {"t2": "disk full"}), ("a", {})]

@@ -7,8 +7,10 @@ from dataclasses import asdict
 
 import pytest
 
+from dblog.cli.cmd_status import merge_line
 from dblog.coordination import store as paths
 from dblog.coordination.checkpoint import checkpoint_path
+from dblog.coordination.merge_beat import beat_path
 from dblog.operations.status import data_age, dump_view, eta_seconds, lag_at, page_snapshot, progress_fraction
 from dblog.snapshot.dump import (
     CANCELLED,
@@ -212,16 +214,20 @@ class FakeWarehouse:
                 "log_upto": "x"}
 
 
-def test_the_snapshot_lists_capture_health_newest_dumps_first_and_warehouse_tables():
+def test_the_snapshot_lists_capture_health_the_continuous_merge_newest_dumps_first_and_warehouse_tables():
     nodes = {**dump_nodes("src", "old", {"s.a": progress("s.a", DONE, 10, 10)}, created_at=1.0),
              **dump_nodes("src", "new", {"s.a": progress("s.a", PENDING, 0, 10)}, created_at=2.0),
              checkpoint_path("src"): {"position": "p", "resume": {"log_file": "mysql-bin.000003", "log_pos": 77},
                                             "commit_ts": 990.0, "staged_at": 995.0},
              paths.heartbeat_path("src"): {"leader": "w1", "at": 1005.0, "caught_up_at": 1005.0},
-             paths.lag_history_path("src"): [[1001.0, 1.5]]}
+             paths.lag_history_path("src"): [[1001.0, 1.5]],
+             beat_path("src"): {"at": 1007.0, "tables": None, "failing": {"s.b": "disk full"}}}
     store = MemoryStore(nodes, {paths.capture_lock("src"): ["w1", "w2"]})
     snap = page_snapshot(store, [FakeSource()], FakeWarehouse(), now=1010.0)
     (s,) = snap["sources"]
+    assert s["merge"] == {"at": 1007.0, "tables": None, "failing": {"s.b": "disk full"}}
+    assert merge_line(s["merge"], 1010.0) == "continuous merge: last cycle 3s ago; failing on s.b: disk full"
+    assert merge_line(None, 1010.0) == "continuous merge: none has run (dump runs merge themselves)"
     assert (s["capture"]["state"], s["capture"]["leader"], s["capture"]["standby"]) == ("capturing", "w1", ["w2"])
     assert s["capture"]["readable_position"] == "mysql-bin.000003:77" and s["capture"]["lag_s"] == 5.0
     assert [d["id"] for d in s["dumps"]] == ["new", "old"]

@@ -21,6 +21,15 @@ from ..stagedlog.staged_log import StagedLog
 from . import cli_options as opts
 
 
+def merge_line(merge: dict | None, now: float) -> str:
+    """The continuous merge as `dblog status` says it."""
+    if merge is None:
+        return "continuous merge: none has run (dump runs merge themselves)"
+    failing = "; ".join(f"{t}: {why}" for t, why in sorted(merge["failing"].items()))
+    return (f"continuous merge: last cycle {max(0.0, now - merge['at']):.0f}s ago"
+            + ("" if merge["tables"] is None else f", tables {', '.join(merge['tables'])}")
+            + (f"; failing on {failing}" if failing else ""))
+
 def cmd_status(args) -> int:
     out = {}
     staged = StagedLog(connections.staging_root())
@@ -36,6 +45,7 @@ def cmd_status(args) -> int:
             lag = "unknown (no checkpoint yet)" if cap["lag_s"] is None else f"{cap['lag_s']}s"
             print(f"{sid}: capture {cap['state']}, leader {cap['leader'] or '-'}{standby}, position "
                   f"{cap['readable_position'] or '-'}, lag {lag}")
+            print(f"  {merge_line(st['merge'], time.time())}")
             kept = st["staged"]
             print(f"  staged log: {kept['files']} file(s), {size_text(kept['bytes'])}, oldest retained position "
                   f"{kept['oldest'] or '-'}")

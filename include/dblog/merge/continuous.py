@@ -24,6 +24,10 @@ lock another merge holds is skipped for the cycle (waiting at most one interval)
 later one. A table whose merge fails is retried every cycle, its error logged when it first
 appears and once a minute while it lasts; the slice then ends failed (`SliceReport.failures`), so
 a task shows it, while every other table keeps merging until the slice ends.
+
+Its cycles beat in ZooKeeper (`coordination.merge_beat`: when, which tables, which fail), so a
+dump run's merge task leaves the dump's chunks to it and waits (`handoff`) instead of starting a
+second Spark application that would merge the same tables.
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ from pyspark.sql import SparkSession
 
 from ..coordination import changed_tables
 from ..coordination.checkpoint import checkpoint_path, checkpoint_position
+from ..coordination.merge_beat import BEAT_S, MergeBeat, beat
 from ..coordination.store import StateStore
 from ..settings import settings
 from ..sources.base import WATERMARK_TABLE
@@ -155,6 +160,8 @@ class ContinuousMerge:
         self._running: dict[tuple[str, str], Future[int]] = {}
         self._moved = threading.Event()   # a watched checkpoint moved since the last cycle began
         self._watched: set[str] = set()   # sources whose checkpoint is watched
+        self._beaten = -BEAT_S                                   # the last heartbeat (`_beat`) ...
+        self._beat_failing: dict[tuple[str, str], str] = {}      # ... and the failures it named
 
     def run(self, duration: float | None = None) -> SliceReport:
         report = SliceReport()
@@ -173,6 +180,7 @@ class ContinuousMerge:
             self._watch()
             merged = self.cycle(report)
             report.cycles += 1
+            self._beat(report)
             if merged:
                 report.busy_cycles += 1
                 report.cycle_seconds.append(time.monotonic() - began)
@@ -182,6 +190,25 @@ class ContinuousMerge:
                          + (f"; still failing: {failing}" if failing else ""))
                 self._idle_said = time.monotonic()
             self._pause(began, deadline)
+
+    def _beat(self, report: SliceReport) -> None:
+        """Tell waiting dump runs that this merge runs (`merge_beat`): every BEAT_S, and at once
+        when the tables it fails on change. Never fails the cycle: a waiter that hears nothing
+        merges itself."""
+        now = time.monotonic()
+        failing = report.failures
+        if now - self._beaten < BEAT_S and failing == self._beat_failing:
+            return
+        for source, chosen in self.tables.items():
+            if (source, "*") in failing:   # this cycle could not read the source: nothing to promise
+                continue
+            state = MergeBeat(time.time(), None if chosen is None else tuple(chosen),
+                              {t: reason for (s, t), reason in failing.items() if s == source})
+            try:
+                beat(self.store, source, state)
+            except Exception as exc:  # noqa: BLE001 - see the docstring
+                log.debug("%s: heartbeat not written (%s)", source, exc)
+        self._beaten, self._beat_failing = now, failing
 
     def _watch(self) -> None:
         """Watch each source's checkpoint once (see `_pause`); ZooKeeper away: the next cycle tries

@@ -1,5 +1,6 @@
-"""What `dblog status` reports: capture state, leader, position and lag; dumps and their progress;
-the staged log's size, file count and oldest retained position (`staged_maintain.staged_usage`).
+"""What `dblog status` reports: capture state, leader, position and lag; the continuous merge's last
+cycle and the tables it fails on (`coordination.merge_beat`); dumps and their progress; the staged
+log's size, file count and oldest retained position (`staged_maintain.staged_usage`).
 
 `page_snapshot` is the same picture for the DBLog page in Airflow: per source the capture's
 health, the staged log, the recent dumps with progress, current rate and ETA, and the warehouse
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 from ..coordination import store as paths
 from ..coordination.health import LAG_SAMPLE_S, capture_health
+from ..coordination.merge_beat import read_beat
 from ..coordination.store import StateStore
 from ..model.schema import WHOLE_TABLE
 from ..snapshot.dump import CANCELLED, DONE, RUNNING, dump_status
@@ -30,9 +32,17 @@ def capture_status(store: StateStore, source: Source) -> dict:
             "staged_at": health.last_flush, "head": source.head()}
 
 
+def merge_status(store: StateStore, source: str) -> dict | None:
+    """The continuous merge's last heartbeat (when its last cycle ended, which tables it merges,
+    which it keeps failing on); None when none ever ran for the source."""
+    beat = read_beat(store, source)
+    return None if beat is None else beat.record()
+
+
 def source_status(store: StateStore, source: Source, staged: StagedLog) -> dict:
     dumps = [dump_status(store, source.name, d) for d in store.children(paths.dumps_path(source.name))]
-    return {"kind": source.kind, "capture": capture_status(store, source), "dumps": dumps,
+    return {"kind": source.kind, "capture": capture_status(store, source), "merge": merge_status(store, source.name),
+            "dumps": dumps,
             "repairs": waiting(store, source.name), "staged": asdict(staged_usage(staged, source.name))}
 
 
@@ -177,7 +187,8 @@ def page_snapshot(store: StateStore, sources: list[Source], warehouse, now: floa
                 continue
             age, exact = data_age(summary["merged_at"], health.lag_history, now)
             tables.append({**summary, "data_age_s": age, "data_age_exact": exact})
-        out.append({"id": source.name, "kind": source.kind, "capture": asdict(health), "dumps": dumps,
+        out.append({"id": source.name, "kind": source.kind, "capture": asdict(health),
+                    "merge": merge_status(store, source.name), "dumps": dumps,
                     "warehouse": tables, "repairs": waiting(store, source.name),
                     "warehouse_view": {"total": len(names), "page": page, "pages": pages,
                                        "per_page": TABLES_PER_PAGE, "find": view.find},

@@ -9,6 +9,9 @@ roots in a file only this user can read (`job_settings`); its path is all the co
 The task log has one summary line per table (the job itself prints none; Spark logs at WARN).
 In a dump run (upstream `StartDumpOperator` tasks), a table's line reports the dump's own chunks,
 rows and rows dropped in windows, as recorded in ZooKeeper by whichever merges took its chunks.
+Where a continuous merge runs, a dump run's task starts no Spark application: it waits (deferred)
+for that merge to take the dump's chunks and reports them (`dblog.merge.handoff`); it merges
+itself when none runs, or when the one that runs falls silent or fails on a table of the dump.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from dblog_airflow import metrics
 from dblog_airflow.hooks.dblog import ZOOKEEPER_CONN_ID, DBLogHook, zookeeper_uri
 from dblog_airflow.operators.dump import StartDumpOperator
 from dblog_airflow.params import ALL_SOURCES, check_run
+from dblog_airflow.triggers.merge import ContinuousMergeTookTrigger
 
 WAREHOUSE_ALIAS = "dblog_warehouse"
 MERGE_JOB = str(Path(__file__).resolve().parents[3] / "spark_jobs" / "merge.py")
@@ -97,6 +101,12 @@ def job_settings(sources: list[str], zookeeper_conn_id: str = ZOOKEEPER_CONN_ID)
     return settings
 
 
+def _dump_tables(dumps: list[dict]) -> list:
+    """Each table of the run's dumps (XCom `dump` of their start tasks)."""
+    from dblog.merge.handoff import DumpTable
+    return [DumpTable(d["source"], d["dump_id"], t) for d in dumps for t in d["tables"]]
+
+
 def write_private(path: str, data: Any) -> str:
     """Write `data` as JSON into a new file only this user can read (created so, never widened)."""
     with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
@@ -134,8 +144,47 @@ class MergeOperator(SparkSubmitOperator):
 
     def execute(self, context) -> list[dict]:  # type: ignore[override]  # a result per table, for XCom
         check_run(self, context)  # a conf key no param declares is a typo, not a wish
-        sources = [s for s in _listed(self.sources) if s != ALL_SOURCES] or source_ids()
+        sources = self._source_ids()
         self._report_captures(sources)
+        dumps = self._run_dumps(context)
+        grace = settings().merge.handoff_seconds
+        if dumps and grace > 0:   # a dump run: a running continuous merge takes its chunks (`handoff`)
+            from dblog.merge.handoff import MERGED, WAITING, handoff
+            tables = _dump_tables(dumps)
+            with DBLogHook(dumps[0]["source"], self.zookeeper_conn_id).store() as store:
+                outcome = handoff(store, tables, grace, time.time())
+            if outcome.state == MERGED:
+                return self._handed_off(dumps)
+            if outcome.state == WAITING:
+                self.log.info("the continuous merge runs: waiting for it to take the chunks of %s",
+                              ", ".join(map(str, outcome.pending)))
+                timeout = settings().merge.lock_timeout_seconds
+                self.defer(trigger=ContinuousMergeTookTrigger([[t.source, t.dump_id, t.table] for t in tables],
+                                                              zookeeper_uri(self.zookeeper_conn_id), grace, timeout),
+                           method_name="execute_complete", timeout=timedelta(seconds=timeout + 120))
+            self.log.info("merging here: %s", outcome.reason)
+        return self._merge(context, sources, dumps)
+
+    def execute_complete(self, context, event: dict) -> list[dict]:
+        """After the wait for the continuous merge (`ContinuousMergeTookTrigger`)."""
+        from dblog.merge.handoff import MERGED
+        dumps = self._run_dumps(context)
+        if event["state"] == MERGED:
+            return self._handed_off(dumps)
+        self.log.info("merging here: %s", event["reason"])
+        return self._merge(context, self._source_ids(), dumps)
+
+    def _source_ids(self) -> list[str]:
+        return [s for s in _listed(self.sources) if s != ALL_SOURCES] or source_ids()
+
+    def _handed_off(self, dumps: list[dict]) -> list[dict]:
+        """The continuous merge took every chunk of the run's dumps: report them as a merge here
+        would (its own asset events are sent at the end of its slice)."""
+        self.log.info("the continuous merge took every chunk of this run's dumps; no Spark application started here")
+        self._log_dumps([], dumps)
+        return []
+
+    def _merge(self, context, sources: list[str], dumps: list[dict]) -> list[dict]:
         with tempfile.TemporaryDirectory(prefix="dblog-merge-") as tmp:
             report = self.prepare_submit(tmp, sources)
             self._hook = None
@@ -168,7 +217,6 @@ class MergeOperator(SparkSubmitOperator):
         reported: set = set()
         try:
             self._emit_metrics(results, finished)
-            dumps = self._run_dumps(context)
             reported = self._log_dumps(results, dumps) if dumps else set()
         except Exception as exc:  # noqa: BLE001 - reported, and the merge stands
             self.log.warning("merge done, but its report failed: %s", exc)
@@ -254,10 +302,11 @@ class MergeOperator(SparkSubmitOperator):
                     progress = read_progress(store, d["source"], d["dump_id"], table)
                     staged = None if progress is None else progress.chunks
                     r = versions.get((d["source"], table))
-                    self.log.info("%s %s: dump %s merged %d of %s chunks, %d rows, %d dropped in windows; "
-                                  "warehouse snapshot %s, %s rows", d["source"], table, d["dump_id"],
-                                  merged.get("chunks", 0), "?" if staged is None else staged,
-                                  merged.get("rows", 0), merged.get("dropped", 0), r and r.snapshot_id, r and r.rows)
+                    self.log.info("%s %s: dump %s merged %d of %s chunks, %d rows, %d dropped in windows; %s",
+                                  d["source"], table, d["dump_id"], merged.get("chunks", 0),
+                                  "?" if staged is None else staged, merged.get("rows", 0), merged.get("dropped", 0),
+                                  f"warehouse snapshot {r.snapshot_id}, {r.rows} rows" if r else
+                                  "by the continuous merge")
                     reported.add((d["source"], table))
         return reported
 
