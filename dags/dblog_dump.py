@@ -32,6 +32,7 @@ from datetime import timedelta
 from airflow.sdk import DAG
 
 from dblog.connections import source_ids
+from dblog.settings import settings
 from dblog_airflow.groups import dump_source
 from dblog_airflow.operators.merge import MergeOperator
 from dblog_airflow.params import (
@@ -55,7 +56,7 @@ with DAG(
     tags=["dblog", "dump"],
     max_active_runs=4,
     render_template_as_native_obj=True,
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=settings().dump.retry_delay_seconds)},
     params={
         "source": source_param(SOURCES),
         "tables": tables_param(),

@@ -44,7 +44,7 @@ with DAG(
     max_active_runs=1,
     tags=["dblog", "dump", "full-refresh"],
     render_template_as_native_obj=True,
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=settings().dump.retry_delay_seconds)},
     params={
         "source": source_param(SOURCES, every=True),
         "tables": tables_param("re-reads"),

@@ -88,6 +88,10 @@ class Dump:
     reconnect_seconds: float = setting(
         120.0, "DBLOG_DUMP_RECONNECT_SECONDS", "how long a chunk read retries while the source is unreachable; "
         "then the dump fails, and re-running it resumes after its last chunk", minimum=0, maximum=86_400)
+    retry_delay_seconds: float = setting(
+        30.0, "DBLOG_DUMP_RETRY_DELAY_SECONDS", "how long a failed task of `dblog_dump` or `dblog_full_refresh` "
+        "(its worker died, its source was away) waits before its retry, which resumes after the last window it "
+        "recorded", minimum=0, maximum=86_400)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,12 @@ def test_every_dag_has_docs_a_description_tags_and_retries(dags, dag_id):
     # Every task, start tasks too, is retried when its worker dies with it; bad input fails a task
     # at once all the same (AirflowFailException: tests/dags/test_dblog_dump.py).
     assert all(t.retries >= 1 for t in dag.tasks), [t.task_id for t in dag.tasks if t.retries < 1]
+    if dag_id in ("dblog_dump", "dblog_full_refresh"):   # a dump task resumes after its last window
+        from datetime import timedelta
+
+        from dblog.settings import settings
+        delay = timedelta(seconds=settings().dump.retry_delay_seconds)
+        assert all(t.retry_delay == delay for t in dag.tasks), "DBLOG_DUMP_RETRY_DELAY_SECONDS"
 
 
 def test_the_tags_tell_the_dags_apart(dags):

@@ -131,6 +131,7 @@ def test_the_pipeline_on_celery_and_a_spark_cluster_converges_under_writes_throu
                "DBLOG_CAPTURE_STOPPED_GRACE_SECONDS": "180", "DBLOG_MERGE_SLICE_SECONDS": "900",
                "DBLOG_FULL_REFRESH_SCHEDULE": "", "DBLOG_VERIFY_SCHEDULE": "", "DBLOG_MAINTENANCE_SCHEDULE": "",
                "DBLOG_DUMP_POOL_SLOTS": "1",   # (a Spark application per dump task: one core each)
+               "DBLOG_DUMP_RETRY_DELAY_SECONDS": "5",   # (the killed worker's dump task: retried sooner)
                # A dead worker's task is failed sooner: four of Airflow's 5-s task heartbeats missed
                # (the default 30 s: six).
                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20"}
