@@ -90,8 +90,8 @@ class Dump:
         "then the dump fails, and re-running it resumes after its last chunk", minimum=0, maximum=86_400)
     retry_delay_seconds: float = setting(
         30.0, "DBLOG_DUMP_RETRY_DELAY_SECONDS", "how long a failed task of `dblog_dump` or `dblog_full_refresh` "
-        "(its worker died, its source was away) waits before its retry, which resumes after the last window it "
-        "recorded", minimum=0, maximum=86_400)
+        "(its worker died, its source was away) waits before its retry; a dump task's retry resumes after the last "
+        "window it recorded", minimum=0, maximum=86_400)
 
 
 @dataclass(frozen=True)
@@ -194,8 +194,9 @@ class Merge:
     handoff_seconds: float = setting(
         120.0, "DBLOG_MERGE_HANDOFF_SECONDS", "a dump run's merge task leaves the dump's chunks to a continuous merge "
         "that beat within this many seconds (a handover between two slices included) and waits for it to merge "
-        "them, instead of starting a Spark application of its own; past it, or when that merge fails on one of the "
-        "dump's tables, the task merges itself; 0: the task always merges itself", minimum=0, maximum=86_400)
+        "them, instead of starting a Spark application of its own; it merges itself when that merge falls silent "
+        "this long, leaves out or fails on one of the dump's tables, or counts no new chunk of the dump for "
+        "`DBLOG_MERGE_LOCK_TIMEOUT`; 0: the task always merges itself", minimum=0, maximum=86_400)
     continuous_slice_seconds: int = setting(
         3600, "DBLOG_MERGE_SLICE_SECONDS", "length of one `dblog_merge_continuous` run (one warm Spark session); "
         "each handover costs a Spark start, and asset events are sent at the end of a slice",

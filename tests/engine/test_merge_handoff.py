@@ -8,11 +8,10 @@ from dataclasses import asdict
 
 import pytest
 
-from dblog.coordination import changed_tables
 from dblog.coordination import store as paths
 from dblog.coordination.merge_beat import MergeBeat, beat, read_beat
 from dblog.coordination.store import StateStore
-from dblog.merge.handoff import MERGE_HERE, MERGED, WAITING, DumpTable, handoff
+from dblog.merge.handoff import MERGE_HERE, MERGED, WAITING, DumpTable, HandoffWait, handoff
 from dblog.snapshot.dump import DONE, TableProgress
 
 from conftest import PORTS
@@ -23,15 +22,13 @@ T = DumpTable("src", "d1", "shop.accounts")
 
 @pytest.fixture
 def store(services):
-    with StateStore(f"127.0.0.1:{PORTS['ZK']}", f"/handoff_{uuid.uuid4().hex[:8]}", timeout=3) as s:
-        yield s
+    s = StateStore(f"127.0.0.1:{PORTS['ZK']}", f"/handoff_{uuid.uuid4().hex[:8]}", timeout=3).start()
+    yield s
+    s.stop()
 
 
 def staged(store, t: DumpTable, chunks: int) -> None:
-    """The dump of `t` staged `chunks` chunks, each marked for the merges."""
     store.put(paths.table_progress_path(t.source, t.dump_id, t.table), asdict(TableProgress(t.table, DONE, chunks=chunks)))
-    for _ in range(chunks):
-        changed_tables.mark_chunk(store, t.source, t.table)
 
 
 def merged(store, t: DumpTable, chunks: int) -> None:
@@ -50,26 +47,41 @@ def test_a_dump_waits_for_a_beating_continuous_merge_until_it_counts_every_chunk
     assert handoff(store, [T], GRACE, time.time()).state == MERGED
 
 
-def test_a_table_whose_chunk_marks_were_cleared_counts_as_merged_even_if_a_crash_undercounted_it(store):
+def test_a_wait_that_counts_no_new_chunk_or_cannot_read_zookeeper_for_its_stall_limit_merges_here(store):
     staged(store, T, 2)
-    merged(store, T, 1)   # a merge that crashed between its commit and its count
-    beat(store, "src", MergeBeat(time.time()))
-    assert handoff(store, [T], GRACE, time.time()).state == WAITING
-    changed_tables.clear_marks(store, "src", changed_tables.marks(store, "src")[T.table])
-    assert handoff(store, [T], GRACE, time.time()).state == MERGED
+    merged(store, T, 1)   # (a merge that crashed between its commit and its count, or a chunk awaiting a rebuild)
+    wait, t0 = HandoffWait([T], GRACE, stall=60, since=time.time()), time.time()
+    beat(store, "src", MergeBeat(t0))
+    assert wait.poll(store, t0).state == WAITING
+    assert wait.poll(store, t0 + 59).state == WAITING
+    merged(store, T, 1)
+    stalled = wait.poll(store, t0 + 61)
+    assert stalled.state == MERGE_HERE and "counted no new chunk of src shop.accounts (dump d1) for 61 s" in \
+        stalled.reason, stalled
+    # Progress restarts the clock; a poll that fails is waited out as long, then said.
+    wait = HandoffWait([T], GRACE, stall=60, since=t0)
+    assert wait.poll(store, t0).merged == 1
+    gone = StateStore(store.hosts, store.chroot, timeout=3, outage=0.2).start()
+    gone.stop()   # (its calls fail as ZooKeeper away does, after `outage`)
+    assert wait.poll(gone, t0 + 30).state == WAITING
+    failed = wait.poll(gone, t0 + 60)
+    assert failed.state == MERGE_HERE and "could not be read for 60 s" in failed.reason, failed
 
 
-@pytest.mark.parametrize("state, says", [
-    (None, "no continuous merge runs for src"),
-    (MergeBeat(time.time() - 3 * GRACE), "(is dblog_merge_continuous paused?)"),
-    (MergeBeat(time.time(), tables=("shop.orders",)), "does not merge shop.accounts"),
-    (MergeBeat(time.time(), failing={"shop.accounts": "disk full"}), "keeps failing on shop.accounts: disk full"),
-], ids=["none", "silent", "other-tables", "failing"])
-def test_the_task_merges_itself_when_no_live_continuous_merge_would_take_the_dump(store, state, says):
+@pytest.mark.parametrize("case, says", [
+    ("none", "no continuous merge runs for src"),
+    ("silent", "has been silent for 360 s (is dblog_merge_continuous paused?)"),
+    ("other-tables", "does not merge shop.accounts"),
+    ("failing", "fails on shop.accounts: disk full"),
+])
+def test_the_task_merges_itself_when_no_live_continuous_merge_would_take_the_dump(store, case, says):
     staged(store, T, 3)
+    now = time.time()
+    state = {"silent": MergeBeat(now - 3 * GRACE), "other-tables": MergeBeat(now, tables=("shop.orders",)),
+             "failing": MergeBeat(now, failing={"shop.accounts": "disk full"})}.get(case)
     if state is not None:
         beat(store, "src", state)
-    outcome = handoff(store, [T], GRACE, time.time())
+    outcome = handoff(store, [T], GRACE, now)
     assert outcome.state == MERGE_HERE and says in outcome.reason, outcome
 
 

@@ -27,6 +27,7 @@ def merge_line(merge: dict | None, now: float) -> str:
         return "continuous merge: none has run (dump runs merge themselves)"
     failing = "; ".join(f"{t}: {why}" for t, why in sorted(merge["failing"].items()))
     return (f"continuous merge: last cycle {max(0.0, now - merge['at']):.0f}s ago"
+            + ("" if merge["live"] else " (silent: dump runs merge themselves)")
             + ("" if merge["tables"] is None else f", tables {', '.join(merge['tables'])}")
             + (f"; failing on {failing}" if failing else ""))
 

@@ -1,14 +1,18 @@
 """Is a continuous merge running for a source? Its heartbeat in ZooKeeper, one record per source.
 
-A continuous merge (`dblog.merge.continuous`) writes it as its cycles pass (at most every
-`BEAT_S`, and at once when the set of tables it fails on changes): when, which tables it merges,
-and which of them keep failing. A dump run's merge task reads it (`dblog.merge.handoff`) to leave
-its dump's chunks to that merge instead of starting a Spark application of its own.
+A continuous merge (`dblog.merge.continuous`) writes it every `BEAT_S` while it runs (from a
+thread of its own, so a long merge is no silence) and at once when the set of tables it fails on
+changes: when, which tables it merges, and which of them failed last. A dump run's merge task
+reads it (`dblog.merge.handoff`) to leave its dump's chunks to that merge instead of starting a
+Spark application of its own.
 
 The record outlives the process on purpose: between two slices of `dblog_merge_continuous` (a
 Spark start) no process beats, and a waiter must tell that handover from a merge that is gone.
 It does so by age alone (`MergeBeat.age`), on the writer's and the reader's clocks, as the
-capture's heartbeat does (`health`).
+capture's heartbeat does (`health`): clocks skewed by more than the grace make a waiter merge
+itself sooner or later than it should, never wrongly (its wait is bounded, `handoff.HandoffWait`).
+One record per source: two continuous merges of one source (a second deployment's) overwrite
+each other's, which only matters when they merge different tables.
 """
 from __future__ import annotations
 

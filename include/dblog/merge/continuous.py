@@ -162,16 +162,32 @@ class ContinuousMerge:
         self._watched: set[str] = set()   # sources whose checkpoint is watched
         self._beaten = -BEAT_S                                   # the last heartbeat (`_beat`) ...
         self._beat_failing: dict[tuple[str, str], str] = {}      # ... and the failures it named
+        self._beat_lock = threading.Lock()
 
     def run(self, duration: float | None = None) -> SliceReport:
         report = SliceReport()
+        # Beats go on while a cycle merges a big table (a dump landing) and while the slice's last
+        # merges end: a dump run waiting on this merge must not take a long merge for silence.
+        ended = threading.Event()
+        beating = threading.Thread(target=self._beat_until, args=(report, ended), name="dblog-merge-beat",
+                                   daemon=True)
+        beating.start()
         try:
             self._run(report, None if duration is None else time.monotonic() + duration)
             self.harvest(None)   # the merges under way end their table's work, as a serial cycle does
         finally:
+            ended.set()
+            beating.join(timeout=10)
             if self._pool is not None:
                 self._pool.shutdown(wait=False, cancel_futures=True)
         return report
+
+    def _beat_until(self, report: SliceReport, ended: threading.Event) -> None:
+        while not ended.wait(BEAT_S):
+            try:
+                self._beat(report)
+            except RuntimeError:   # the merge threads changed the report as it was read: next time
+                continue
 
     def _run(self, report: SliceReport, deadline: float | None) -> None:
         while not self.stop.is_set() and (deadline is None or time.monotonic() < deadline):
@@ -192,12 +208,17 @@ class ContinuousMerge:
             self._pause(began, deadline)
 
     def _beat(self, report: SliceReport) -> None:
-        """Tell waiting dump runs that this merge runs (`merge_beat`): every BEAT_S, and at once
-        when the tables it fails on change. Never fails the cycle: a waiter that hears nothing
-        merges itself."""
+        """Tell waiting dump runs that this merge runs (`merge_beat`): every BEAT_S (from its own
+        thread too, `run`), and at once when the tables it fails on change. Never fails the cycle:
+        a waiter that hears nothing merges itself."""
+        with self._beat_lock:   # (the cycle's thread and the beat's)
+            self._beat_now(report)
+
+    def _beat_now(self, report: SliceReport) -> None:
         now = time.monotonic()
         failing = report.failures
-        if now - self._beaten < BEAT_S and failing == self._beat_failing:
+        # A failure's text may change every cycle (a lock held "for N s"): only the tables count.
+        if now - self._beaten < BEAT_S and set(failing) == set(self._beat_failing):
             return
         for source, chosen in self.tables.items():
             if (source, "*") in failing:   # this cycle could not read the source: nothing to promise

@@ -5,20 +5,21 @@ starting a Spark application there would merge the very tables the continuous me
 seconds later, take their locks from it, and cost a Spark start (20-30 s of a busy core) for
 every dump run. So the task first asks `handoff`: while the source's continuous merge beats
 (`coordination.merge_beat`), covers the dump's tables and does not fail on them, the task waits
-until it has taken every chunk of the run's dumps, then reports them as a merge of its own would.
-Otherwise (no continuous merge, one silent for `DBLOG_MERGE_HANDOFF_SECONDS`, one that fails on
-a table of the dump or leaves it out) the task merges itself, saying why.
+until the merges' record of each dump (`store.dump_merged_path`) counts every chunk the dump
+staged, then reports them as a merge of its own would. Otherwise (no continuous merge, one silent
+for `DBLOG_MERGE_HANDOFF_SECONDS`, one that fails on a table of the dump or leaves it out) the
+task merges itself, saying why; and also when the wait stops moving (`HandoffWait`): a chunk that
+waits for a rebuild, or a count a merge lost by crashing between its commit and its record, must
+not hold the run for ever.
 
-A table of a dump is merged when the merges' record of the dump counts every chunk it staged
-(`store.dump_merged_path`), or when no chunk mark of the table is left (`changed_tables`: the
-continuous merge clears them once nothing of the table waits), which also covers a merge that
-crashed between its commit and its count.
+A chunk is merged by a merge that read the log up to the capture's checkpoint, which had passed
+the chunk's HW: once the dump's last chunk is counted, its table holds every change up to the
+dump's end. Changes after it follow in the continuous merge's next cycles.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..coordination import changed_tables
 from ..coordination import store as paths
 from ..coordination.merge_beat import read_beat
 from ..coordination.store import StateStore
@@ -40,17 +41,17 @@ class DumpTable:
 
 @dataclass(frozen=True)
 class Handoff:
-    """What the merge task does now: nothing (MERGED), wait (WAITING, for `pending`) or merge
-    itself (MERGE_HERE, `reason` says why)."""
+    """What the merge task does now: nothing (MERGED), wait (WAITING, for `pending`, of whose
+    chunks the merges counted `merged` so far) or merge itself (MERGE_HERE, `reason` says why)."""
     state: str
     reason: str = ""
     pending: tuple[DumpTable, ...] = ()
+    merged: int = 0
 
 
 def handoff(store: StateStore, tables: list[DumpTable], grace: float, now: float) -> Handoff:
     """See the module doc; `grace`: how long a continuous merge may stay silent (a handover
     between two slices) before it no longer counts; `now`: unix time."""
-    pending: list[DumpTable] = []
     for source in sorted({t.source for t in tables}):
         mine = [t for t in tables if t.source == source]
         beat = read_beat(store, source)
@@ -64,18 +65,54 @@ def handoff(store: StateStore, tables: list[DumpTable], grace: float, now: float
             return Handoff(MERGE_HERE, f"the continuous merge of {source} does not merge {', '.join(left_out)}")
         failing = [f"{t.table}: {beat.failing[t.table]}" for t in mine if t.table in beat.failing]
         if failing:
-            return Handoff(MERGE_HERE, f"the continuous merge of {source} keeps failing on {'; '.join(failing)}")
-        marked = changed_tables.marks(store, source)
+            return Handoff(MERGE_HERE, f"the continuous merge of {source} fails on {'; '.join(failing)}")
+    counts = chunk_counts(store, tables)
+    pending = tuple(t for t in tables if counts[t][0] < counts[t][1])
+    if not pending:
+        return Handoff(MERGED)
+    return Handoff(WAITING, pending=pending, merged=sum(counts[t][0] for t in pending))
+
+
+def chunk_counts(store: StateStore, tables: list[DumpTable]) -> dict[DumpTable, tuple[int, int]]:
+    """Per table: (chunks the merges counted, chunks the dump staged), read per dump in one batch."""
+    out: dict[DumpTable, tuple[int, int]] = {}
+    for source, dump_id in sorted({(t.source, t.dump_id) for t in tables}):
+        mine = [t for t in tables if (t.source, t.dump_id) == (source, dump_id)]
+        progress = read_progress_many(store, source, dump_id, [t.table for t in mine])
+        merged = store.get_many([paths.dump_merged_path(source, dump_id, t.table) for t in mine])
         for t in mine:
-            if t.table in marked and merged_chunks(store, t) < staged_chunks(store, t):
-                pending.append(t)
-    return Handoff(WAITING, pending=tuple(pending)) if pending else Handoff(MERGED)
+            record = merged[paths.dump_merged_path(source, dump_id, t.table)] or {}
+            staged = progress[t.table]
+            out[t] = (int(record.get("chunks", 0)), 0 if staged is None else staged.chunks)
+    return out
 
 
-def staged_chunks(store: StateStore, t: DumpTable) -> int:
-    progress = read_progress_many(store, t.source, t.dump_id, [t.table])[t.table]
-    return 0 if progress is None else progress.chunks
+@dataclass
+class HandoffWait:
+    """The wait as the trigger runs it, one `poll` at a time: `handoff`, ended as MERGE_HERE once
+    the merges have counted no new chunk of the pending tables for `stall` seconds, and a poll
+    that fails (ZooKeeper away) ridden out as long as that."""
+    tables: list[DumpTable]
+    grace: float
+    stall: float
+    since: float                 # unix time of the last progress (the wait's start, at first)
+    _merged: int = field(default=-1, repr=False)
+    _pending: tuple[DumpTable, ...] = field(default=(), repr=False)
 
-
-def merged_chunks(store: StateStore, t: DumpTable) -> int:
-    return int((store.get(paths.dump_merged_path(t.source, t.dump_id, t.table)) or {}).get("chunks", 0))
+    def poll(self, store: StateStore, now: float) -> Handoff:
+        try:
+            outcome = handoff(store, self.tables, self.grace, now)
+        except Exception as exc:  # noqa: BLE001 - ZooKeeper away or a record unreadable: said, and waited out
+            if now - self.since >= self.stall:
+                return Handoff(MERGE_HERE, f"the continuous merge's progress could not be read for "
+                                           f"{now - self.since:.0f} s ({type(exc).__name__}: {exc})")
+            return Handoff(WAITING, f"not read this time ({type(exc).__name__}: {exc})", self._pending, self._merged)
+        if outcome.state != WAITING:
+            return outcome
+        if outcome.merged != self._merged:
+            self._merged, self.since = outcome.merged, now
+        self._pending = outcome.pending
+        if now - self.since >= self.stall:
+            return Handoff(MERGE_HERE, f"the continuous merge has counted no new chunk of "
+                                       f"{', '.join(map(str, outcome.pending))} for {now - self.since:.0f} s")
+        return outcome

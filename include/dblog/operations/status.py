@@ -19,6 +19,7 @@ from ..coordination.health import LAG_SAMPLE_S, capture_health
 from ..coordination.merge_beat import read_beat
 from ..coordination.store import StateStore
 from ..model.schema import WHOLE_TABLE
+from ..settings import settings
 from ..snapshot.dump import CANCELLED, DONE, RUNNING, dump_status
 from ..snapshot.repair import waiting
 from ..sources.base import Source
@@ -32,16 +33,20 @@ def capture_status(store: StateStore, source: Source) -> dict:
             "staged_at": health.last_flush, "head": source.head()}
 
 
-def merge_status(store: StateStore, source: str) -> dict | None:
-    """The continuous merge's last heartbeat (when its last cycle ended, which tables it merges,
-    which it keeps failing on); None when none ever ran for the source."""
+def merge_status(store: StateStore, source: str, now: float) -> dict | None:
+    """The continuous merge's last heartbeat (when, which tables it merges, which it fails on) and
+    whether it is `live`: recent enough that dump runs leave their chunks to it
+    (`DBLOG_MERGE_HANDOFF_SECONDS`); None when none ever ran for the source."""
     beat = read_beat(store, source)
-    return None if beat is None else beat.record()
+    if beat is None:
+        return None
+    grace = settings().merge.handoff_seconds
+    return {**beat.record(), "live": grace > 0 and beat.age(now) <= grace}
 
 
 def source_status(store: StateStore, source: Source, staged: StagedLog) -> dict:
     dumps = [dump_status(store, source.name, d) for d in store.children(paths.dumps_path(source.name))]
-    return {"kind": source.kind, "capture": capture_status(store, source), "merge": merge_status(store, source.name),
+    return {"kind": source.kind, "capture": capture_status(store, source), "merge": merge_status(store, source.name, time.time()),
             "dumps": dumps,
             "repairs": waiting(store, source.name), "staged": asdict(staged_usage(staged, source.name))}
 
@@ -188,7 +193,7 @@ def page_snapshot(store: StateStore, sources: list[Source], warehouse, now: floa
             age, exact = data_age(summary["merged_at"], health.lag_history, now)
             tables.append({**summary, "data_age_s": age, "data_age_exact": exact})
         out.append({"id": source.name, "kind": source.kind, "capture": asdict(health),
-                    "merge": merge_status(store, source.name), "dumps": dumps,
+                    "merge": merge_status(store, source.name, now), "dumps": dumps,
                     "warehouse": tables, "repairs": waiting(store, source.name),
                     "warehouse_view": {"total": len(names), "page": page, "pages": pages,
                                        "per_page": TABLES_PER_PAGE, "find": view.find},

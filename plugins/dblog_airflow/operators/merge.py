@@ -148,20 +148,24 @@ class MergeOperator(SparkSubmitOperator):
         self._report_captures(sources)
         dumps = self._run_dumps(context)
         grace = settings().merge.handoff_seconds
-        if dumps and grace > 0:   # a dump run: a running continuous merge takes its chunks (`handoff`)
-            from dblog.merge.handoff import MERGED, WAITING, handoff
+        # A dump run's own merge (never a continuous slice's): a running continuous merge takes its chunks.
+        if dumps and grace > 0 and not self.mode_arguments():
+            from dblog.merge.handoff import MERGE_HERE, MERGED, WAITING, Handoff, handoff
             tables = _dump_tables(dumps)
-            with DBLogHook(dumps[0]["source"], self.zookeeper_conn_id).store() as store:
-                outcome = handoff(store, tables, grace, time.time())
+            try:
+                with DBLogHook(dumps[0]["source"], self.zookeeper_conn_id).store() as store:
+                    outcome = handoff(store, tables, grace, time.time())
+            except Exception as exc:  # noqa: BLE001 - a merge here needs no word from the continuous merge
+                outcome = Handoff(MERGE_HERE, f"the continuous merge's state could not be read ({exc})")
             if outcome.state == MERGED:
                 return self._handed_off(dumps)
             if outcome.state == WAITING:
                 self.log.info("the continuous merge runs: waiting for it to take the chunks of %s",
                               ", ".join(map(str, outcome.pending)))
-                timeout = settings().merge.lock_timeout_seconds
+                stall = settings().merge.lock_timeout_seconds
                 self.defer(trigger=ContinuousMergeTookTrigger([[t.source, t.dump_id, t.table] for t in tables],
-                                                              zookeeper_uri(self.zookeeper_conn_id), grace, timeout),
-                           method_name="execute_complete", timeout=timedelta(seconds=timeout + 120))
+                                                              zookeeper_uri(self.zookeeper_conn_id), grace, stall),
+                           method_name="execute_complete")
             self.log.info("merging here: %s", outcome.reason)
         return self._merge(context, sources, dumps)
 
@@ -180,8 +184,9 @@ class MergeOperator(SparkSubmitOperator):
     def _handed_off(self, dumps: list[dict]) -> list[dict]:
         """The continuous merge took every chunk of the run's dumps: report them as a merge here
         would (its own asset events are sent at the end of its slice)."""
-        self.log.info("the continuous merge took every chunk of this run's dumps; no Spark application started here")
-        self._log_dumps([], dumps)
+        self.log.info("the continuous merge took every chunk of this run's dumps; no Spark application started here. "
+                      "Their tables' Asset events come from dblog_merge_continuous at the end of its slice")
+        self._log_dumps([], dumps, by_continuous=True)
         return []
 
     def _merge(self, context, sources: list[str], dumps: list[dict]) -> list[dict]:
@@ -288,7 +293,8 @@ class MergeOperator(SparkSubmitOperator):
             return []
         return [d for d in context["ti"].xcom_pull(task_ids=starts, key="dump") or [] if d]
 
-    def _log_dumps(self, results: list[MergeResult], dumps: list[dict]) -> set[tuple[str, str]]:
+    def _log_dumps(self, results: list[MergeResult], dumps: list[dict],
+                   by_continuous: bool = False) -> set[tuple[str, str]]:
         """One line per table of each dump: the dump's own totals (all merges so far). Returns the
         (source, table) pairs reported."""
         from dblog.coordination.store import dump_merged_path
@@ -305,8 +311,8 @@ class MergeOperator(SparkSubmitOperator):
                     self.log.info("%s %s: dump %s merged %d of %s chunks, %d rows, %d dropped in windows; %s",
                                   d["source"], table, d["dump_id"], merged.get("chunks", 0),
                                   "?" if staged is None else staged, merged.get("rows", 0), merged.get("dropped", 0),
-                                  f"warehouse snapshot {r.snapshot_id}, {r.rows} rows" if r else
-                                  "by the continuous merge")
+                                  "by the continuous merge" if by_continuous else
+                                  f"warehouse snapshot {r and r.snapshot_id}, {r and r.rows} rows")
                     reported.add((d["source"], table))
         return reported
 

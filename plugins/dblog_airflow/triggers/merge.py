@@ -2,9 +2,10 @@
 
 The merge task of a dump run defers here when a continuous merge runs (`dblog.merge.handoff`).
 The wait ends merged, or with the reason the task must merge itself after all: the continuous
-merge fell silent past its grace, started failing on a table of the dump, or did not take the
-chunks within `timeout`. Every `log_every` seconds it logs what it still waits for. It carries
-only non-secret facts (ZooKeeper address, the dumps' tables), so it needs no connection lookup.
+merge fell silent past its grace, failed on a table of the dump, or counted no new chunk of the
+dump for `timeout` seconds (`HandoffWait`). Every `log_every` seconds it logs what it still waits
+for. It carries only non-secret facts (ZooKeeper address, the dumps' tables), so it needs no
+connection lookup.
 """
 from __future__ import annotations
 
@@ -36,27 +37,27 @@ class ContinuousMergeTookTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from dblog.connections import zookeeper
         from dblog.coordination.store import StateStore
-        from dblog.merge.handoff import MERGE_HERE, WAITING, DumpTable, handoff
-        tables = [DumpTable(*t) for t in self.tables]
+        from dblog.merge.handoff import MERGE_HERE, WAITING, DumpTable, HandoffWait
+        wait = HandoffWait([DumpTable(*t) for t in self.tables], self.grace, self.timeout, self.started_at)
         zk = zookeeper(self.zookeeper_uri)
         store = StateStore(zk.hosts, zk.chroot, timeout=zk.session_timeout)
-        await asyncio.to_thread(store.start)
+        try:
+            await asyncio.to_thread(store.start)
+        except Exception as exc:  # noqa: BLE001 - the task merges itself, saying why
+            yield TriggerEvent({"state": MERGE_HERE, "reason": f"ZooKeeper could not be reached ({exc})"})
+            return
         try:
             next_log = 0.0
             while True:
-                outcome = await asyncio.to_thread(handoff, store, tables, self.grace, time.time())
-                waited = time.time() - self.started_at
+                outcome = await asyncio.to_thread(wait.poll, store, time.time())
                 if outcome.state != WAITING:
-                    yield TriggerEvent({"state": outcome.state, "reason": outcome.reason, "waited": waited})
-                    return
-                if waited >= self.timeout:
-                    yield TriggerEvent({"state": MERGE_HERE, "waited": waited, "reason": (
-                        f"the continuous merge has not taken {', '.join(map(str, outcome.pending))} "
-                        f"in {waited:.0f} s")})
+                    yield TriggerEvent({"state": outcome.state, "reason": outcome.reason,
+                                        "waited": time.time() - self.started_at})
                     return
                 if time.monotonic() >= next_log:
-                    self.log.info("waiting %.0f s for the continuous merge to take the chunks of %s", waited,
-                                  ", ".join(map(str, outcome.pending)))
+                    self.log.info("waited %.0f s for the continuous merge to take the chunks of %s (%d merged so far)%s",
+                                  time.time() - self.started_at, ", ".join(map(str, outcome.pending)), outcome.merged,
+                                  f"; {outcome.reason}" if outcome.reason else "")
                     next_log = time.monotonic() + self.log_every
                 await asyncio.sleep(self.poll_interval)
         finally:
