@@ -47,24 +47,38 @@ def test_a_dump_waits_for_a_beating_continuous_merge_until_it_counts_every_chunk
     assert handoff(store, [T], GRACE, time.time()).state == MERGED
 
 
-def test_a_wait_that_counts_no_new_chunk_or_cannot_read_zookeeper_for_its_stall_limit_merges_here(store):
-    staged(store, T, 2)
-    merged(store, T, 1)   # (a merge that crashed between its commit and its count, or a chunk awaiting a rebuild)
-    wait, t0 = HandoffWait([T], GRACE, stall=60, since=time.time()), time.time()
+def test_a_wait_whose_count_stops_moving_while_no_merge_holds_the_table_merges_here_after_its_stall_limit(store):
+    staged(store, T, 3)
+    merged(store, T, 1)   # (a chunk awaiting a rebuild, a count a crash lost: the merges took it uncounted)
+    wait, t0 = HandoffWait([T], grace=1000, stall=60), time.time()   # (the merge beats all along)
     beat(store, "src", MergeBeat(t0))
     assert wait.poll(store, t0).state == WAITING
-    assert wait.poll(store, t0 + 59).state == WAITING
-    merged(store, T, 1)
-    stalled = wait.poll(store, t0 + 61)
+    merged(store, T, 2)   # progress restarts the clock
+    assert wait.poll(store, t0 + 50).state == WAITING
+    assert wait.poll(store, t0 + 100).state == WAITING
+    # A merge holding the table's lock is progress too: a big table's merge counts only at its commit.
+    lease = store.lease(paths.merge_lock(T.source, T.table), "continuous", timeout=5)
+    try:
+        assert wait.poll(store, t0 + 200).state == WAITING
+    finally:
+        lease.release()
+    assert wait.poll(store, t0 + 259).state == WAITING
+    stalled = wait.poll(store, t0 + 261)
     assert stalled.state == MERGE_HERE and "counted no new chunk of src shop.accounts (dump d1) for 61 s" in \
         stalled.reason, stalled
-    # Progress restarts the clock; a poll that fails is waited out as long, then said.
-    wait = HandoffWait([T], GRACE, stall=60, since=t0)
-    assert wait.poll(store, t0).merged == 1
+
+
+def test_a_wait_that_cannot_read_zookeeper_rides_it_out_up_to_its_stall_limit_then_merges_here(store):
+    staged(store, T, 2)
+    beat(store, "src", MergeBeat(time.time()))
     gone = StateStore(store.hosts, store.chroot, timeout=3, outage=0.2).start()
     gone.stop()   # (its calls fail as ZooKeeper away does, after `outage`)
-    assert wait.poll(gone, t0 + 30).state == WAITING
-    failed = wait.poll(gone, t0 + 60)
+    wait, t0 = HandoffWait([T], GRACE, stall=60), time.time()
+    first = wait.poll(gone, t0)   # a restarted trigger whose first read fails: its clocks start now
+    assert first.state == WAITING and first.pending == (T,) and "not read this time" in first.reason
+    assert wait.poll(store, t0 + 40).state == WAITING   # read again: the unread clock stops
+    assert wait.poll(gone, t0 + 80).state == WAITING
+    failed = wait.poll(gone, t0 + 140)
     assert failed.state == MERGE_HERE and "could not be read for 60 s" in failed.reason, failed
 
 

@@ -269,3 +269,32 @@ def test_each_source_hears_a_heartbeat_at_most_every_few_seconds_and_at_once_whe
     loop.run(duration=0.3)
     # (the next cycle merges t2 again, and it succeeds)
     assert [(s, b.failing) for s, b in beats[1:]] == [("a", {"t2": "disk full"}), ("a", {})]
+
+
+def test_a_merge_that_runs_long_still_beats_from_its_own_thread_and_no_beat_follows_the_slices_end(monkeypatch):
+    import threading
+    import time
+    Deployment(monkeypatch, {"a": ["t1"]})   # (its checkpoints and table listing)
+    beats: list = []
+    monkeypatch.setattr(C, "beat", lambda store, source, state: beats.append(time.monotonic()))
+    monkeypatch.setattr(C, "BEAT_S", 0.05)
+    release, merging = threading.Event(), threading.Event()
+
+    def long_merge(*args, **kwargs):   # a dump landing: one merge far longer than a beat
+        merging.set()
+        release.wait(5)
+        return MergeResult("a", "t1", note="up to date")
+    monkeypatch.setattr(C, "merge_table", long_merge)
+    loop = C.ContinuousMerge(None, None, None, None, {"a": None}, every=0.05, say=[].append, parallel=1)
+    slice_ = threading.Thread(target=loop.run, kwargs={"duration": 0.1})
+    slice_.start()
+    assert merging.wait(5)
+    time.sleep(0.5)
+    during = len(beats)
+    release.set()
+    slice_.join(5)
+    ended, after = time.monotonic(), len(beats)
+    time.sleep(0.3)
+    assert during >= 5, beats   # beats every 0.05 s while the cycle was stuck in its merge
+    assert len(beats) == after and all(b <= ended for b in beats)
+    assert not [t for t in threading.enumerate() if t.name == "dblog-merge-beat"]

@@ -226,9 +226,9 @@ def test_the_snapshot_lists_capture_health_the_continuous_merge_newest_dumps_fir
     snap = page_snapshot(store, [FakeSource()], FakeWarehouse(), now=1010.0)
     (s,) = snap["sources"]
     assert s["merge"] == {"at": 1007.0, "tables": None, "failing": {"s.b": "disk full"}, "live": True}
-    assert merge_line(s["merge"], 1010.0) == "continuous merge: last cycle 3s ago; failing on s.b: disk full"
+    assert merge_line(s["merge"], 1010.0) == "continuous merge: running 3s ago; failing on s.b: disk full"
     silent = page_snapshot(store, [FakeSource()], FakeWarehouse(), now=2000.0)["sources"][0]["merge"]
-    assert not silent["live"] and "(silent: dump runs merge themselves)" in merge_line(silent, 2000.0)
+    assert not silent["live"] and "running 993s ago (dump runs merge themselves)" in merge_line(silent, 2000.0)
     assert merge_line(None, 1010.0) == "continuous merge: none has run (dump runs merge themselves)"
     assert (s["capture"]["state"], s["capture"]["leader"], s["capture"]["standby"]) == ("capturing", "w1", ["w2"])
     assert s["capture"]["readable_position"] == "mysql-bin.000003:77" and s["capture"]["lag_s"] == 5.0

@@ -26,8 +26,8 @@ def merge_line(merge: dict | None, now: float) -> str:
     if merge is None:
         return "continuous merge: none has run (dump runs merge themselves)"
     failing = "; ".join(f"{t}: {why}" for t, why in sorted(merge["failing"].items()))
-    return (f"continuous merge: last cycle {max(0.0, now - merge['at']):.0f}s ago"
-            + ("" if merge["live"] else " (silent: dump runs merge themselves)")
+    return (f"continuous merge: running {max(0.0, now - merge['at']):.0f}s ago"
+            + ("" if merge["live"] else " (dump runs merge themselves)")
             + ("" if merge["tables"] is None else f", tables {', '.join(merge['tables'])}")
             + (f"; failing on {failing}" if failing else ""))
 

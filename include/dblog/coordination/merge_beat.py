@@ -24,13 +24,13 @@ BEAT_S = 2.0   # the most often a continuous merge rewrites its record
 
 
 def beat_path(source: str) -> str:
-    return f"/{source}/merge/continuous"
+    return f"/{source}/continuous_merge"   # (not under merge/, where each table has its lock node)
 
 
 @dataclass(frozen=True)
 class MergeBeat:
-    """A continuous merge's word on a source: it finished a cycle at `at` (unix time), merges
-    `tables` (None: every table of the source) and keeps failing on `failing` (table -> reason)."""
+    """A continuous merge's word on a source: it was running at `at` (unix time), merges `tables`
+    (None: every table of the source) and failed last on `failing` (table -> reason)."""
     at: float
     tables: tuple[str, ...] | None = None
     failing: dict[str, str] = field(default_factory=dict)

@@ -14,7 +14,7 @@ Layout under the chroot (default `/dblog`), per source:
     /{source}/dumps/{id}/tables/{table}     JSON: progress (last completed key, chunks, rows, done)
     /{source}/dumps/{id}/tables/{table}/lock  kazoo Lock: the worker dumping that table
     /{source}/dumps/{id}/merged/{table}     JSON: what merging the dump's chunks did (chunks, rows, dropped)
-    /{source}/merge/continuous              JSON: a continuous merge's heartbeat (see dblog.coordination.merge_beat)
+    /{source}/continuous_merge              JSON: a continuous merge's heartbeat (see dblog.coordination.merge_beat)
     /{source}/repairs/req-{seq}             JSON: rows to re-read (a table's keys, or all of it) and why
     /{source}/capture/repairer              JSON: the leader's repairer started (its mtime: when, on ZooKeeper's clock)
     /{source}/watermarks/built              JSON: the index below holds every staged watermark (see dblog.coordination.watermark_index)

@@ -186,8 +186,8 @@ class ContinuousMerge:
         while not ended.wait(BEAT_S):
             try:
                 self._beat(report)
-            except RuntimeError:   # the merge threads changed the report as it was read: next time
-                continue
+            except Exception as exc:  # noqa: BLE001 - (the merge threads changed the report as it was read): next time
+                log.debug("heartbeat skipped (%s)", exc)
 
     def _run(self, report: SliceReport, deadline: float | None) -> None:
         while not self.stop.is_set() and (deadline is None or time.monotonic() < deadline):

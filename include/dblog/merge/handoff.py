@@ -8,9 +8,12 @@ every dump run. So the task first asks `handoff`: while the source's continuous 
 until the merges' record of each dump (`store.dump_merged_path`) counts every chunk the dump
 staged, then reports them as a merge of its own would. Otherwise (no continuous merge, one silent
 for `DBLOG_MERGE_HANDOFF_SECONDS`, one that fails on a table of the dump or leaves it out) the
-task merges itself, saying why; and also when the wait stops moving (`HandoffWait`): a chunk that
-waits for a rebuild, or a count a merge lost by crashing between its commit and its record, must
-not hold the run for ever.
+task merges itself, saying why; and also when the wait stops moving (`HandoffWait`): chunks the
+merges take without counting them for the dump (a chunk that waits for a rebuild, a dump another
+dump superseded, a count a merge lost by crashing between its commit and its record) must not
+hold the run for ever. The other way, a chunk file a failed Spark window job staged late counts
+for the merges but not for the dump's progress, so the count can complete a cycle before the
+dump's last chunk is merged: the task then reports seconds early.
 
 A chunk is merged by a merge that read the log up to the capture's checkpoint, which had passed
 the chunk's HW: once the dump's last chunk is counted, its table holds every change up to the
@@ -90,29 +93,39 @@ def chunk_counts(store: StateStore, tables: list[DumpTable]) -> dict[DumpTable, 
 @dataclass
 class HandoffWait:
     """The wait as the trigger runs it, one `poll` at a time: `handoff`, ended as MERGE_HERE once
-    the merges have counted no new chunk of the pending tables for `stall` seconds, and a poll
-    that fails (ZooKeeper away) ridden out as long as that."""
+    the merges have counted no new chunk of the pending tables for `stall` seconds while no merge
+    holds any of their locks (a big table's merge counts only at its commit), or once ZooKeeper
+    has stayed unreadable that long. Both clocks start at this wait's first poll: a triggerer
+    that restarts it starts them again."""
     tables: list[DumpTable]
     grace: float
     stall: float
-    since: float                 # unix time of the last progress (the wait's start, at first)
+    _progress_at: float | None = field(default=None, repr=False)
+    _unread_since: float | None = field(default=None, repr=False)
     _merged: int = field(default=-1, repr=False)
     _pending: tuple[DumpTable, ...] = field(default=(), repr=False)
 
     def poll(self, store: StateStore, now: float) -> Handoff:
+        if self._progress_at is None:
+            self._progress_at, self._pending = now, tuple(self.tables)
         try:
             outcome = handoff(store, self.tables, self.grace, now)
+            merging = outcome.state == WAITING and any(
+                store.lock_holders(paths.merge_lock(t.source, t.table)) for t in outcome.pending)
         except Exception as exc:  # noqa: BLE001 - ZooKeeper away or a record unreadable: said, and waited out
-            if now - self.since >= self.stall:
+            self._unread_since = self._unread_since or now
+            if now - self._unread_since >= self.stall:
                 return Handoff(MERGE_HERE, f"the continuous merge's progress could not be read for "
-                                           f"{now - self.since:.0f} s ({type(exc).__name__}: {exc})")
-            return Handoff(WAITING, f"not read this time ({type(exc).__name__}: {exc})", self._pending, self._merged)
+                                           f"{now - self._unread_since:.0f} s ({type(exc).__name__}: {exc})")
+            return Handoff(WAITING, f"not read this time ({type(exc).__name__}: {exc})", self._pending,
+                           max(self._merged, 0))
+        self._unread_since = None
         if outcome.state != WAITING:
             return outcome
-        if outcome.merged != self._merged:
-            self._merged, self.since = outcome.merged, now
+        if outcome.merged != self._merged or merging:
+            self._merged, self._progress_at = outcome.merged, now
         self._pending = outcome.pending
-        if now - self.since >= self.stall:
+        if now - self._progress_at >= self.stall:
             return Handoff(MERGE_HERE, f"the continuous merge has counted no new chunk of "
-                                       f"{', '.join(map(str, outcome.pending))} for {now - self.since:.0f} s")
+                                       f"{', '.join(map(str, outcome.pending))} for {now - self._progress_at:.0f} s")
         return outcome

@@ -34,9 +34,9 @@ def capture_status(store: StateStore, source: Source) -> dict:
 
 
 def merge_status(store: StateStore, source: str, now: float) -> dict | None:
-    """The continuous merge's last heartbeat (when, which tables it merges, which it fails on) and
-    whether it is `live`: recent enough that dump runs leave their chunks to it
-    (`DBLOG_MERGE_HANDOFF_SECONDS`); None when none ever ran for the source."""
+    """The continuous merge's last heartbeat (when it last ran, which tables it merges, which it
+    failed on last) and whether it is `live`: dump runs leave their chunks to it (a beat within
+    `DBLOG_MERGE_HANDOFF_SECONDS`, which is not 0); None when none ever ran for the source."""
     beat = read_beat(store, source)
     if beat is None:
         return None

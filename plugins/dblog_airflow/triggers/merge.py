@@ -38,7 +38,7 @@ class ContinuousMergeTookTrigger(BaseTrigger):
         from dblog.connections import zookeeper
         from dblog.coordination.store import StateStore
         from dblog.merge.handoff import MERGE_HERE, WAITING, DumpTable, HandoffWait
-        wait = HandoffWait([DumpTable(*t) for t in self.tables], self.grace, self.timeout, self.started_at)
+        wait = HandoffWait([DumpTable(*t) for t in self.tables], self.grace, self.timeout)
         zk = zookeeper(self.zookeeper_uri)
         store = StateStore(zk.hosts, zk.chroot, timeout=zk.session_timeout)
         try:
