@@ -216,3 +216,26 @@ def test_a_registration_retried_for_the_same_request_names_the_same_dump_and_fin
         assert dumps_registered(mariadb) == ["d1"]
     finally:
         store.stop()
+
+
+def test_a_row_inserted_after_the_dump_read_its_bound_and_before_its_first_low_watermark_is_read(src):
+    """A rebuild keeps only the log after its dump's first LW (`merge/rebuild`): such a row's insert
+    is before it, so the dump must read the row, with a bound read again after that LW."""
+    from dblog.snapshot.dump import create_dump, run_dump
+    from dblog.snapshot.dump_spec import DumpSpec
+    src.workload(rows=50).create()
+    table, source, staged = src.table("accounts"), src.source(), src.staged()
+    read_bound = source.last_key
+    bounds = []
+
+    def last_key(schema):
+        top = read_bound(schema)
+        if not bounds:   # a writer commits right after the dump reads its bound
+            src.sql(f"INSERT INTO {table} (id, name) VALUES (100001, 'late')")
+        bounds.append(top)
+        return top
+    source.last_key = last_key
+    with src.store() as store:
+        run_dump(store, source, staged, create_dump(store, source, DumpSpec(tables=[table], chunk_size=1000)))
+    ids = [i for path in staged.chunk_files(src.source_id, table) for i in staged.read_chunk(path)["id"].to_pylist()]
+    assert 100001 in ids and bounds[0] < (100001,) <= bounds[1], bounds

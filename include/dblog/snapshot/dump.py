@@ -53,7 +53,7 @@ class TableProgress:
     # Where the next chunk starts; a dump has one of the two cursors, by its kind.
     after_key: str | None = None    # range dump: JSON of the last key staged (None: from the first key)
     list_offset: int = 0            # key-list dump: how many keys of its sorted list are staged
-    upto_key: str | None = None     # range dump: JSON of the table's highest key when the dump started
+    upto_key: str | None = None     # range dump: JSON of the table's highest key after its first LW
     chunks: int = 0                 # chunks staged and recorded
     next_chunk: int | None = None   # number of the next chunk file (None: `chunks`); see _chunks
     rows: int = 0
@@ -451,6 +451,8 @@ class TableDump:
         progress.window, progress.next_chunk = plan.record(), plan.chunk + plan.parts
         self.store.fenced_put(lease, self.progress_path, asdict(progress))  # before LW: whoever runs next closes it
         self.source.write_watermark(self.slot, plan.lw)
+        if not carried and keys is None and progress.chunks == 0 and progress.after_key is None:
+            self._bound_after_first_lw(schema, progress)
         # Columns added before LW are read; a write of one inside the window drops the row anyway.
         schema = self._schema_after_lw(schema)
         reads = self._read(schema, keys, plan)
@@ -471,6 +473,16 @@ class TableDump:
         # nothing, gives its open split's number back, as no later plan exists to take it.
         self._record(lease, progress, plan, reads, since, numbers=plan.parts - done)
         return done, schema
+
+    def _bound_after_first_lw(self, schema: TableSchema, progress: TableProgress) -> None:
+        """The dump's upper key bound, read again after its first LW (recorded with the window).
+        The bound read at the start leaves rows above it to the log; a row inserted between then
+        and the first LW would then come only from an event before the dump's first LW, which a
+        rebuild from this dump leaves out (`merge/rebuild`): after the first LW, every row above
+        the bound is inserted after it, so its event is kept."""
+        top = self.source.last_key(schema)
+        if top is not None:
+            progress.upto_key = encode_key(normalize_key(top, schema))
 
     def _plan(self, schema: TableSchema, keys: list[tuple] | None, progress: TableProgress, limit: int,
               parallelism: int) -> WindowPlan | None:
