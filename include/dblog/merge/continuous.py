@@ -25,9 +25,10 @@ later one. A table whose merge fails is retried every cycle, its error logged wh
 appears and once a minute while it lasts; the slice then ends failed (`SliceReport.failures`), so
 a task shows it, while every other table keeps merging until the slice ends.
 
-Its cycles beat in ZooKeeper (`coordination.merge_beat`: when, which tables, which fail), so a
-dump run's merge task leaves the dump's chunks to it and waits (`handoff`) instead of starting a
-second Spark application that would merge the same tables.
+It beats in ZooKeeper while it runs (`coordination.merge_beat`: when, which tables, which failed
+last; from a thread of its own, and after a cycle whose failures changed), so a dump run's merge
+task leaves the dump's chunks to it and waits (`handoff`) instead of starting a second Spark
+application that would merge the same tables.
 """
 from __future__ import annotations
 
