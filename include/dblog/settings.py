@@ -191,6 +191,12 @@ class Merge:
         "session (fair scheduling), so a big table's merge does not hold the others' freshness and one table's "
         "driver-side work overlaps another's tasks; 1: one after another",
         minimum=1, maximum=64)
+    adopt_first_load: str = setting(
+        "on", "DBLOG_MERGE_ADOPT_FIRST_LOAD", "a table's first load commits its dump's chunk files as its data files, "
+        "neither read nor rewritten (a range dump stages them in the warehouse's form: Warehouse), where they "
+        "match the table and its bucket size; `off`: dumps stage chunks without the warehouse's columns and a first load "
+        "writes its buckets from them",
+        choices=("on", "off"))
     handoff_seconds: float = setting(
         120.0, "DBLOG_MERGE_HANDOFF_SECONDS", "a dump run's merge task leaves the dump's chunks to a continuous merge "
         "that beat within this many seconds (a handover between two slices included) and waits for it to merge "

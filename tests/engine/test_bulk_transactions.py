@@ -140,10 +140,10 @@ def test_a_bulk_transaction_committed_inside_a_dump_window_drops_exactly_the_win
         dump_id = create_dump(store, source, DumpSpec(tables=[table], chunk_size=rows))
 
         class CommitsInsideTheWindow(StagedLog):
-            def write_chunk(self, source_name, schema, meta, chunk, ops):
+            def write_chunk(self, source_name, schema, meta, chunk, ops, shape=None):
                 if meta.chunk == 0:   # after the window's read, before its HW
                     src.sql(f"UPDATE {table} SET v = -v, s = 'bulk' WHERE id <= {touched}")
-                return super().write_chunk(source_name, schema, meta, chunk, ops)
+                return super().write_chunk(source_name, schema, meta, chunk, ops, shape)
 
         done = TableDump(store, source, CommitsInsideTheWindow(str(src.staging)), dump_id, table).run()
         assert done.status == "done" and done.rows == rows

@@ -335,10 +335,10 @@ def test_every_split_is_staged_inside_its_window_before_the_high_watermark(maria
             marks.append(value)
 
     class Watched(StagedLog):
-        def write_chunk(self, source_name, schema, meta, rows, ops):
+        def write_chunk(self, source_name, schema, meta, rows, ops, shape=None):
             with lock:
                 seen.append((meta.chunk, marks[-1] == meta.lw))
-            return super().write_chunk(source_name, schema, meta, rows, ops)
+            return super().write_chunk(source_name, schema, meta, rows, ops, shape)
 
     source.write_watermark = watermark
     result = TableDump(store, source, Watched(str(src.staging)), dump_id, table).run()

@@ -47,11 +47,12 @@ log = logging.getLogger("dblog.merge")
 @dataclass(frozen=True)
 class LoadChunk:
     """A ready chunk of a first load: its file (a URI executors can open), its window's HW
-    position (its rows' position), its rows."""
+    position (its rows' position), its rows, its dump."""
     uri: str
     high: str
     rows: int
     dump_id: str
+    schema: pa.Schema | None = None   # its file's (footer): a chunk in the warehouse form is adopted (`adopt`)
 
 
 def group(rows: list[int], bucket_rows: int) -> list[list[int]]:
@@ -105,8 +106,8 @@ def first_load(spark: SparkSession, base: TableState, pending: Pending, chunks: 
                     "takes the general merge", base.source, base.table)
         _delete(files)
         return None
-    out = _loaded(base, chunks, files, written=len(present))
-    out.buckets = [_bucket(label, None if i == 0 else ends[label][2], [f for f in files if f.bucket == label])
+    out = loaded(base, chunks, files, written=len(present))
+    out.buckets = [bucket_entry(label, None if i == 0 else ends[label][2], [f for f in files if f.bucket == label])
                    for i, label in enumerate(present)] or [Bucket(labels[0], None)]
     return out
 
@@ -115,19 +116,19 @@ def _one_bucket(base: TableState, chunks: list[LoadChunk], label: int, written) 
     """A one-bucket first load the driver wrote: its files, its survivors."""
     files = [WrittenFile(r["uri"], r["bucket"], r["tombstone"], r["rows"], r["missing"])
              for batch in written for r in batch.to_pylist()]
-    out = _loaded(base, chunks, files, written=1 if files else 0)
+    out = loaded(base, chunks, files, written=1 if files else 0)
     out.without_spark = True
-    out.buckets = [_bucket(label, None, files)]
+    out.buckets = [bucket_entry(label, None, files)]
     return out
 
 
-def _bucket(label: int, lo: list | None, files: list[WrittenFile]) -> Bucket:
+def bucket_entry(label: int, lo: list | None, files: list[WrittenFile]) -> Bucket:
     """A written bucket's entry: its rows, tombstones and unproven values, from its files."""
     live, dead = [f for f in files if not f.tombstone], [f for f in files if f.tombstone]
     return Bucket(label, lo, sum(f.rows for f in live), sum(f.rows for f in dead), sum(f.missing for f in live))
 
 
-def _loaded(base: TableState, chunks: list[LoadChunk], files: list[WrittenFile], written: int) -> Rewritten:
+def loaded(base: TableState, chunks: list[LoadChunk], files: list[WrittenFile], written: int) -> Rewritten:
     out = Rewritten([], files, touched={b.id for b in base.buckets}, written=written,
                     survivors_total=sum(c.rows for c in chunks))
     for c in chunks:

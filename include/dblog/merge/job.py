@@ -57,11 +57,13 @@ from ..spark.data_sources import read_files, spark_schema
 from ..stagedlog import whole_tables
 from ..stagedlog.staged_log import ChunkInfo, StagedLog
 from ..warehouse import types as T
+from ..warehouse.adoption import COLUMNS as WAREHOUSE_FORM_COLUMNS
 from ..warehouse.commit import CommitError, commit
 from ..warehouse.merged_state import Bucket, TableState
 from ..warehouse.tables import Warehouse, table_state
 from . import bucket_merge as M
 from . import change_table, column_renames, rebuild
+from .adopt import adopt
 from .column_renames import Renaming
 from .first_load import LoadChunk, first_load
 from .merge_inputs import ChunkWindow, MergeInput, chunk_windows, merge_input, with_windows
@@ -109,7 +111,9 @@ def _uris(staged: StagedLog, files: list[str]) -> list[str]:
 
 
 def _read(spark: SparkSession, staged: StagedLog, files: list[str]) -> DataFrame:
-    return read_files(spark, _uris(staged, files))
+    """Staged files' rows; a chunk's warehouse columns (`warehouse.adoption`) are not the merge's input."""
+    df = read_files(spark, _uris(staged, files))
+    return df.drop(*[c for c in df.columns if c in WAREHOUSE_FORM_COLUMNS])
 
 
 def _data_columns(df: DataFrame | StructType) -> list[tuple[str, str]]:
@@ -326,7 +330,8 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
 
     if out.unique and ready is not None:
         uris = _uris(staged, [i.path for i in ready.infos])
-        out.loads = [LoadChunk(uri, w.high, w.rows, w.dump_id) for uri, w in zip(uris, ready.windows) if w.high]
+        out.loads = [LoadChunk(uri, w.high, w.rows, w.dump_id, i.schema)
+                     for uri, w, i in zip(uris, ready.windows, ready.infos) if w.high]
         assert len(out.loads) == len(ready.windows), "a ready window has its HW position"
         out.general = compose   # no event: no commit times to report
     else:
@@ -586,6 +591,10 @@ def _write(spark: SparkSession, base: TableState, pending, inputs: MergeInputs, 
             result.note = "merged without Spark (small)"
             return done
     elif inputs.general is not None:
+        done = adopt(base, pending, inputs.loads, bucket_rows)
+        if done is not None:
+            result.note = f"first load: {len(done.files)} chunk file(s) adopted as data files, none rewritten"
+            return done
         done = first_load(spark, base, pending, inputs.loads, purge and not pending.keep_new_tombstones, bucket_rows)
         if done is not None:
             result.note = "first load: chunks written straight into their buckets" + (

@@ -38,6 +38,7 @@ from ..model.staged_format import BEFORE, COMMIT_TS, OLD_KEY, OP, POSITION, TOMB
 from ..stagedlog.staged_log import StagedLog
 from ..storage import filesystem
 from ..warehouse import types as T
+from ..warehouse.adoption import field_id
 from ..warehouse.commit import Pending, WrittenFile
 from ..warehouse.files import DataFiles
 from ..warehouse.merged_state import Bucket, TableState
@@ -147,6 +148,12 @@ def _same(staged: pa.DataType, stored: pa.DataType) -> bool:
     return staged == stored or (staged, stored) in _LARGE
 
 
+def _stored_as(file: pa.DataType, table: pa.DataType) -> bool:
+    """Whether a data file's column holds the table column's values as they are (an adopted
+    chunk's SMALLINT column is int16 under an int one: `warehouse.adoption`)."""
+    return _same(file, table) or (table == pa.int32() and file in (pa.int8(), pa.int16()))
+
+
 def rewrite_locally(base: TableState, pending: Pending, local: LocalEvents, upto: str, purge: bool) -> Rewritten | None:
     """The merge of `local` into the table's one bucket, written; None when the stored types or
     files ask for the Spark path after all (nothing is written then). Only the stored rows at the
@@ -211,17 +218,20 @@ def _at_keys(table: pa.Table, key: list[str], keys: set[tuple]) -> pa.Array:
 
 def _stored(bucket: Bucket, target: pa.Schema) -> tuple[pa.Table, pa.Table] | None:
     """The bucket's stored live rows and tombstones, of the table's Arrow schema; None when a
-    file's columns are not the table's (an older schema: the Spark path reads it as the table's)."""
+    file's columns are not the table's (an older schema: the Spark path reads it as the table's).
+    A file's columns the table does not have (an adopted chunk's staged ones) are left out."""
     parts: tuple[list[pa.Table], list[pa.Table]] = ([], [])
+    ids = [field_id(f) for f in target]
     for files, out in ((bucket.files, parts[0]), (bucket.tombstones, parts[1])):
         for f in files:
             fs, path = filesystem(f.file_path)
             stored = pq.read_table(path, filesystem=fs)
-            if stored.schema.names != target.names or any(
-                    not _same(stored.schema.field(c).type, target.field(c).type)
-                    or stored.schema.field(c).metadata != target.field(c).metadata for c in target.names):
-                return None   # (the metadata holds the field id: a column replaced since has another)
-            out.append(stored.cast(target))
+            by_id = {field_id(c): c.name for c in stored.schema}
+            # (By field id: a column replaced since has another.)
+            if [by_id.get(i) for i in ids] != target.names or any(
+                    not _stored_as(stored.schema.field(c).type, target.field(c).type) for c in target.names):
+                return None
+            out.append(stored.select(target.names).cast(target))
     return pa.concat_tables(parts[0] or [target.empty_table()]), pa.concat_tables(parts[1] or [target.empty_table()])
 
 

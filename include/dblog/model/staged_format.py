@@ -5,7 +5,9 @@
 
 A log row is an event's data columns (the row after the change; a delete's row before it) plus
 `log_fields`; a chunk row is a row read by a dump (or, for a requested key the source does not
-have, only that key) plus `CHUNK_FIELDS`. Both carry the table's name and key in the Arrow schema
+have, only that key) plus `CHUNK_FIELDS`; a range chunk in `WarehouseForm` also carries the
+warehouse's `_dblog_*` columns, which no staged reader reads (`data_columns` leaves out every
+`_` column). Both carry the table's name and key in the Arrow schema
 metadata. `staging.StagedLog` decides where files go and writes them atomically; this module
 alone says what their names, columns and op codes mean, so a writer and a reader cannot disagree.
 """
@@ -67,6 +69,7 @@ CHUNK_FIELDS = [
 
 _TABLE_META, _KEY_META = b"dblog.table", b"dblog.key"
 _CHUNK_META = b"dblog.chunk"   # a chunk file's ChunkMeta as JSON, in its footer beside the columns
+_WAREHOUSE_FORM = b"dblog.warehouse_form"   # a chunk's WarehouseForm, when it has one
 
 
 def log_fields(schema: TableSchema) -> list[pa.Field]:
@@ -268,6 +271,30 @@ class ChunkMeta:
             return None
         names = set(chunk.column_names)  # files staged before a column existed lack it
         return cls(**{f.name: chunk[f"_{f.name}"][0].as_py() for f in fields(cls) if f"_{f.name}" in names})
+
+
+@dataclass(frozen=True)
+class WarehouseForm:
+    """A range chunk that is also a warehouse data file (`warehouse.adoption`): besides its staged
+    columns it carries a warehouse row's `_dblog_*` columns and Iceberg field ids for a new table,
+    so a first load can adopt it as it is (`merge.adopt`). Said in its footer: the bucket the dump
+    put it in (buckets of `bucket_rows`, by its rows before the window) and the position its rows
+    take (the source's log head once the split was read: inside the window, before its HW)."""
+    bucket: int
+    bucket_rows: int
+    position: str
+
+    def footer(self) -> dict[bytes, bytes]:
+        return {_WAREHOUSE_FORM: json.dumps({"bucket": self.bucket, "bucket_rows": self.bucket_rows,
+                                             "position": self.position}).encode()}
+
+    @classmethod
+    def of_footer(cls, schema: pa.Schema) -> WarehouseForm | None:
+        text = (schema.metadata or {}).get(_WAREHOUSE_FORM)
+        if text is None:
+            return None
+        values = json.loads(text)
+        return cls(int(values["bucket"]), int(values["bucket_rows"]), str(values["position"]))
 
 
 @dataclass(frozen=True)

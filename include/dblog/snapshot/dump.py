@@ -262,7 +262,8 @@ class TableDump:
         self._changed = threading.Event()
         self._control_seen: dict | None = None
         self.reader: WindowReads = WindowReader(source)   # a big table's: see _choose_reader
-        self.stage = SplitStaging(staged, dump_id, native=settings().dump.decoder == "native")
+        self.stage = SplitStaging(staged, dump_id, native=settings().dump.decoder == "native",
+                                  soft_deletes=settings().warehouse.soft_deletes(table))
         self._started, self._rows = time.monotonic(), 0
         self._step = False   # the next window splits its keys by arithmetic (`windows.steps_next`)
 
@@ -497,7 +498,13 @@ class TableDump:
             normalize_key(decode_key(json.loads(progress.after_key), schema), schema)
         upto = None if progress.upto_key is None else decode_key(json.loads(progress.upto_key), schema)
         splits = plan_window(self.source, schema, after, upto, limit, parallelism, self._step)
-        return WindowPlan.fresh(number, splits) if splits else None   # stepped up to the bound: done
+        if not splits:   # stepped up to the bound: done
+            return None
+        # The bucket a first load would put these rows in, for chunks it can adopt (`warehouse.adoption`).
+        tuned = settings().merge
+        if tuned.adopt_first_load == "off":
+            return WindowPlan.fresh(number, splits)
+        return WindowPlan.fresh(number, splits, bucket=progress.rows // tuned.bucket_rows, bucket_rows=tuned.bucket_rows)
 
     def _read(self, schema: TableSchema, keys: list[tuple] | None, plan: WindowPlan) -> dict[int, SplitRead]:
         """The plan's splits read and staged; a failed split fails the read once all are done."""

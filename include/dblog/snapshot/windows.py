@@ -38,9 +38,10 @@ import pyarrow as pa
 
 from ..faults import crash_point
 from ..model.schema import TableSchema, decode_key, encode_key, normalize_key
-from ..model.staged_format import ChunkMeta, Op, last_key
+from ..model.staged_format import ChunkMeta, Op, WarehouseForm, last_key
 from ..sources.base import Source
 from ..stagedlog.staged_log import StagedLog
+from ..warehouse.adoption import warehouse_form
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,8 @@ class WindowPlan:
     end: str | None = None          # carried plans: the cursor once staged (the open split was staged before)
     list_from: int | None = None    # a key-list window: the slice [list_from, list_to) of the dump's keys
     list_to: int | None = None
+    bucket: int | None = None       # a range window: the warehouse bucket its chunks are written for,
+    bucket_rows: int | None = None  # ... of buckets this many rows (`warehouse.adoption`)
 
     @classmethod
     def fresh(cls, chunk: int, splits=(), **kw) -> WindowPlan:
@@ -155,11 +158,12 @@ class WindowPlan:
         if end is None and self.splits and not any(s.open for s in left):
             end = self.end_after(staged)
         return WindowPlan.fresh(self.chunk + self.parts, left, end=end, list_from=self.list_from,
-                                list_to=self.list_to)
+                                list_to=self.list_to, bucket=self.bucket, bucket_rows=self.bucket_rows)
 
     def record(self) -> dict:
         return {"chunk": self.chunk, "lw": self.lw, "hw": self.hw, "end": self.end,
                 "list_from": self.list_from, "list_to": self.list_to,
+                "bucket": self.bucket, "bucket_rows": self.bucket_rows,
                 "splits": [[_key_json(s.after), _key_json(s.upto), s.limit] for s in self.splits]}
 
     @classmethod
@@ -168,7 +172,7 @@ class WindowPlan:
             return None if text is None else normalize_key(decode_key(json.loads(text), schema), schema)
         splits = tuple(Split(key(a), key(u), limit) for a, u, limit in record["splits"])
         return cls(record["chunk"], record["lw"], record["hw"], splits, record.get("end"),
-                   record.get("list_from"), record.get("list_to"))
+                   record.get("list_from"), record.get("list_to"), record.get("bucket"), record.get("bucket_rows"))
 
 
 def steps_next(schema: TableSchema, plan: WindowPlan, reads: dict[int, SplitRead], parallelism: int) -> bool:
@@ -193,10 +197,15 @@ def _key_json(key: tuple | None) -> str | None:
 class SplitStaging:
     """Reads one split of a plan and stages it as its chunk file (in the dump's process or a
     Spark executor: it travels pickled, the source without its connection). An open split that
-    read no row stages nothing: the window ends below it."""
+    read no row stages nothing: the window ends below it.
+
+    A range window's chunk is staged in the warehouse's form too (`warehouse.adoption`), so a
+    first load can adopt it as a data file: its rows take the source's log head read right after
+    the split (after its LW, before its HW: inside the window, as the merge rule asks)."""
     staged: StagedLog
     dump_id: str
     native: bool = True  # decode natively where exact (DBLOG_DUMP_DECODER)
+    soft_deletes: bool = False   # the table keeps deleted rows (its data files have `_dblog_deleted`)
 
     def __call__(self, source: Source, schema: TableSchema, plan: WindowPlan, index: int) -> SplitRead:
         split, fallbacks = plan.splits[index], source.fallbacks
@@ -207,9 +216,21 @@ class SplitStaging:
             return SplitRead(index, 0, None, fallback)
         key_to = encode_key(last_key(schema, rows)) if split.open else _key_json(split.upto)
         self.staged.write_chunk(source.name, schema, plan.meta(self.dump_id, index, key_to), rows,
-                                Op.READ)
+                                Op.READ, shape=self._shape(source, plan))
         crash_point("dump.split_staged")
         return SplitRead(index, len(rows), key_to, fallback)
+
+    def _shape(self, source: Source, plan: WindowPlan):
+        """The chunk's warehouse form, when its window has a bucket and the source says its log head
+        (without one the chunk is staged as ever, and a first load rewrites it)."""
+        if plan.bucket is None or plan.bucket_rows is None:
+            return None
+        try:
+            position = source.head()["position"]
+        except Exception:  # noqa: BLE001 - a head the source will not give only costs the adoption
+            return None
+        form = WarehouseForm(plan.bucket, plan.bucket_rows, position)
+        return lambda chunk: warehouse_form(chunk, form, self.soft_deletes)
 
 
 class WindowReads(Protocol):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from urllib.parse import unquote
@@ -164,11 +164,13 @@ class StagedLog:
         return {m.table: member_ref(path, m) for m in index}
 
     def write_chunk(self, source: str, schema: TableSchema, meta: ChunkMeta, rows: list[tuple] | pa.Table,
-                    ops: list[Op] | Op) -> str:
+                    ops: list[Op] | Op, shape: Callable[[pa.Table], pa.Table] | None = None) -> str:
         """Stage a chunk: its rows (tuples in schema column order, or a table: `staged.chunk_table`),
-        an op per row (or one for all)."""
+        an op per row (or one for all); `shape`: the chunk's table in the form it is written in
+        (`warehouse.adoption.warehouse_form`)."""
         path = self.chunk_path(source, schema.name, meta.dump_id, meta.chunk)
-        self._atomic_write(path, chunk_table(schema, meta, rows, ops))
+        table = chunk_table(schema, meta, rows, ops)
+        self._atomic_write(path, table if shape is None else shape(table))
         return path
 
     def chunk_path(self, source: str, table: str, dump_id: str, number: int) -> str:

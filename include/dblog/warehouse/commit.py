@@ -30,7 +30,7 @@ from pyiceberg.typedef import KeyDefaultDict
 from ..errors import DBLogError
 from ..faults import crash_point
 from ..settings import settings
-from . import history
+from . import adoption, history
 from .catalog import BRANCH, FORMAT
 from .metadata_cache import apply_updates
 
@@ -49,6 +49,7 @@ class WrittenFile:
     tombstone: bool
     rows: int
     missing: int
+    adopted: bool = False   # a chunk file taken as it is (`adoption`): staged columns beside the table's
 
 
 @dataclass
@@ -203,7 +204,8 @@ def data_files(pending: Pending, written: list[WrittenFile]) -> list:
     checked to sit in the bucket they were written for."""
     metadata = pending.tx.table_metadata  # type: ignore[attr-defined]
     with ThreadPoolExecutor(8) as pool:
-        out = list(pool.map(lambda f: parquet_file_to_data_file(pending.io, metadata, f.uri), written))
+        out = list(pool.map(lambda f: (adoption.data_file if f.adopted else parquet_file_to_data_file)(
+            pending.io, metadata, f.uri), written))
     for f, df in zip(written, out):
         if df.partition is None or df.partition[0] != f.bucket:   # a file without the column: partition None
             raise CommitError(f"{f.uri}: partition {df.partition} is not bucket {f.bucket}")

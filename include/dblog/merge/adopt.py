@@ -1,0 +1,137 @@
+"""A first load adopted: its chunk files become the table's data files, neither read nor rewritten.
+
+A range dump stages each chunk in the warehouse's form too (`warehouse.adoption`): the table's
+field ids, a warehouse row's `_dblog_*` columns, the bucket the dump's rows so far put it in. When
+a first load's chunks (`first_load`: nothing stored, no event, one dump's chained ranges) all say
+so, for buckets of this merge's size, and their columns are the table's, the merge copies each
+file under the table's location (a hard link on one disk) and commits them as they are, bucket
+by bucket; only the key columns are read, for each bucket's bounds. Otherwise it says why in
+the merge's log and `first_load` writes the buckets from the chunks as before.
+
+Rows keep the position their split was read at, not their window's HW: both lie inside the
+window, and with no event of the table merged, every later event is after either (invariant 5's
+order holds). A bucket holds a file per chunk: maintenance compacts a bucket of more than
+`DBLOG_MAINTENANCE_COMPACT_MIN_FILES` files into one.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from itertools import groupby
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..model.staged_format import WarehouseForm
+from ..settings import settings
+from ..storage import filesystem
+from ..warehouse.adoption import copy_in, mismatch
+from ..warehouse.commit import Pending, WrittenFile
+from ..warehouse.files import data_path
+from ..warehouse.merged_state import TableState
+from .first_load import LoadChunk, bucket_entry, loaded
+from .rewrite import Rewritten
+
+log = logging.getLogger("dblog.merge")
+
+
+def adopt(base: TableState, pending: Pending, chunks: list[LoadChunk], bucket_rows: int) -> Rewritten | None:
+    """The first load of `chunks` (in key order) committed as they are; None (said in the log)
+    when they cannot be: `first_load` then writes it."""
+    if settings().merge.adopt_first_load == "off":
+        return None
+    chunks = [c for c in chunks if c.rows]
+    forms = [None if c.schema is None else WarehouseForm.of_footer(c.schema) for c in chunks]
+    target = pa.ipc.read_schema(pa.py_buffer(pending.schema_ipc))
+    why = _refusal(base, chunks, forms, target, bucket_rows)
+    bounds = None
+    if why is None:
+        bounds = _bounds(base.key, target, chunks, forms)
+        if bounds is None:
+            why = "a bucket's keys reach into the next one's (the source's key order is not Spark's)"
+    if why is not None or bounds is None:
+        log.info("%s/%s: the first load's chunk files are rewritten, not adopted: %s", base.source, base.table, why)
+        return None
+    prefix = uuid.uuid4().hex[:12]
+    files = [WrittenFile(data_path(pending.location, f.bucket, f"{prefix}-{c.uri.rsplit('/', 1)[-1][:-8]}"),
+                         f.bucket, False, c.rows, 0, adopted=True) for c, f in zip(chunks, forms) if f is not None]
+    try:
+        with ThreadPoolExecutor(8) as pool:   # on an object store, a server-side copy each
+            list(pool.map(lambda pair: copy_in(pair[0].uri, pair[1].uri), zip(chunks, files)))
+    except BaseException:
+        _delete([f.uri for f in files])
+        raise
+    out = loaded(base, chunks, files, written=len(bounds))
+    out.without_spark = True
+    out.buckets = [bucket_entry(label, None if i == 0 else [str(v) for v in lo], [f for f in files if f.bucket == label])
+                   for i, (label, lo) in enumerate(bounds.items())]
+    return out
+
+
+def _refusal(base: TableState, chunks: list[LoadChunk], forms: list[WarehouseForm | None], target: pa.Schema,
+             bucket_rows: int) -> str | None:
+    """Why these chunks cannot be adopted as they are; None when they can."""
+    if not chunks:
+        return "no chunk has rows"
+    if any(f is None for f in forms):
+        return ("a chunk was staged without the warehouse form (by an older version, or its source did not say its "
+                "log head)")
+    sizes = {f.bucket_rows for f in forms if f is not None}
+    if sizes != {bucket_rows}:
+        return f"its dump made buckets of {', '.join(map(str, sorted(sizes)))} rows, this merge {bucket_rows} " \
+               "(DBLOG_BUCKET_ROWS, --bucket-rows)"
+    labels = [f.bucket for f in forms if f is not None]
+    if labels != sorted(labels):
+        return "its chunks' buckets are not in key order"
+    for k in base.key:
+        if not (pa.types.is_integer(target.field(k).type) or pa.types.is_string(target.field(k).type)
+                or pa.types.is_large_string(target.field(k).type)):
+            return f"key column {k} is {target.field(k).type}: only integer and string keys keep their bounds' form"
+    for c in chunks:
+        assert c.schema is not None
+        problem = mismatch(c.schema, target)
+        if problem is not None:
+            return f"{c.uri.rsplit('/', 1)[-1]}: {problem}"
+    return None
+
+
+def _bounds(key: list[str], target: pa.Schema, chunks: list[LoadChunk],
+            forms: list[WarehouseForm | None]) -> dict[int, tuple] | None:
+    """Each bucket's lowest key, by bucket in key order; None when a bucket's highest key is not
+    below the next one's lowest (in Spark's order: strings by their bytes). An integer key's rows
+    are in that order already (a chunk is read in key order), so its ends are its first and last
+    files' first and last rows; strings follow the source's collation: every file's keys are read."""
+    integers = all(pa.types.is_integer(target.field(k).type) for k in key)
+    labels = [f.bucket if f is not None else -1 for f in forms]   # `_refusal` saw every form there
+    buckets = [(label, [c for c, _ in group]) for label, group in groupby(zip(chunks, labels), key=lambda p: p[1])]
+
+    def ends(files: list[LoadChunk]) -> tuple[tuple, tuple]:
+        read = [files[0], files[-1]] if integers else files
+        keys = pa.concat_tables([_keys(c.uri, key) for c in read])
+        if not integers:
+            keys = keys.take(pc.sort_indices(keys, sort_keys=[(k, "ascending") for k in key]))
+        first, last = keys.slice(0, 1).to_pylist()[0], keys.slice(keys.num_rows - 1).to_pylist()[0]
+        return tuple(first[k] for k in key), tuple(last[k] for k in key)
+
+    with ThreadPoolExecutor(8) as pool:
+        found = list(pool.map(lambda b: ends(b[1]), buckets))
+    if any(hi >= lo for (_, hi), (lo, _) in zip(found, found[1:])):
+        return None
+    return {label: lo for (label, _), (lo, _) in zip(buckets, found)}
+
+
+def _keys(uri: str, key: list[str]) -> pa.Table:
+    fs, path = filesystem(uri)
+    with fs.open_input_file(path) as handle:
+        return pq.read_table(handle, columns=key)
+
+
+def _delete(uris: list[str]) -> None:
+    for uri in uris:
+        fs, path = filesystem(uri)
+        try:
+            fs.delete_file(path)
+        except (FileNotFoundError, OSError):
+            pass

@@ -1,0 +1,91 @@
+"""A table's first load adopts its dump's chunk files as the table's data files (`dblog.merge.adopt`):
+pyiceberg, DuckDB and Spark read the rows the rewriting first load writes, the files outlive the
+staged log, later changes merge on top of them, and chunks that do not fit are rewritten, saying why."""
+import logging
+from pathlib import Path
+
+import pytest
+
+from dblog.spark.data_sources import spark_table
+from dblog.warehouse.catalog import location
+from dblog.warehouse.readers import duckdb_read
+from dblog.warehouse.tables import Warehouse
+
+from conftest import assert_warehouse_equals_source, settle
+from test_first_load import _load, _merge
+
+SAME = ["_dblog_op", "_dblog_origin", "_dblog_dump_id", "_dblog_missing", "_dblog_bucket"]
+
+
+def _many(src, rows: int = 30) -> str:
+    ns = src.namespace
+    # (A SMALLINT is staged as int16 under the table's int: Parquet stores both as INT32.)
+    _load(src, f"CREATE TABLE {ns}.many (id INT PRIMARY KEY, name VARCHAR(20), amount DECIMAL(12,2), v BIGINT, "
+               "q SMALLINT)", f"INSERT INTO {ns}.many VALUES (%s, %s, %s, %s, %s)",
+          [(i, f"n{i}", f"{i}.25", i * 7, -i) for i in range(1, rows + 1)])
+    return src.table("many")
+
+
+def _read(warehouse, src, table: str, columns: list[str]) -> list[dict]:
+    return sorted(warehouse.read(src.source_id, table, columns).to_pylist(), key=lambda r: r["id"])
+
+
+@pytest.mark.both_sources
+def test_a_first_load_adopts_its_chunk_files_and_every_reader_reads_what_a_rewritten_one_holds(
+        src, spark, warehouse, tmp_path, monkeypatch):
+    monkeypatch.setenv("DBLOG_BUCKET_ROWS", "4")   # the dump's buckets and the merge's: 2 chunks of 2 rows each
+    table = _many(src)
+    src.dblog("dump", "--source", src.source_id, "--table", "many", "--chunk-size", "2", "--parallelism", "2",
+              check=True, env={"DBLOG_BUCKET_ROWS": "4"})
+    settle(src)
+    result = _merge(spark, src, warehouse, table, bucket_rows=4)
+    assert result.note == "first load: 15 chunk file(s) adopted as data files, none rewritten"
+    assert result.survivors == 30 and result.buckets == 8
+    state = warehouse.state(src.source_id, table, files=True)
+    assert [b.rows for b in state.buckets] == [4] * 7 + [2]
+    assert [b.lo for b in state.buckets] == [None] + [[str(k)] for k in range(5, 31, 4)]
+    assert_warehouse_equals_source(src, warehouse, ["many"])   # pyiceberg and DuckDB
+
+    monkeypatch.setenv("DBLOG_MERGE_ADOPT_FIRST_LOAD", "off")
+    rewritten = Warehouse(str(tmp_path / "rewritten"))
+    assert _merge(spark, src, rewritten, table, bucket_rows=4).note == \
+        "first load: chunks written straight into their buckets"
+    columns = [c for c, _ in state.columns] + SAME
+    assert _read(warehouse, src, table, columns) == _read(rewritten, src, table, columns)
+    # Each row's position is where its split was read: inside its window, so before that window's HW.
+    adopted_at = {r["id"]: r["_dblog_position"] for r in _read(warehouse, src, table, ["id", "_dblog_position"])}
+    at_hw = {r["id"]: r["_dblog_position"] for r in _read(rewritten, src, table, ["id", "_dblog_position"])}
+    assert all(adopted_at[k] < at_hw[k] for k in at_hw)
+    shown = ["id", "name", "amount", "v", "q", "_dblog_bucket"]
+    by_spark = sorted((r.asDict() for r in spark_table(spark, warehouse, src.source_id, table).select(*shown).collect()),
+                      key=lambda r: r["id"])
+    by_duckdb = sorted(duckdb_read(warehouse, src.source_id, table).select(shown).to_pylist(), key=lambda r: r["id"])
+    assert by_spark == by_duckdb == _read(rewritten, src, table, shown)
+
+    # The table's files are its own: the staged chunks can go.
+    staged = src.staged()
+    staged.delete(staged.chunk_files(src.source_id, table))
+    root = location(warehouse.root, src.source_id, table).split("://", 1)[-1]
+    assert len([p for p in Path(root).rglob("*.parquet")]) == 15
+    assert_warehouse_equals_source(src, warehouse, ["many"])
+
+    # Changes after the load merge over the adopted rows.
+    ns = src.namespace
+    src.sql(f"UPDATE {ns}.many SET v = -1 WHERE id = 3", f"DELETE FROM {ns}.many WHERE id = 4",
+            f"INSERT INTO {ns}.many VALUES (31, 'n31', 31.25, 217, -31)")
+    settle(src)
+    monkeypatch.delenv("DBLOG_MERGE_ADOPT_FIRST_LOAD")
+    _merge(spark, src, warehouse, table, bucket_rows=4)
+    assert_warehouse_equals_source(src, warehouse, ["many"])
+
+
+def test_a_first_load_whose_dump_made_other_buckets_is_rewritten_and_says_why(src, spark, warehouse, caplog):
+    caplog.set_level(logging.INFO, "dblog.merge")
+    table = _many(src, rows=6)
+    src.dblog("dump", "--source", src.source_id, "--table", "many", "--chunk-size", "2", check=True,
+              env={"DBLOG_BUCKET_ROWS": "4"})
+    settle(src)
+    result = _merge(spark, src, warehouse, table, bucket_rows=2)
+    assert result.note.startswith("first load: chunks written straight")
+    assert "rewritten, not adopted: its dump made buckets of 4 rows, this merge 2" in caplog.text
+    assert_warehouse_equals_source(src, warehouse, ["many"])
