@@ -59,3 +59,25 @@ def test_a_chunk_whose_column_type_is_not_the_tables_is_not_adopted_and_says_whi
     assert mismatch(warehouse_form(_chunk(pa.int16()), WarehouseForm(0, 4, "p"), False).schema, _target(tmp_path)) is None
     assert mismatch(form.schema.remove(form.schema.get_field_index("name")), _target(tmp_path)) == \
         "it has no column name"
+
+
+def _load(form: WarehouseForm, low: str = "p1", high: str = "p9", rows: int = 2):
+    from dblog.merge.first_load import LoadChunk
+    return LoadChunk("file:///staged/00000000.parquet", high, rows, "d1",
+                     warehouse_form(_chunk(), form, False).schema, low)
+
+
+def test_a_chunk_read_outside_its_window_or_a_bucket_past_twice_its_size_is_not_adopted(tmp_path):
+    """A split a deposed worker staged after its window's HW read its rows then: only HW's
+    position keeps the window's later events ahead of them, so that first load is rewritten."""
+    from dblog.merge.adopt import _refusal
+    from dblog.warehouse.merged_state import TableState
+    base, target = TableState("src", "shop.t", ["id"], COLUMNS), _target(tmp_path)
+    assert _refusal(base, [_load(WarehouseForm(0, 4, "p5"))], [WarehouseForm(0, 4, "p5")], target, 4) is None
+    late = WarehouseForm(0, 4, "p9")
+    assert "was read at p9, outside its window (p1, p9)" in _refusal(base, [_load(late)], [late], target, 4)
+    wide = WarehouseForm(0, 4, "p5")
+    assert _refusal(base, [_load(wide, rows=9)], [wide], target, 4) == \
+        "a bucket would hold 9 rows, more than twice 4"
+    assert _refusal(base, [_load(wide)], [wide], target, 2) == \
+        "its dump made buckets of 4 rows, this merge 2 (DBLOG_BUCKET_ROWS, --bucket-rows)"

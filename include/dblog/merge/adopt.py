@@ -40,7 +40,14 @@ log = logging.getLogger("dblog.merge")
 def adopt(base: TableState, pending: Pending, chunks: list[LoadChunk], bucket_rows: int) -> Rewritten | None:
     """The first load of `chunks` (in key order) committed as they are; None (said in the log)
     when they cannot be: `first_load` then writes it."""
-    if settings().merge.adopt_first_load == "off":
+    tuned = settings()
+    if tuned.merge.adopt_first_load == "off":
+        return None
+    if tuned.warehouse.change_table(base.table):
+        # (Its change table takes a merge's dump rows by their `_dblog_merged_at`, which adopted rows
+        # set to their chunk's read time, before the merge: they would never reach it.)
+        log.info("%s/%s: the first load's chunk files are rewritten, not adopted: the table has a change table",
+                 base.source, base.table)
         return None
     chunks = [c for c in chunks if c.rows]
     forms = [None if c.schema is None else WarehouseForm.of_footer(c.schema) for c in chunks]
@@ -82,9 +89,18 @@ def _refusal(base: TableState, chunks: list[LoadChunk], forms: list[WarehouseFor
     if sizes != {bucket_rows}:
         return f"its dump made buckets of {', '.join(map(str, sorted(sizes)))} rows, this merge {bucket_rows} " \
                "(DBLOG_BUCKET_ROWS, --bucket-rows)"
+    for c, f in zip(chunks, forms):
+        # A split staged after its window's HW (a Spark task of a failed job, a deposed worker)
+        # read its rows then: only HW's position keeps the events after the window behind them.
+        if f is not None and not (c.low is not None and c.low <= f.position < c.high):
+            return f"{c.uri.rsplit('/', 1)[-1]} was read at {f.position}, outside its window ({c.low}, {c.high})"
     labels = [f.bucket for f in forms if f is not None]
     if labels != sorted(labels):
         return "its chunks' buckets are not in key order"
+    sizes_of = {label: sum(c.rows for c, f in zip(chunks, forms) if f is not None and f.bucket == label)
+                for label in set(labels)}
+    if max(sizes_of.values()) > 2 * bucket_rows:   # a window wider than a bucket (chunk size x parallelism)
+        return f"a bucket would hold {max(sizes_of.values())} rows, more than twice {bucket_rows}"
     for k in base.key:
         if not (pa.types.is_integer(target.field(k).type) or pa.types.is_string(target.field(k).type)
                 or pa.types.is_large_string(target.field(k).type)):

@@ -53,6 +53,7 @@ class LoadChunk:
     rows: int
     dump_id: str
     schema: pa.Schema | None = None   # its file's (footer): a chunk in the warehouse form is adopted (`adopt`)
+    low: str | None = None            # its window's LW position
 
 
 def group(rows: list[int], bucket_rows: int) -> list[list[int]]:

@@ -330,7 +330,7 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
 
     if out.unique and ready is not None:
         uris = _uris(staged, [i.path for i in ready.infos])
-        out.loads = [LoadChunk(uri, w.high, w.rows, w.dump_id, i.schema)
+        out.loads = [LoadChunk(uri, w.high, w.rows, w.dump_id, i.schema, w.low)
                      for uri, w, i in zip(uris, ready.windows, ready.infos) if w.high]
         assert len(out.loads) == len(ready.windows), "a ready window has its HW position"
         out.general = compose   # no event: no commit times to report

@@ -41,7 +41,6 @@ from ..model.schema import TableSchema, decode_key, encode_key, normalize_key
 from ..model.staged_format import ChunkMeta, Op, WarehouseForm, last_key
 from ..sources.base import Source
 from ..stagedlog.staged_log import StagedLog
-from ..warehouse.adoption import warehouse_form
 
 
 @dataclass(frozen=True)
@@ -229,6 +228,7 @@ class SplitStaging:
             position = source.head()["position"]
         except Exception:  # noqa: BLE001 - a head the source will not give only costs the adoption
             return None
+        from ..warehouse.adoption import warehouse_form  # (pyiceberg's types: only where a dump stages)
         form = WarehouseForm(plan.bucket, plan.bucket_rows, position)
         return lambda chunk: warehouse_form(chunk, form, self.soft_deletes)
 

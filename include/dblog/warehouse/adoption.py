@@ -81,6 +81,9 @@ def mismatch(file: pa.Schema, target: pa.Schema) -> str | None:
             return f"column {want.name} has field id {field_id(got)}, the table {field_id(want)}"
         if _plain(got.type) != _plain(want.type) and not (want.type == pa.int32() and got.type in _NARROW):
             return f"column {want.name} is {got.type}, the table's {want.type}"
+        if _is_list(want.type) and field_id(got.type.value_field) != field_id(want.type.value_field):
+            return f"column {want.name}'s elements have field id {field_id(got.type.value_field)}, the table's " \
+                   f"{field_id(want.type.value_field)}"
     return None
 
 
@@ -96,13 +99,17 @@ def field_id(field: pa.Field) -> int | None:
 _NARROW = (pa.int8(), pa.int16())
 
 
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
 def _plain(t: pa.DataType):
     """A type as Parquet stores it: no large variants, an instant's zone only as "has one"."""
     if pa.types.is_large_string(t):
         return pa.string()
     if pa.types.is_large_binary(t):
         return pa.binary()
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
+    if _is_list(t):
         return ("list", _plain(t.value_type))
     if pa.types.is_timestamp(t):
         return ("timestamp", t.unit, t.tz is not None)
@@ -118,9 +125,13 @@ def copy_in(source: str, dest: str) -> None:
         os.makedirs(os.path.dirname(dest_path), exist_ok=True)
         try:
             os.link(src_path, dest_path)
-            return
         except OSError:   # another disk, or links not allowed: a copy
             pass
+        else:
+            # A file the table does not reference yet is young: the orphan sweep's grace keeps it
+            # (the staged chunk, the same file, only looks younger to the staged log's retention).
+            os.utime(dest_path)
+            return
     pafs.copy_files(src_path, dest_path, source_filesystem=src_fs, destination_filesystem=dest_fs)
 
 

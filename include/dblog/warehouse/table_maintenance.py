@@ -7,7 +7,8 @@
    state are unchanged, readers see one snapshot more.
 3. Sweep: pyiceberg deletes no file on expiry, and a killed merge leaves files no snapshot
    references. Every file under the table's location that the table no longer reaches and that
-   is older than the grace is deleted (a running merge's files are young and unreferenced).
+   is older than the grace is deleted (a running merge's files are young and unreferenced; a first
+   load's adopted chunk files are touched when linked, `adoption.copy_in`).
 
 A table's change table (`change_tables`) loses the days older than the staged log's retention,
 then is expired and swept the same way.
