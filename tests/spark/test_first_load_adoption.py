@@ -61,6 +61,10 @@ def test_a_first_load_adopts_its_chunk_files_and_every_reader_reads_what_a_rewri
                       key=lambda r: r["id"])
     by_duckdb = sorted(duckdb_read(warehouse, src.source_id, table).select(shown).to_pylist(), key=lambda r: r["id"])
     assert by_spark == by_duckdb == _read(rewritten, src, table, shown)
+    # The staged columns stay in the files, unread: readers see the table's columns only.
+    table_columns = [f.name for f in warehouse.load(src.source_id, table).schema().fields]
+    assert duckdb_read(warehouse, src.source_id, table).column_names == table_columns
+    assert warehouse.load(src.source_id, table).scan().to_arrow().column_names == table_columns
 
     # The table's files are its own: the staged chunks can go.
     staged = src.staged()
