@@ -53,7 +53,7 @@ from ..settings import settings
 from ..snapshot import repair
 from ..snapshot.dump import dumping, finished_chunks
 from ..sources.base import WATERMARK_TABLE
-from ..spark.data_sources import read_files, spark_schema
+from ..spark.data_sources import footer_schemas, read_files, read_with_source, spark_schema, unified
 from ..stagedlog import whole_tables
 from ..stagedlog.staged_log import ChunkInfo, StagedLog
 from ..warehouse import types as T
@@ -112,8 +112,15 @@ def _uris(staged: StagedLog, files: list[str]) -> list[str]:
 
 def _read(spark: SparkSession, staged: StagedLog, files: list[str]) -> DataFrame:
     """Staged files' rows; a chunk's warehouse columns (`warehouse.adoption`) are not the merge's input."""
-    df = read_files(spark, _uris(staged, files))
-    return df.drop(*[c for c in df.columns if c in WAREHOUSE_FORM_COLUMNS])
+    uris = _uris(staged, files)
+    schemas = footer_schemas(uris)
+    if not any(n in WAREHOUSE_FORM_COLUMNS for s in schemas for n in s.names):
+        return read_files(spark, uris)
+    # Read as the staged columns alone, so Spark neither merges nor reads the others; by Spark's
+    # own reader where every file has their types, else by `dblog_parquet` (a type conversion).
+    wanted = pa.schema([f for f in unified(schemas) if f.name not in WAREHOUSE_FORM_COLUMNS])
+    same = all(s.field(f.name).type == f.type for s in schemas for f in wanted if f.name in s.names)
+    return (read_files if same else read_with_source)(spark, uris, spark_schema(wanted))
 
 
 def _data_columns(df: DataFrame | StructType) -> list[tuple[str, str]]:

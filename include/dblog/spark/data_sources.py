@@ -158,8 +158,17 @@ def footer_schema(uris: list[str]) -> pa.Schema:
     A column whose type changed to one the older cannot be promoted to takes the last file's type
     (files are given in log order): older files' values are cast where they can be, else null
     (`conform`); the type conversion's repair re-reads every row after it anyway."""
+    return unified(footer_schemas(uris))
+
+
+def footer_schemas(uris: list[str]) -> list[pa.Schema]:
+    """Each file's schema, from its footer."""
     with ThreadPoolExecutor(8) as pool:   # a GET each on an object store
-        schemas = list(pool.map(lambda uri: open_file(uri).schema_arrow, uris))
+        return list(pool.map(lambda uri: open_file(uri).schema_arrow, uris))
+
+
+def unified(schemas: list[pa.Schema]) -> pa.Schema:
+    """`footer_schema` of files with these schemas (in log order)."""
     try:
         return pa.unify_schemas(schemas, promote_options="permissive")
     except (pa.ArrowTypeError, pa.ArrowInvalid):
