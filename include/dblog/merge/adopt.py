@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from itertools import groupby
 
@@ -97,10 +98,9 @@ def _refusal(base: TableState, chunks: list[LoadChunk], forms: list[WarehouseFor
     labels = [f.bucket for f in forms if f is not None]
     if labels != sorted(labels):
         return "its chunks' buckets are not in key order"
-    sizes_of = {label: sum(c.rows for c, f in zip(chunks, forms) if f is not None and f.bucket == label)
-                for label in set(labels)}
-    if max(sizes_of.values()) > 2 * bucket_rows:   # a window wider than a bucket (chunk size x parallelism)
-        return f"a bucket would hold {max(sizes_of.values())} rows, more than twice {bucket_rows}"
+    biggest = max(_bucket_sizes(chunks, labels).values())
+    if biggest > 2 * bucket_rows:   # a window wider than a bucket (chunk size x parallelism)
+        return f"a bucket would hold {biggest} rows, more than twice {bucket_rows}"
     for k in base.key:
         if not (pa.types.is_integer(target.field(k).type) or pa.types.is_string(target.field(k).type)
                 or pa.types.is_large_string(target.field(k).type)):
@@ -111,6 +111,13 @@ def _refusal(base: TableState, chunks: list[LoadChunk], forms: list[WarehouseFor
         if problem is not None:
             return f"{c.uri.rsplit('/', 1)[-1]}: {problem}"
     return None
+
+
+def _bucket_sizes(chunks: list[LoadChunk], labels: list[int]) -> Counter[int]:
+    sizes: Counter[int] = Counter()
+    for c, label in zip(chunks, labels):
+        sizes[label] += c.rows
+    return sizes
 
 
 def _bounds(key: list[str], target: pa.Schema, chunks: list[LoadChunk],

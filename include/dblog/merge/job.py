@@ -110,10 +110,10 @@ def _uris(staged: StagedLog, files: list[str]) -> list[str]:
     return files if staged.local else [f"{staged.root.split('://', 1)[0]}://{p}" for p in files]
 
 
-def _read(spark: SparkSession, staged: StagedLog, files: list[str]) -> DataFrame:
+def _read(spark: SparkSession, staged: StagedLog, files: list[str], schemas: list[pa.Schema] | None = None) -> DataFrame:
     """Staged files' rows; a chunk's warehouse columns (`warehouse.adoption`) are not the merge's input."""
     uris = _uris(staged, files)
-    schemas = footer_schemas(uris)
+    schemas = schemas if schemas is not None else footer_schemas(uris)   # (chunks: their listing read them)
     if not any(n in WAREHOUSE_FORM_COLUMNS for s in schemas for n in s.names):
         return read_files(spark, uris)
     # Read as the staged columns alone, so Spark neither merges nor reads the others; by Spark's
@@ -329,7 +329,8 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
 
     def compose() -> MergeInput:
         chunks = None if ready is None else \
-            with_windows(_read(spark, staged, [i.path for i in ready.infos]), ready.windows)
+            with_windows(_read(spark, staged, [i.path for i in ready.infos], [i.schema for i in ready.infos]),
+                         ready.windows)
         types = dict(out.columns)
         return merge_input(None if events is None else M.align(renaming.events(events, types), out.columns),
                            None if chunks is None else M.align(renaming.chunks(chunks, types), out.columns),
