@@ -8,7 +8,6 @@ import signal
 from typing import Any
 
 from .. import connections
-from ..capture.capture_loop import Capture
 from ..coordination.checkpoint import ensure_checkpoint, reset_checkpoint
 from ..coordination.store import Fenced
 from ..stagedlog.staged_log import StagedLog
@@ -39,6 +38,8 @@ def cmd_capture(args) -> int:
             capture.stop()
 
         signal.signal(signal.SIGTERM, stop)
+        from ..capture.capture_loop import Capture  # (the log readers: only a capture loads them)
+
         while True:
             assert staged is not None  # resolved above for every capture that runs
             capture = Capture(source, store, staged, flush_rows=args.flush_rows,

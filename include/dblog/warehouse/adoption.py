@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from ..model.staged_format import DUMP_ID, OP, WarehouseForm, data_columns
 from ..storage import filesystem, is_local
-from .types import BUCKET, DELETED, META, MISSING
+from .columns import BUCKET, DELETED, META, MISSING
 
 FIELD_ID = b"PARQUET:field_id"
 STAGED_IDS = 2_000_000_000   # the staged columns' field ids start here: no table reaches them
