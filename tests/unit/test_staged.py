@@ -107,3 +107,23 @@ def test_events_whose_values_need_converting_stage_converted_with_their_composit
     back = decode_events(staged, "s", wide.name)
     assert [e.old_key for e in back] == [(1, "x"), None]
     assert back[0].before == {"a": 1, "b": "x", "d": Decimal("0.25")}
+
+
+def test_a_chunk_file_compresses_and_keeps_statistics_of_the_table_s_columns_not_of_its_constant_metadata(tmp_path):
+    import pyarrow.parquet as pq
+
+    from dblog.stagedlog.staged_log import StagedLog
+    nested = TableSchema("app.n", (Column("id", "int", pa.int64()), Column("tags", "text[]", pa.list_(pa.string())),
+                                   Column("point", "json", pa.struct([("x", pa.int64())]))), ("id",))
+    missing = pa.field("_dblog_missing", pa.list_(pa.string()))   # as a warehouse form carries it
+
+    def shape(chunk: pa.Table) -> pa.Table:
+        return chunk.append_column(missing, pa.nulls(chunk.num_rows, missing.type))
+    path = StagedLog(str(tmp_path)).write_chunk("s", nested, ChunkMeta("d1", 1, "lw-id", "hw-id", TS),
+                                                 [(1, ["a"], {"x": 2})], Op.READ, shape=shape)
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    columns = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
+    for table_column in ("id", "tags.list.element", "point.x"):
+        assert (columns[table_column].compression, columns[table_column].is_stats_set) == ("ZSTD", True)
+    assert columns["_dblog_missing.list.element"].is_stats_set   # a data file's metrics, once adopted
+    assert (columns["_lw"].compression, columns["_lw"].is_stats_set) == ("UNCOMPRESSED", False)

@@ -57,15 +57,32 @@ from . import shared_segments
 SEGMENT_WRITE = {**storage.PARQUET_WRITE, "write_statistics": [POSITION, COMMIT_TS]}
 
 
-def chunk_write(names: list[str]) -> dict:
+def chunk_write(schema: pa.Schema) -> dict:
     """A chunk's Parquet options. Its metadata columns each hold a constant (or, in a key-list
     chunk, two values): a dictionary page and run-length indices, which zstd only spends time on,
     and whose statistics nothing reads but a warehouse form's `_dblog_*` (a data file's metrics).
     The table's columns keep both. A 20,000-row chunk of the bench table in the warehouse form:
-    8.1 -> 7.1 ms of CPU to write, the same bytes within 0.2% (docs/performance.md)."""
-    data = set(data_columns(names))
-    return {**storage.PARQUET_WRITE, "compression": {n: "zstd" if n in data else "none" for n in names},
-            "write_statistics": [n for n in names if n in data or n.startswith("_dblog_")]}
+    8.1 -> 7.1 ms of CPU to write, the same size (docs/performance.md)."""
+    data = set(data_columns(schema.names))
+    leaves = [(f.name, path) for f in schema for path in _leaves(f.name, f.type)]
+    return {**storage.PARQUET_WRITE, "compression": {path: "zstd" if name in data else "none" for name, path in leaves},
+            "write_statistics": [path for name, path in leaves if name in data or name.startswith("_dblog_")]}
+
+
+def _leaves(path: str, t: pa.DataType):
+    """The Parquet column paths of a field (what Parquet's per-column options name): a list's
+    values are `path.list.element`, a struct's fields `path.name`, a map's `path.key_value.key`
+    and `.value`."""
+    if pa.types.is_struct(t):
+        for f in t:
+            yield from _leaves(f"{path}.{f.name}", f.type)
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        yield from _leaves(f"{path}.list.element", t.value_type)
+    elif pa.types.is_map(t):
+        yield from _leaves(f"{path}.key_value.key", t.key_type)
+        yield from _leaves(f"{path}.key_value.value", t.item_type)
+    else:
+        yield path
 
 
 def table_dir_name(table: str) -> str:
@@ -183,7 +200,7 @@ class StagedLog:
         path = self.chunk_path(source, schema.name, meta.dump_id, meta.chunk)
         table = chunk_table(schema, meta, rows, ops)
         table = table if shape is None else shape(table)
-        self._atomic_write(path, table, chunk_write(table.column_names))
+        self._atomic_write(path, table, chunk_write(table.schema))
         return path
 
     def chunk_path(self, source: str, table: str, dump_id: str, number: int) -> str:
