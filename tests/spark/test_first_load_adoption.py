@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from dblog.coordination import loaded_tables
+from dblog.model.staged_format import WarehouseForm
 from dblog.spark.data_sources import spark_table
 from dblog.warehouse.catalog import location
 from dblog.warehouse.readers import duckdb_read
@@ -81,6 +83,22 @@ def test_a_first_load_adopts_its_chunk_files_and_every_reader_reads_what_a_rewri
     monkeypatch.delenv("DBLOG_MERGE_ADOPT_FIRST_LOAD")
     _merge(spark, src, warehouse, table, bucket_rows=4)
     assert_warehouse_equals_source(src, warehouse, ["many"])
+
+    # The table holds a load: a refresh is no first load, so its chunks are staged plain.
+    with src.store() as store:
+        assert loaded_tables.holds(store, src.source_id, table)
+    src.dblog("dump", "--source", src.source_id, "--table", "many", "--chunk-size", "10", check=True,
+              env={"DBLOG_BUCKET_ROWS": "4"})
+    refresh = [staged.read_chunk(p).schema for p in staged.chunk_files(src.source_id, table)]
+    assert len(refresh) == 3 and not any(WarehouseForm.of_footer(s) or "_dblog_op" in s.names for s in refresh)
+    settle(src)
+    _merge(spark, src, warehouse, table, bucket_rows=4)
+    assert_warehouse_equals_source(src, warehouse, ["many"])
+    # Dropped, the table's next dump is a first load again.
+    src.dblog("warehouse", "drop", "--source", src.source_id, "--table", "many", check=True,
+              env={"DBLOG_WAREHOUSE": warehouse.root})
+    with src.store() as store:
+        assert not loaded_tables.holds(store, src.source_id, table)
 
 
 def test_a_first_load_whose_dump_made_other_buckets_is_rewritten_and_says_why(src, spark, warehouse, caplog):

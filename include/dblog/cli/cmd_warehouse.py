@@ -51,10 +51,12 @@ def cmd_warehouse(args) -> int:
     from ..warehouse.tables import Warehouse, live_rows
     warehouse = Warehouse(connections.warehouse_root())
     if args.action == "drop":
+        from ..coordination import loaded_tables
         from ..warehouse.table_maintenance import merge_lease
         table = _table_of(args.source, args.table)
         with opts.store() as store, merge_lease(store, args.source, table):
             dropped = warehouse.drop(args.source, table)
+            loaded_tables.clear(store, args.source, table)   # its next dump is a first load
         print(f"{args.source} {table}: " + ("dropped, with its files" if dropped else "no such warehouse table"))
         return 0 if dropped else 1
     for sid in [args.source] if args.source else connections.source_ids():

@@ -40,7 +40,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ..coordination import repair_requests, unlogged, watermark_index
+from ..coordination import loaded_tables, repair_requests, unlogged, watermark_index
 from ..coordination import store as paths
 from ..coordination.checkpoint import checkpoint_position
 from ..coordination.column_renames import of_table as renames_of
@@ -387,6 +387,8 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
     purge = not dumping(store, source, table)   # decided before chunks are listed: see module doc
     upto = checkpoint_position(store, source)
     state = warehouse.state(source, table, files=True)
+    if state is None:   # dropped, or not made yet: a dump of it may be a first load again
+        loaded_tables.clear(store, source, table)
     # A table with no key is synced by whole-table snapshots; one with a key only once it lost it (below).
     whole = _whole(store, staged, warehouse, result, state, upto, lease) if state is None or not state.key else None
     if whole is not None:
@@ -500,6 +502,8 @@ def _apply(spark: SparkSession, store: StateStore, warehouse: Warehouse, result:
                                               f"stored", result.note]))
         log.warning("%s/%s: %s", source, table, result.note)
     _record_dumps(store, lease, result)
+    if result.chunks:   # the table holds a load now: later dumps of it need not stage the warehouse form
+        loaded_tables.mark(store, source, table)
     committed = table_state(pending.committed, source, table)   # as committed: no second catalog load
     _report(result, committed)
     return committed

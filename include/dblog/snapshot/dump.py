@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 
-from ..coordination import changed_tables, repair_requests
+from ..coordination import changed_tables, loaded_tables, repair_requests
 from ..coordination import store as paths
 from ..coordination.checkpoint import ensure_checkpoint
 from ..coordination.store import Lease, StateStore
@@ -266,6 +266,7 @@ class TableDump:
                                   soft_deletes=settings().warehouse.soft_deletes(table))
         self._started, self._rows = time.monotonic(), 0
         self._step = False   # the next window splits its keys by arithmetic (`windows.steps_next`)
+        self._first_load = True   # chunks are staged in the warehouse form too (set per run: `_chunks`)
 
     def run(self, lease_timeout: float | None = 0) -> TableProgress:
         try:
@@ -339,6 +340,9 @@ class TableDump:
             # which a successor never reuses: see `_close`.)
             progress.next_chunk = (progress.chunks if progress.next_chunk is None else progress.next_chunk) + 1
         self._choose_reader(progress)
+        # Only a first load is adopted, so only its chunks pay for the warehouse's form (`loaded_tables`).
+        self._first_load = settings().merge.adopt_first_load != "off" and \
+            not loaded_tables.holds(self.store, self.source.name, self.table)
         progress.status = RUNNING
         progress.key = None if schema.key_from == "primary key" else f"{schema.key_from} ({', '.join(schema.key)})"
         progress.started_at = progress.started_at or time.time()
@@ -502,7 +506,7 @@ class TableDump:
             return None
         # The bucket a first load would put these rows in, for chunks it can adopt (`warehouse.adoption`).
         tuned = settings().merge
-        if tuned.adopt_first_load == "off":
+        if not self._first_load:
             return WindowPlan.fresh(number, splits)
         return WindowPlan.fresh(number, splits, bucket=progress.rows // tuned.bucket_rows, bucket_rows=tuned.bucket_rows)
 
