@@ -193,7 +193,8 @@ class Merge:
         minimum=1, maximum=64)
     adopt_first_load: str = setting(
         "on", "DBLOG_MERGE_ADOPT_FIRST_LOAD", "a table's first load commits its dump's chunk files as its data files, "
-        "neither read nor rewritten (a range dump stages them in the warehouse's form: Warehouse), where they "
+        "neither read nor rewritten (a range dump of a table the warehouse does not hold yet stages them in the "
+        "warehouse's form: Warehouse), where they "
         "match the table and its bucket size; `off`: dumps stage chunks without the warehouse's columns and a first load "
         "writes its buckets from them",
         choices=("on", "off"))

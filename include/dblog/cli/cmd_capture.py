@@ -30,6 +30,8 @@ def cmd_capture(args) -> int:
         if args.init:
             print(json.dumps(ensure_checkpoint(store, source).as_json(), default=str))
             return 0
+        from ..capture.capture_loop import Capture  # (the log readers: only a capture loads them)
+
         stopped = False
 
         def stop(*_):
@@ -38,8 +40,6 @@ def cmd_capture(args) -> int:
             capture.stop()
 
         signal.signal(signal.SIGTERM, stop)
-        from ..capture.capture_loop import Capture  # (the log readers: only a capture loads them)
-
         while True:
             assert staged is not None  # resolved above for every capture that runs
             capture = Capture(source, store, staged, flush_rows=args.flush_rows,

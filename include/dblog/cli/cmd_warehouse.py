@@ -55,8 +55,8 @@ def cmd_warehouse(args) -> int:
         from ..warehouse.table_maintenance import merge_lease
         table = _table_of(args.source, args.table)
         with opts.store() as store, merge_lease(store, args.source, table):
-            dropped = warehouse.drop(args.source, table)
-            loaded_tables.clear(store, args.source, table)   # its next dump is a first load
+            loaded_tables.clear(store, args.source, table)   # its next dump is a first load (cleared first: a
+            dropped = warehouse.drop(args.source, table)       # crash between the two leaves no stale mark)
         print(f"{args.source} {table}: " + ("dropped, with its files" if dropped else "no such warehouse table"))
         return 0 if dropped else 1
     for sid in [args.source] if args.source else connections.source_ids():

@@ -2,10 +2,12 @@
 may be a first load.
 
 A range dump stages its chunks in the warehouse's form too (`warehouse.adoption`), for a first
-load to adopt as data files; that costs the dump about 8% (docs/performance.md), and only a first
-load is ever adopted. So a merge that commits a dump's chunks marks the table here (`mark`),
-one that finds no warehouse table clears it (`clear`, as does `dblog warehouse drop`), and a dump
-of a marked table stages the plain form (`holds`). A mark that is wrong only costs time: a first
+load to adopt as data files; that costs the dump about 17% (docs/performance.md), and only a first
+load is ever adopted. So a merge's commit marks the table here while it stores rows or tombstones
+(`settle`), a merge that finds no warehouse table clears the mark (`clear`, as does `dblog
+warehouse drop`), and a dump of a marked table stages the plain form (`holds`). A warehouse reset
+another way (a new root, a catalog wiped) keeps the mark until a merge finds the table missing,
+so the reload's dump, staged before that, is written from its chunks. A mark that is wrong only costs time: a first
 load staged plain is written by the merge, as before adoption; a refresh staged in the warehouse
 form is merged as any other dump.
 """
@@ -21,6 +23,13 @@ def loaded_path(source: str, table: str) -> str:
 
 def mark(store: StateStore, source: str, table: str) -> None:
     store.put(loaded_path(source, table), {})
+
+
+def settle(store: StateStore, source: str, table: str, stores: bool) -> None:
+    """Mark or clear as the table stores rows (or tombstones) or not; written only on a change
+    (a merge's commit reads the mark, one round trip)."""
+    if stores != holds(store, source, table):
+        (mark if stores else clear)(store, source, table)
 
 
 def clear(store: StateStore, source: str, table: str) -> None:

@@ -20,6 +20,7 @@ Layout under the chroot (default `/dblog`), per source:
     /{source}/watermarks/built              JSON: the index below holds every staged watermark (see dblog.coordination.watermark_index)
     /{source}/watermarks/index/{shard}/{id}  JSON: the position of the staged watermark event `id`
     /{source}/unlogged/{table}              JSON: where the log holds writes without their rows (see dblog.coordination.unlogged)
+    /{source}/loaded/{table}                the warehouse stores rows of the table: its dumps are no first load (see dblog.coordination.loaded_tables)
     /{source}/staged/lock                   kazoo Lock: the `dblog maintain` tending the staged log
 
 Writes that a lease holder makes (checkpoints, progress, the watermark index) are fenced: they

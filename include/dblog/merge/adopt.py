@@ -84,8 +84,8 @@ def _refusal(base: TableState, chunks: list[LoadChunk], forms: list[WarehouseFor
     if not chunks:
         return "no chunk has rows"
     if any(f is None for f in forms):
-        return ("a chunk was staged without the warehouse form (by an older version, or its source did not say its "
-                "log head)")
+        return ("a chunk was staged without the warehouse form (by an older version, by a dump that found the table "
+                "loaded: `coordination/loaded_tables`, or its source did not say its log head)")
     sizes = {f.bucket_rows for f in forms if f is not None}
     if sizes != {bucket_rows}:
         return f"its dump made buckets of {', '.join(map(str, sorted(sizes)))} rows, this merge {bucket_rows} " \

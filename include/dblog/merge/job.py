@@ -502,9 +502,9 @@ def _apply(spark: SparkSession, store: StateStore, warehouse: Warehouse, result:
                                               f"stored", result.note]))
         log.warning("%s/%s: %s", source, table, result.note)
     _record_dumps(store, lease, result)
-    if result.chunks:   # the table holds a load now: later dumps of it need not stage the warehouse form
-        loaded_tables.mark(store, source, table)
     committed = table_state(pending.committed, source, table)   # as committed: no second catalog load
+    # A table that stores something is no first load's: its dumps need not stage the warehouse form.
+    loaded_tables.settle(store, source, table, not _nothing_stored(committed))
     _report(result, committed)
     return committed
 

@@ -198,8 +198,9 @@ class SplitStaging:
     Spark executor: it travels pickled, the source without its connection). An open split that
     read no row stages nothing: the window ends below it.
 
-    A range window's chunk is staged in the warehouse's form too (`warehouse.adoption`), so a
-    first load can adopt it as a data file: its rows take the source's log head read right after
+    A range window planned with a bucket (a dump of a table the warehouse does not hold yet:
+    `coordination.loaded_tables`) stages its chunks in the warehouse's form too
+    (`warehouse.adoption`), so a first load can adopt them as data files: its rows take the source's log head read right after
     the split (after its LW, before its HW: inside the window, as the merge rule asks)."""
     staged: StagedLog
     dump_id: str
