@@ -109,6 +109,9 @@ class FakeStore:
     def get(self, path):         # no checkpoint yet
         return None
 
+    def delete(self, path, recursive=False):
+        self.events.append(("delete", path))
+
     def lease(self, path, owner, timeout):
         from dblog.coordination import store as paths
         if path in self.busy:

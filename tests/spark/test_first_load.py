@@ -48,6 +48,8 @@ def test_a_first_load_writes_every_column_kind_as_the_general_merge_does_with_sp
     assert [b.rows for b in warehouse.state(src.source_id, table, files=True).buckets] == [1, 1, 1]
     assert_warehouse_equals_source(src, warehouse, ["kinds"])
 
+    # The chunks carry the warehouse form for the default bucket size: written, not adopted, here.
+    monkeypatch.setenv("DBLOG_MERGE_ADOPT_FIRST_LOAD", "off")
     small = Warehouse(str(tmp_path / "small"))   # one bucket of at most DBLOG_MERGE_LOCAL_ROWS: no Spark job
     on_driver = _merge(spark, src, small, table)
     assert on_driver.note.endswith("on the driver (small)") and on_driver.survivors == 3

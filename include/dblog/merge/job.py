@@ -504,7 +504,7 @@ def _apply(spark: SparkSession, store: StateStore, warehouse: Warehouse, result:
     _record_dumps(store, lease, result)
     committed = table_state(pending.committed, source, table)   # as committed: no second catalog load
     # A table that stores something is no first load's: its dumps need not stage the warehouse form.
-    loaded_tables.settle(store, source, table, not _nothing_stored(committed))
+    loaded_tables.settle(store, source, table, bool(committed.rows or committed.tombstones))
     _report(result, committed)
     return committed
 
