@@ -15,8 +15,13 @@ the merge instead
    naming the stored rows the winners replace (`warehouse.deletes`).
 
 The bucket's data files stay; every Iceberg reader hides the deleted rows, and dblog's own
-readers of a bucket's files apply them. A bucket with `MAX_FILES` data or delete files is
-rewritten by its next merge (and maintenance compacts it sooner), so neither piles up.
+readers of a bucket's files apply them. A bucket with `MAX_DELETES` delete files (one per merge
+that changed it in place) or `MAX_FILES` data files is rewritten by its next merge (and
+maintenance compacts it sooner), so neither piles up. The data files' bound is the looser: a
+first load adopted as its chunk files (`merge.adopt`) leaves a file per chunk in each bucket (13
+at the defaults), and a bound of 8 made the first scattered merge after it rewrite the whole
+table (10M rows, 29,500 events from 30 s of 1,000 row changes/s: 44.5 s, against 18.3 s in place,
+and 17.6 s in place on buckets of one file each; docs/performance.md).
 """
 from __future__ import annotations
 
@@ -36,7 +41,8 @@ from ..warehouse.files import missing_count
 from ..warehouse.merged_state import Bucket, TableState
 from ..warehouse.types import MISSING
 
-MAX_FILES = 8            # data or delete files of a bucket before its next merge rewrites it
+MAX_DELETES = 8          # delete files of a bucket (merges that changed it in place) before the next rewrites it
+MAX_FILES = 32           # data files of a bucket before its next merge rewrites it (see the module doc)
 MAX_RECORDS = 50_000     # a merge's records past which it rewrites (the replaced rows' positions travel in a plan)
 
 
@@ -57,13 +63,13 @@ def qualifies(base: TableState, incoming: dict[int, int], ratio: int, oversized:
     """Whether the records (`incoming`: per bucket index) are few enough against what the buckets
     they touch hold for a delta merge to pay (see the module doc): at most a `ratio`-th of their rows
     and `MAX_RECORDS`, into buckets of at least a quarter of `bucket_rows` on average (smaller
-    ones cost little to rewrite), none to be split, none holding `MAX_FILES` data or delete files,
-    and no float key column."""
+    ones cost little to rewrite), none to be split, none holding `MAX_FILES` data files or
+    `MAX_DELETES` delete files, and no float key column."""
     types = dict(base.columns)
     if ratio <= 0 or oversized or not incoming or any(types[k] in ("float", "double") for k in base.key):
         return False   # (a float key: Arrow's join tells -0.0 from 0.0, Spark's merge does not)
     touched = [base.buckets[b] for b in incoming]
-    if any(len(b.files) >= MAX_FILES or len(b.deletes) >= MAX_FILES for b in touched):
+    if any(len(b.files) >= MAX_FILES or len(b.deletes) >= MAX_DELETES for b in touched):
         return False
     stored, records = sum(b.rows for b in touched), sum(incoming.values())
     return records <= MAX_RECORDS and records * ratio <= stored and 4 * stored >= len(touched) * bucket_rows

@@ -1,0 +1,63 @@
+"""The first busy merge after a first load: a 10M-row table dumped and merged (its chunk files
+adopted as data files, or written into buckets with DBLOG_MERGE_ADOPT_FIRST_LOAD=off), then
+1,000 row changes/s for SECONDS (random updates, inserts, deletes: bench/bigtable.py), then one
+merge of those events, timed.
+
+    python bench/events_after_load.py mysql|postgres [SECONDS=30] [ROWS=10000000]
+
+Prints and writes bench/results/events-after-load-<kind>[-<DBLOG_BENCH_RESULT_SUFFIX>].json.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from dump_bench import _stop, _writer, warm  # noqa: E402
+
+import baselines  # noqa: E402
+import bigtable  # noqa: E402
+from harness import Harness  # noqa: E402
+
+NS = "bench_after_load"
+
+
+def main(kind: str, seconds: int = 30, rows: int = 10_000_000) -> dict:
+    spark = baselines.spark_session()
+    bigtable.create(kind, NS, rows)
+    h = Harness(kind, NS, f"bench_after_load_{kind}")
+    h.start_capture()
+    try:
+        warm(spark)
+        _, dump_s = h.dump(f"{NS}.{bigtable.TABLE}", 20_000, parallelism=4)
+        h.catch_up()
+        load_s = h.merge(spark, f"{NS}.{bigtable.TABLE}")
+        load_note = h.last_merge.note
+        out = f"{h.dir}/writer.json"
+        writer = _writer(h, 1000, out)
+        time.sleep(seconds)
+        _stop(writer, out)
+        h.catch_up()
+        warm(spark)
+        merge_s = h.merge(spark, f"{NS}.{bigtable.TABLE}")
+        r = h.last_merge
+        return {"rows": rows, "dump_s": round(dump_s, 1), "load_merge_s": round(load_s, 1), "load": load_note,
+                "events": r.log_events, "events_merge_s": round(merge_s, 1), "buckets_written": r.buckets_written,
+                "how": r.note}
+    finally:
+        h.close()
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if not args or args[0] not in ("mysql", "postgres"):
+        sys.exit(__doc__)
+    result = main(args[0], *(int(a) for a in args[1:3]))
+    print(json.dumps(result, indent=1))
+    suffix = os.environ.get("DBLOG_BENCH_RESULT_SUFFIX", "")
+    path = Path(__file__).parent / "results" / f"events-after-load-{args[0]}{suffix}.json"
+    path.write_text(json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "result": result}, indent=1) + "\n")
