@@ -18,9 +18,11 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from itertools import groupby
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -28,6 +30,7 @@ import pyarrow.parquet as pq
 from ..model.staged_format import WarehouseForm
 from ..settings import settings
 from ..storage import filesystem
+from ..warehouse import deletes
 from ..warehouse.adoption import copy_in, mismatch
 from ..warehouse.commit import Pending, WrittenFile
 from ..warehouse.files import data_path
@@ -38,9 +41,12 @@ from .rewrite import Rewritten
 log = logging.getLogger("dblog.merge")
 
 
-def adopt(base: TableState, pending: Pending, chunks: list[LoadChunk], bucket_rows: int) -> Rewritten | None:
+def adopt(base: TableState, pending: Pending, chunks: list[LoadChunk], bucket_rows: int,
+          in_windows: Callable[[], dict[str, set[tuple]] | None] | None = None) -> Rewritten | None:
     """The first load of `chunks` (in key order) committed as they are; None (said in the log)
-    when they cannot be: `first_load` then writes it."""
+    when they cannot be: `first_load` then writes it. `in_windows`: the load came with events of
+    the table (`job.MergeInputs.in_windows`): the rows each chunk's window drops are deleted by
+    position in the same commit, and the events are merged over the load by a second pass."""
     tuned = settings()
     if tuned.merge.adopt_first_load == "off":
         return None
@@ -59,8 +65,16 @@ def adopt(base: TableState, pending: Pending, chunks: list[LoadChunk], bucket_ro
         bounds = _bounds(base.key, target, chunks, forms)
         if bounds is None:
             why = "a bucket's keys reach into the next one's (the source's key order is not Spark's)"
+    dropped: dict[str, np.ndarray] = {}
+    if why is None and in_windows is not None:
+        keys = in_windows()
+        if keys is None:
+            why = "an event of the table leaves values out, which the general merge fills from the rows its window drops"
+        else:
+            dropped = _dropped(base.key, chunks, keys)
     if why is not None or bounds is None:
-        log.info("%s/%s: the first load's chunk files are rewritten, not adopted: %s", base.source, base.table, why)
+        log.info("%s/%s: the first load's chunk files are %s, not adopted: %s", base.source, base.table,
+                 "merged with its events" if in_windows is not None else "rewritten", why)
         return None
     prefix = uuid.uuid4().hex[:12]
     files = [WrittenFile(data_path(pending.location, f.bucket, f"{prefix}-{c.uri.rsplit('/', 1)[-1][:-8]}"),
@@ -75,7 +89,44 @@ def adopt(base: TableState, pending: Pending, chunks: list[LoadChunk], bucket_ro
     out.without_spark = True
     out.buckets = [bucket_entry(label, None if i == 0 else [str(v) for v in lo], [f for f in files if f.bucket == label])
                    for i, (label, lo) in enumerate(bounds.items())]
+    if in_windows is not None:
+        out.log_next = True
+        _delete_dropped(pending, chunks, files, dropped, out)
     return out
+
+
+def _dropped(key: list[str], chunks: list[LoadChunk], keys: dict[str, set[tuple]]) -> dict[str, np.ndarray]:
+    """Per chunk file, the positions of its rows whose keys the log touched inside its window
+    (`keys`, per chunk URI): the rows the window rule drops (`frame_rules.window_dropped`)."""
+    def positions(c: LoadChunk) -> tuple[str, np.ndarray]:
+        found = keys.get(c.uri)
+        if not found:
+            return c.uri, np.array([], dtype=np.int64)
+        table = _keys(c.uri, key)
+        if len(key) == 1:
+            values = pa.array([k[0] for k in found], type=table[key[0]].type)
+            return c.uri, np.flatnonzero(pc.is_in(table[key[0]], value_set=values).to_numpy(zero_copy_only=False))
+        rows = zip(*(table[k].to_pylist() for k in key))
+        return c.uri, np.array([i for i, k in enumerate(rows) if k in found], dtype=np.int64)
+    with ThreadPoolExecutor(8) as pool:
+        return {uri: p for uri, p in pool.map(positions, chunks) if len(p)}
+
+
+def _delete_dropped(pending: Pending, chunks: list[LoadChunk], files: list[WrittenFile],
+                    dropped: dict[str, np.ndarray], out: Rewritten) -> None:
+    """One position delete file per bucket naming its adopted files' dropped rows, in the load's
+    commit; the bucket rows and survivors counted without them."""
+    by_bucket: dict[int, dict[str, np.ndarray]] = {}
+    for c, f in zip(chunks, files):
+        if c.uri in dropped:
+            by_bucket.setdefault(f.bucket, {})[f.uri] = dropped[c.uri]
+            out.survivors[c.dump_id] -= len(dropped[c.uri])
+    spec_id = pending.tx.table_metadata.default_spec_id  # type: ignore[attr-defined]
+    out.deletes = {label: deletes.write(pending.location, spec_id, label, rows) for label, rows in by_bucket.items()}
+    gone = {label: sum(len(p) for p in rows.values()) for label, rows in by_bucket.items()}
+    for b in out.buckets:
+        b.rows -= gone.get(b.id, 0)
+    out.survivors_total -= sum(gone.values())
 
 
 def _refusal(base: TableState, chunks: list[LoadChunk], forms: list[WarehouseForm | None], target: pa.Schema,

@@ -29,6 +29,15 @@ def _touched_in_window(key: list[str]) -> list[Column]:
         F.col("t._touched_at") > F.col("c._lw_position"), F.col("t._touched_at") < F.col("c._hw_position")]
 
 
+def touched_in_windows(log: DataFrame, windows: DataFrame, key: list[str]) -> DataFrame:
+    """(`_w`, key...) for every key an event touched strictly between a window's LW and HW
+    (`windows`: `_w`, `_lw_position`, `_hw_position`): the keys whose chunk rows `window_dropped`
+    finds, from the events alone, without reading the chunks."""
+    t = touched(log, key)
+    inside = (t["_touched_at"] > windows["_lw_position"]) & (t["_touched_at"] < windows["_hw_position"])
+    return t.join(F.broadcast(windows), inside).select(windows["_w"], *[t[k] for k in key]).distinct()
+
+
 def window_survivors(chunks: DataFrame, log: DataFrame | None, key: list[str]) -> DataFrame:
     """Chunk rows not touched by a same-table event strictly between LW and HW, stamped with
     HW's position (Algorithm 1, steps 6-7). `log` None: no event of the table was staged."""

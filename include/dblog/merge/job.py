@@ -66,7 +66,7 @@ from . import change_table, column_renames, rebuild
 from .adopt import adopt
 from .column_renames import Renaming
 from .first_load import LoadChunk, first_load
-from .merge_inputs import ChunkWindow, MergeInput, chunk_windows, merge_input, with_windows
+from .merge_inputs import ChunkWindow, MergeInput, chunk_windows, merge_input, window_keys, with_windows
 from .merge_result import MergeResult
 from .rewrite import Rewritten, rewrite
 from .small_merge import LocalEvents, local_events, rewrite_locally
@@ -94,6 +94,9 @@ class MergeInputs:
     unique: bool = False    # one record per key and nothing stored: a first load (`first_load`)
     loads: list[LoadChunk] = field(default_factory=list)   # a first load's chunks, in chunk (key) order
     general: Callable[[], MergeInput] | None = None   # ... and its records, should it take the general merge
+    # A first load under writes (events of the table staged too): per chunk file, the keys its window
+    # drops, for `adopt` (None from it: an event leaves values out); its events merge in a second pass.
+    in_windows: Callable[[], dict[str, set[tuple]] | None] | None = None
     local: LocalEvents | None = None   # a merge small enough to run without Spark (`small_merge`)
     renaming: Renaming = field(default_factory=Renaming)   # columns renamed in its range (`column_renames`)
 
@@ -324,7 +327,8 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
     out.renaming = renaming = column_renames.plan(
         [r for r in renames if low is None or r.position > low], [c for c, _ in state.columns] if state else [],
         [(p, {c for c, _ in found}) for p, found, _ in seen], done_upto)
-    out.unique = out.unique and ready is not None and events is None and _nothing_stored(state) and not renaming
+    first = out.unique and ready is not None and _nothing_stored(state) and not renaming
+    out.unique = first and events is None
     out.columns = _columns(state, seen, table, renaming)
 
     def compose() -> MergeInput:
@@ -336,17 +340,38 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
                            None if chunks is None else M.align(renaming.chunks(chunks, types), out.columns),
                            out.key, [c for c, _ in out.columns], after=done_upto)
 
-    if out.unique and ready is not None:
-        uris = _uris(staged, [i.path for i in ready.infos])
-        out.loads = [LoadChunk(uri, w.high, w.rows, w.dump_id, i.schema, w.low)
-                     for uri, w, i in zip(uris, ready.windows, ready.infos) if w.high]
-        assert len(out.loads) == len(ready.windows), "a ready window has its HW position"
-        out.general = compose   # no event: no commit times to report
+    if first and ready is not None and (events is None or settings().merge.adopt_first_load != "off"):
+        _first_load_inputs(out, staged, ready, events, compose, result)
     else:
         composed = compose()
         out.records, out.fill_unchanged = composed.records, composed.fill_unchanged
         result.newest_commit_ts, result.oldest_commit_ts = composed.newest_commit_ts, composed.oldest_commit_ts
     return out
+
+
+def _first_load_inputs(out: MergeInputs, staged: StagedLog, ready: ReadyChunks, events: DataFrame | None,
+                       compose: Callable[[], MergeInput], result: MergeResult) -> None:
+    """A first load's chunks (`first_load`, `adopt`), its records composed only if it takes the
+    general merge. With events of the table (a load under writes), the chunk files are adopted
+    less the rows their windows drop and the events merged over them next (`merge_table`), or the
+    general merge runs."""
+    uris = _uris(staged, [i.path for i in ready.infos])
+    out.loads = [LoadChunk(uri, w.high, w.rows, w.dump_id, i.schema, w.low)
+                 for uri, w, i in zip(uris, ready.windows, ready.infos) if w.high]
+    assert len(out.loads) == len(ready.windows), "a ready window has its HW position"
+    if events is None:
+        out.general = compose   # no event: no commit times to report
+        return
+
+    def in_windows() -> dict[str, set[tuple]] | None:
+        keys = window_keys(events, ready.windows, out.key)
+        return None if keys is None else {uris[i]: found for i, found in keys.items()}
+
+    def general() -> MergeInput:
+        composed = compose()
+        result.newest_commit_ts, result.oldest_commit_ts = composed.newest_commit_ts, composed.oldest_commit_ts
+        return composed
+    out.in_windows, out.general = in_windows, general
 
 
 def _nothing_stored(state: TableState | None) -> bool:
@@ -371,6 +396,13 @@ def merge_table(spark: SparkSession, store: StateStore, staged: StagedLog, wareh
                          "wait for it, or check `dblog status` for a stuck worker") from exc
     try:
         state = _merge(spark, store, staged, warehouse, result, bucket_rows, lease)
+        if result.log_next:   # a first load adopted under writes: now its events, over it
+            loaded, commits, seconds, survivors = result.note, result.commits, result.commit_seconds, result.survivors
+            result.log_next = False
+            state = _merge(spark, store, staged, warehouse, result, bucket_rows, lease)
+            result.note = "; ".join(filter(None, [loaded, result.note]))
+            result.commits, result.commit_seconds = result.commits + commits, result.commit_seconds + seconds
+            result.survivors += survivors
         _record_changes(store, warehouse, staged, result, state)
         _ask_repairs(store, warehouse, result, state)
     finally:
@@ -476,6 +508,8 @@ def _apply(spark: SparkSession, store: StateStore, warehouse: Warehouse, result:
         new.add_chunks(dump_id, numbers)
     files, touched = [], {b.id for b in old.buckets} if old else set()
     done = _write(spark, base, pending, inputs, upto, purge, bucket_rows, result)
+    if done is not None and done.log_next:   # the events are merged by a second pass (`merge_table`)
+        new.log_upto, result.log_next = base.log_upto, True
     if done is not None:
         files, touched, new.buckets = done.files, touched | done.touched, done.buckets
         result.buckets_written, result.log_events, result.survivors = done.written, done.log_events, \
@@ -603,11 +637,15 @@ def _write(spark: SparkSession, base: TableState, pending, inputs: MergeInputs, 
             result.note = "merged without Spark (small)"
             return done
     elif inputs.general is not None:
-        done = adopt(base, pending, inputs.loads, bucket_rows)
+        done = adopt(base, pending, inputs.loads, bucket_rows, inputs.in_windows)
         if done is not None:
             result.note = f"first load: {len(done.files)} chunk file(s) adopted as data files, none rewritten"
+            if done.log_next:
+                result.note += f" ({result.chunk_rows - done.survivors_total} row(s) their windows drop deleted by " \
+                               "position); its events merged over it next"
             return done
-        done = first_load(spark, base, pending, inputs.loads, purge and not pending.keep_new_tombstones, bucket_rows)
+        done = None if inputs.in_windows is not None else \
+            first_load(spark, base, pending, inputs.loads, purge and not pending.keep_new_tombstones, bucket_rows)
         if done is not None:
             result.note = "first load: chunks written straight into their buckets" + (
                 ", on the driver (small)" if done.without_spark else "")

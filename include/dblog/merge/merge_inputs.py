@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from ..model.rules import ChunkRange, chunk_ready
 from ..model.staged_format import BEFORE, CHUNK, COMMIT_TS, DUMP_ID, HW, LW, OLD_KEY, OP, POSITION, UNCHANGED, Op
 from ..stagedlog.staged_log import ChunkInfo
-from .frame_rules import WINDOW, window_dropped, window_survivors
+from .frame_rules import WINDOW, touched_in_windows, window_dropped, window_survivors
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,21 @@ def with_windows(chunks: DataFrame, ready: list[ChunkWindow]) -> DataFrame:
         [(w.dump_id, w.chunk, w.lw, w.hw, w.low, w.high) for w in ready],
         f"{DUMP_ID} string, {CHUNK} bigint, {LW} string, {HW} string, _lw_position string, _hw_position string")
     return chunks.join(F.broadcast(windows), [DUMP_ID, CHUNK, LW, HW])
+
+
+def window_keys(events: DataFrame, windows: list[ChunkWindow], key: list[str]) -> dict[int, set[tuple]] | None:
+    """Per ready window (its index in `windows`), the keys the window rule drops from its chunk
+    (`frame_rules.touched_in_windows`); None when an event leaves values out, which only the
+    general merge fills, from those very rows (`window_dropped`)."""
+    (seen,) = events.agg(F.max(F.when(F.col(OP) != Op.DELETE, F.size(UNCHANGED))).alias("unchanged")).collect()
+    if (seen["unchanged"] or 0) > 0:
+        return None
+    frame = events.sparkSession.createDataFrame([(i, w.low, w.high) for i, w in enumerate(windows)],
+                                                "_w int, _lw_position string, _hw_position string")
+    out: dict[int, set[tuple]] = {}
+    for row in touched_in_windows(events, frame, key).collect():
+        out.setdefault(row["_w"], set()).add(tuple(row[k] for k in key))
+    return out
 
 
 @dataclass

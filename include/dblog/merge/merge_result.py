@@ -47,6 +47,7 @@ class MergeResult:
     changes: int = 0                        # rows appended to the table's change table (`change_table`)
     changes_after: int | None = None        # its snapshot before them (None: it was empty) ...
     changes_upto: int | None = None         # ... and the one holding them: the range downstream reads
+    log_next: bool = False                  # a first load adopted under writes: its events merge next (`job.merge_table`)
 
     @property
     def dropped(self) -> int:

@@ -43,6 +43,7 @@ class Rewritten:
     # A delta merge (`delta`): bucket id -> its position delete file (None: nothing replaced);
     # those buckets keep their data files on main.
     deletes: dict[int, DataFile | None] = field(default_factory=dict)
+    log_next: bool = False   # a first load adopted under writes (`adopt`): its events are merged next
 
 
 def rewrite(spark: SparkSession, base: TableState, pending: Pending, recs: DataFrame, upto: str, purge: bool,
