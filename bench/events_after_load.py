@@ -1,11 +1,13 @@
 """The first busy merge after a first load: a 10M-row table dumped and merged (its chunk files
 adopted as data files, or written into buckets with DBLOG_MERGE_ADOPT_FIRST_LOAD=off), then
 1,000 row changes/s for SECONDS (random updates, inserts, deletes: bench/bigtable.py), then one
-merge of those events, timed.
+merge of those events, timed. With `during`: the changes run during the dump instead, and the
+one merge is the first load under writes (adopted less the rows its windows drop, then its
+events over it; or the general merge with adoption off).
 
-    python bench/events_after_load.py mysql|postgres [SECONDS=30] [ROWS=10000000]
+    python bench/events_after_load.py mysql|postgres [SECONDS=30] [ROWS=10000000] [during]
 
-Prints and writes bench/results/events-after-load-<kind>[-<DBLOG_BENCH_RESULT_SUFFIX>].json.
+Prints and writes bench/results/events-after-load-<kind>[-during][<DBLOG_BENCH_RESULT_SUFFIX>].json.
 """
 from __future__ import annotations
 
@@ -26,7 +28,9 @@ from harness import Harness  # noqa: E402
 NS = "bench_after_load"
 
 
-def main(kind: str, seconds: int = 30, rows: int = 10_000_000) -> dict:
+def main(kind: str, seconds: int = 30, rows: int = 10_000_000, during: bool = False) -> dict:
+    if during:
+        return _during(kind, rows)
     spark = baselines.spark_session()
     bigtable.create(kind, NS, rows)
     h = Harness(kind, NS, f"bench_after_load_{kind}")
@@ -52,12 +56,35 @@ def main(kind: str, seconds: int = 30, rows: int = 10_000_000) -> dict:
         h.close()
 
 
+def _during(kind: str, rows: int) -> dict:
+    spark = baselines.spark_session()
+    bigtable.create(kind, NS, rows)
+    h = Harness(kind, NS, f"bench_after_load_{kind}")
+    h.start_capture()
+    try:
+        warm(spark)
+        out = f"{h.dir}/writer.json"
+        writer = _writer(h, 1000, out)
+        time.sleep(2)
+        _, dump_s = h.dump(f"{NS}.{bigtable.TABLE}", 20_000, parallelism=4)
+        _stop(writer, out)
+        h.catch_up()
+        warm(spark)
+        merge_s = h.merge(spark, f"{NS}.{bigtable.TABLE}")
+        r = h.last_merge
+        return {"rows": rows, "dump_s": round(dump_s, 1), "merge_s": round(merge_s, 1), "events": r.log_events,
+                "dropped_in_windows": r.dropped, "commits": r.commits, "how": r.note}
+    finally:
+        h.close()
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     if not args or args[0] not in ("mysql", "postgres"):
         sys.exit(__doc__)
-    result = main(args[0], *(int(a) for a in args[1:3]))
+    during = "during" in args[1:]
+    result = main(args[0], *(int(a) for a in args[1:3] if a != "during"), during=during)
     print(json.dumps(result, indent=1))
-    suffix = os.environ.get("DBLOG_BENCH_RESULT_SUFFIX", "")
+    suffix = ("-during" if during else "") + os.environ.get("DBLOG_BENCH_RESULT_SUFFIX", "")
     path = Path(__file__).parent / "results" / f"events-after-load-{args[0]}{suffix}.json"
     path.write_text(json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "result": result}, indent=1) + "\n")
