@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from dblog.coordination import loaded_tables
+from dblog.coordination.store import dump_merged_path
 from dblog.model.staged_format import WarehouseForm
 from dblog.spark.data_sources import spark_table
 from dblog.warehouse.catalog import location
@@ -134,7 +135,8 @@ def test_a_first_load_under_writes_adopts_its_chunks_less_the_rows_their_windows
         return rows
     monkeypatch.setattr(type(source), "select_chunk_table", read_then_a_write)
     with src.store() as store:
-        run_dump(store, source, src.staged(), create_dump(store, source, DumpSpec(tables=[table], chunk_size=2)))
+        dump_id = create_dump(store, source, DumpSpec(tables=[table], chunk_size=2))
+        run_dump(store, source, src.staged(), dump_id)
     assert changed == [6, 18]
     src.sql(f"DELETE FROM {ns}.many WHERE id = 9", f"INSERT INTO {ns}.many VALUES (31, 'n31', 31.25, 217, -31)")
     settle(src)
@@ -143,6 +145,8 @@ def test_a_first_load_under_writes_adopts_its_chunks_less_the_rows_their_windows
     assert result.note.startswith("first load: 15 chunk file(s) adopted as data files, none rewritten (2 row(s) "
                                   "their windows drop deleted by position); its events merged over it next")
     assert result.commits == 2 and result.dropped == 2
+    with src.store() as store:   # the dump's totals, recorded once (by the load's commit)
+        assert store.get(dump_merged_path(src.source_id, dump_id, table)) == {"chunks": 15, "rows": 30, "dropped": 2}
     assert_warehouse_equals_source(src, warehouse, ["many"])   # pyiceberg and DuckDB
     # The same rows the general merge writes from the same chunks and events, through Spark too.
     monkeypatch.setenv("DBLOG_MERGE_ADOPT_FIRST_LOAD", "off")

@@ -42,7 +42,7 @@ log = logging.getLogger("dblog.merge")
 
 
 def adopt(base: TableState, pending: Pending, chunks: list[LoadChunk], bucket_rows: int,
-          in_windows: Callable[[], dict[str, set[tuple]] | None] | None = None) -> Rewritten | None:
+          in_windows: Callable[[], dict[str, set[tuple]] | str] | None = None) -> Rewritten | None:
     """The first load of `chunks` (in key order) committed as they are; None (said in the log)
     when they cannot be: `first_load` then writes it. `in_windows`: the load came with events of
     the table (`job.MergeInputs.in_windows`): the rows each chunk's window drops are deleted by
@@ -68,10 +68,11 @@ def adopt(base: TableState, pending: Pending, chunks: list[LoadChunk], bucket_ro
     dropped: dict[str, np.ndarray] = {}
     if why is None and in_windows is not None:
         keys = in_windows()
-        if keys is None:
-            why = "an event of the table leaves values out, which the general merge fills from the rows its window drops"
+        if isinstance(keys, str):
+            why = keys
         else:
-            dropped = _dropped(base.key, chunks, keys)
+            found = _dropped(base.key, chunks, keys)
+            why, dropped = (found, {}) if isinstance(found, str) else (None, found)
     if why is not None or bounds is None:
         log.info("%s/%s: the first load's chunk files are %s, not adopted: %s", base.source, base.table,
                  "merged with its events" if in_windows is not None else "rewritten", why)
@@ -95,21 +96,28 @@ def adopt(base: TableState, pending: Pending, chunks: list[LoadChunk], bucket_ro
     return out
 
 
-def _dropped(key: list[str], chunks: list[LoadChunk], keys: dict[str, set[tuple]]) -> dict[str, np.ndarray]:
+def _dropped(key: list[str], chunks: list[LoadChunk], keys: dict[str, set[tuple]]) -> dict[str, np.ndarray] | str:
     """Per chunk file, the positions of its rows whose keys the log touched inside its window
-    (`keys`, per chunk URI): the rows the window rule drops (`frame_rules.window_dropped`)."""
+    (`keys`, per chunk URI): the rows the window rule drops (`frame_rules.window_dropped`); or
+    why they cannot be found (a key the chunk's column cannot hold: its type widened since)."""
     def positions(c: LoadChunk) -> tuple[str, np.ndarray]:
         found = keys.get(c.uri)
         if not found:
             return c.uri, np.array([], dtype=np.int64)
         table = _keys(c.uri, key)
         if len(key) == 1:
-            values = pa.array([k[0] for k in found], type=table[key[0]].type)
-            return c.uri, np.flatnonzero(pc.is_in(table[key[0]], value_set=values).to_numpy(zero_copy_only=False))
+            column = table[key[0]]
+            if pa.types.is_integer(column.type):   # (compared as int64: an event's key may be wider)
+                column = column.cast(pa.int64())
+            values = pa.array([k[0] for k in found], type=column.type)
+            return c.uri, np.flatnonzero(pc.is_in(column, value_set=values).to_numpy(zero_copy_only=False))
         rows = zip(*(table[k].to_pylist() for k in key))
         return c.uri, np.array([i for i, k in enumerate(rows) if k in found], dtype=np.int64)
-    with ThreadPoolExecutor(8) as pool:
-        return {uri: p for uri, p in pool.map(positions, chunks) if len(p)}
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            return {uri: p for uri, p in pool.map(positions, chunks) if len(p)}
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+        return f"a key changed inside a window does not fit its chunk's key column ({exc})"
 
 
 def _delete_dropped(pending: Pending, chunks: list[LoadChunk], files: list[WrittenFile],

@@ -18,6 +18,8 @@ in parallel), up to the capture's checkpoint position P (every event <= P is sta
 
 A table's first load (nothing stored, no event staged, one dump's chained ranges) has nothing
 to reconcile or rank: `first_load` writes its chunks straight into buckets, then step 4 commits.
+One that came with events of the table (a load under writes) is adopted less the rows its
+windows drop, committed, then its events are merged over it (`_then_its_events`): two commits.
 
 Tombstones are dropped once no dump of the table can still stage a chunk older than them.
 After the commit, each dump whose chunks were merged gets its running totals for the table
@@ -95,8 +97,8 @@ class MergeInputs:
     loads: list[LoadChunk] = field(default_factory=list)   # a first load's chunks, in chunk (key) order
     general: Callable[[], MergeInput] | None = None   # ... and its records, should it take the general merge
     # A first load under writes (events of the table staged too): per chunk file, the keys its window
-    # drops, for `adopt` (None from it: an event leaves values out); its events merge in a second pass.
-    in_windows: Callable[[], dict[str, set[tuple]] | None] | None = None
+    # drops, for `adopt` (or why not); its events merge in a second pass.
+    in_windows: Callable[[], dict[str, set[tuple]] | str] | None = None
     local: LocalEvents | None = None   # a merge small enough to run without Spark (`small_merge`)
     renaming: Renaming = field(default_factory=Renaming)   # columns renamed in its range (`column_renames`)
 
@@ -349,6 +351,11 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
     return out
 
 
+def _no_events_adopted() -> str:
+    """`MergeInputs.in_windows` of a rebuild: adoption refused, the general merge runs."""
+    return "a rebuild replaces every file of the table in one commit"
+
+
 def _first_load_inputs(out: MergeInputs, staged: StagedLog, ready: ReadyChunks, events: DataFrame | None,
                        compose: Callable[[], MergeInput], result: MergeResult) -> None:
     """A first load's chunks (`first_load`, `adopt`), its records composed only if it takes the
@@ -363,9 +370,9 @@ def _first_load_inputs(out: MergeInputs, staged: StagedLog, ready: ReadyChunks, 
         out.general = compose   # no event: no commit times to report
         return
 
-    def in_windows() -> dict[str, set[tuple]] | None:
+    def in_windows() -> dict[str, set[tuple]] | str:
         keys = window_keys(events, ready.windows, out.key)
-        return None if keys is None else {uris[i]: found for i, found in keys.items()}
+        return keys if isinstance(keys, str) else {uris[i]: found for i, found in keys.items()}
 
     def general() -> MergeInput:
         composed = compose()
@@ -397,12 +404,7 @@ def merge_table(spark: SparkSession, store: StateStore, staged: StagedLog, wareh
     try:
         state = _merge(spark, store, staged, warehouse, result, bucket_rows, lease)
         if result.log_next:   # a first load adopted under writes: now its events, over it
-            loaded, commits, seconds, survivors = result.note, result.commits, result.commit_seconds, result.survivors
-            result.log_next = False
-            state = _merge(spark, store, staged, warehouse, result, bucket_rows, lease)
-            result.note = "; ".join(filter(None, [loaded, result.note]))
-            result.commits, result.commit_seconds = result.commits + commits, result.commit_seconds + seconds
-            result.survivors += survivors
+            state = _then_its_events(spark, store, staged, warehouse, result, bucket_rows, lease)
         _record_changes(store, warehouse, staged, result, state)
         _ask_repairs(store, warehouse, result, state)
     finally:
@@ -410,6 +412,31 @@ def merge_table(spark: SparkSession, store: StateStore, staged: StagedLog, wareh
     result.seconds = time.monotonic() - started
     log.debug("%s/%s: %s", source, table, result)  # callers print their own summary
     return result
+
+
+_SUMMED = ("commits", "commit_seconds", "survivors", "chunks", "chunk_rows", "blind_chunks", "blind_rows",
+           "buckets_written")
+
+
+def _then_its_events(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse: Warehouse,
+                     result: MergeResult, bucket_rows: int, lease) -> TableState | None:
+    """The second pass of a first load adopted under writes: every staged event of the table over
+    it (its `log_upto` was left unset). The load's commit and this one are two snapshots: between
+    them readers see the load without the rows its windows dropped and without its events. What
+    the first pass counted (and recorded for its dumps) is kept, this pass's added."""
+    first = {k: getattr(result, k) for k in _SUMMED}
+    loaded, dumps = result.note, result.dumps
+    result.log_next, result.note, result.dumps = False, "", {}
+    for k in _SUMMED:
+        setattr(result, k, type(first[k])())
+    state = _merge(spark, store, staged, warehouse, result, bucket_rows, lease)
+    for k in _SUMMED:
+        setattr(result, k, getattr(result, k) + first[k])
+    for dump_id, totals in dumps.items():
+        later = result.dumps.get(dump_id, {})
+        result.dumps[dump_id] = {k: v + later.get(k, 0) for k, v in totals.items()}
+    result.note = "; ".join(filter(None, [loaded, result.note]))
+    return state
 
 
 def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse: Warehouse, result: MergeResult,
@@ -507,6 +534,8 @@ def _apply(spark: SparkSession, store: StateStore, warehouse: Warehouse, result:
     for dump_id, numbers in (fresh.superseded if fresh else {}).items():
         new.add_chunks(dump_id, numbers)
     files, touched = [], {b.id for b in old.buckets} if old else set()
+    if fresh is not None and inputs.in_windows is not None:   # a rebuild replaces every file in one commit
+        inputs.in_windows = _no_events_adopted
     done = _write(spark, base, pending, inputs, upto, purge, bucket_rows, result)
     if done is not None and done.log_next:   # the events are merged by a second pass (`merge_table`)
         new.log_upto, result.log_next = base.log_upto, True
@@ -641,8 +670,8 @@ def _write(spark: SparkSession, base: TableState, pending, inputs: MergeInputs, 
         if done is not None:
             result.note = f"first load: {len(done.files)} chunk file(s) adopted as data files, none rewritten"
             if done.log_next:
-                result.note += f" ({result.chunk_rows - done.survivors_total} row(s) their windows drop deleted by " \
-                               "position); its events merged over it next"
+                gone = sum(c.rows for c in inputs.loads) - done.survivors_total
+                result.note += f" ({gone} row(s) their windows drop deleted by position); its events merged over it next"
             return done
         done = None if inputs.in_windows is not None else \
             first_load(spark, base, pending, inputs.loads, purge and not pending.keep_new_tombstones, bucket_rows)

@@ -59,17 +59,26 @@ def with_windows(chunks: DataFrame, ready: list[ChunkWindow]) -> DataFrame:
     return chunks.join(F.broadcast(windows), [DUMP_ID, CHUNK, LW, HW])
 
 
-def window_keys(events: DataFrame, windows: list[ChunkWindow], key: list[str]) -> dict[int, set[tuple]] | None:
+MAX_TOUCHED = 1_000_000   # keys touched inside windows a first load under writes brings to the driver
+
+
+def window_keys(events: DataFrame, windows: list[ChunkWindow], key: list[str]) -> dict[int, set[tuple]] | str:
     """Per ready window (its index in `windows`), the keys the window rule drops from its chunk
-    (`frame_rules.touched_in_windows`); None when an event leaves values out, which only the
-    general merge fills, from those very rows (`window_dropped`)."""
+    (`frame_rules.touched_in_windows`), or why they are not given: an event leaves values out,
+    which only the general merge fills, from those very rows (`window_dropped`), or more than
+    `MAX_TOUCHED` of them."""
     (seen,) = events.agg(F.max(F.when(F.col(OP) != Op.DELETE, F.size(UNCHANGED))).alias("unchanged")).collect()
     if (seen["unchanged"] or 0) > 0:
-        return None
+        return "an event of the table leaves values out, which the general merge fills from the rows its window drops"
+    low, high = min(w.low for w in windows if w.low), max(w.high for w in windows if w.high)
+    inside = events.where((F.col(POSITION) > low) & (F.col(POSITION) < high))   # (the join is on ranges)
     frame = events.sparkSession.createDataFrame([(i, w.low, w.high) for i, w in enumerate(windows)],
                                                 "_w int, _lw_position string, _hw_position string")
+    rows = touched_in_windows(inside, frame, key).limit(MAX_TOUCHED + 1).collect()
+    if len(rows) > MAX_TOUCHED:
+        return f"more than {MAX_TOUCHED:,} keys were changed inside its windows"
     out: dict[int, set[tuple]] = {}
-    for row in touched_in_windows(events, frame, key).collect():
+    for row in rows:
         out.setdefault(row["_w"], set()).add(tuple(row[k] for k in key))
     return out
 
