@@ -28,15 +28,21 @@ from harness import Harness  # noqa: E402
 NS = "bench_after_load"
 
 
-def main(kind: str, seconds: int = 30, rows: int = 10_000_000, during: bool = False) -> dict:
-    if during:
-        return _during(kind, rows)
+def _rig(kind: str, rows: int) -> tuple:
+    """A warm Spark session and a harness whose capture runs, over a fresh table of `rows` rows."""
     spark = baselines.spark_session()
     bigtable.create(kind, NS, rows)
     h = Harness(kind, NS, f"bench_after_load_{kind}")
     h.start_capture()
+    warm(spark)
+    return spark, h
+
+
+def main(kind: str, seconds: int = 30, rows: int = 10_000_000, during: bool = False) -> dict:
+    if during:
+        return _during(kind, rows)
+    spark, h = _rig(kind, rows)
     try:
-        warm(spark)
         _, dump_s = h.dump(f"{NS}.{bigtable.TABLE}", 20_000, parallelism=4)
         h.catch_up()
         load_s = h.merge(spark, f"{NS}.{bigtable.TABLE}")
@@ -57,12 +63,8 @@ def main(kind: str, seconds: int = 30, rows: int = 10_000_000, during: bool = Fa
 
 
 def _during(kind: str, rows: int) -> dict:
-    spark = baselines.spark_session()
-    bigtable.create(kind, NS, rows)
-    h = Harness(kind, NS, f"bench_after_load_{kind}")
-    h.start_capture()
+    spark, h = _rig(kind, rows)
     try:
-        warm(spark)
         out = f"{h.dir}/writer.json"
         writer = _writer(h, 1000, out)
         time.sleep(2)
