@@ -1,6 +1,7 @@
 """Helpers shared by the benchmarks: admin connections, fresh state stores, timing."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
@@ -128,3 +129,11 @@ def grid_key(size: int, parallelism: int) -> str:
 def parse_key(key: str) -> tuple[int, int]:
     size, _, parallelism = str(key).partition("x")
     return int(size), int(parallelism or 1)
+
+
+def save_result(name: str, result: dict) -> Path:
+    """A one-off bench's result as bench/results/NAME.json (`when` and `result`), printed too."""
+    print(json.dumps(result, indent=1))
+    path = ROOT / "bench" / "results" / f"{name}.json"
+    path.write_text(json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "result": result}, indent=1) + "\n")
+    return path

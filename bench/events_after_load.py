@@ -11,7 +11,6 @@ Prints and writes bench/results/events-after-load-<kind>[-during][<DBLOG_BENCH_R
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -23,6 +22,7 @@ from dump_bench import _stop, _writer, warm  # noqa: E402
 
 import baselines  # noqa: E402
 import bigtable  # noqa: E402
+from common import save_result  # noqa: E402
 from harness import Harness  # noqa: E402
 
 NS = "bench_after_load"
@@ -86,7 +86,5 @@ if __name__ == "__main__":
         sys.exit(__doc__)
     during = "during" in args[1:]
     result = main(args[0], *(int(a) for a in args[1:3] if a != "during"), during=during)
-    print(json.dumps(result, indent=1))
     suffix = ("-during" if during else "") + os.environ.get("DBLOG_BENCH_RESULT_SUFFIX", "")
-    path = Path(__file__).parent / "results" / f"events-after-load-{args[0]}{suffix}.json"
-    path.write_text(json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "result": result}, indent=1) + "\n")
+    save_result(f"events-after-load-{args[0]}{suffix}", result)

@@ -44,5 +44,8 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   uv pip install -q --python .venv/bin/python --no-deps -e .
   echo "$want" >"$stamp"
 fi
+# The project's own modules too (an editable install is not compiled): every dblog process would
+# otherwise compile them at each start (a dump's CLI 0.69 -> 0.63 s). Only what changed is redone.
+.venv/bin/python -m compileall -q -j 0 include plugins dags spark_jobs >/dev/null
 bash scripts/services.sh secret  # the local capture user's password, generated once per checkout
 log "ready: .venv ($(.venv/bin/python --version)), services: mariadb, postgresql, zookeeper; chromium"

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from dblog.coordination import loaded_tables
-from dblog.coordination.store import dump_merged_path
+from dblog.coordination.store import dump_merged_path, table_progress_path
 from dblog.model.staged_format import WarehouseForm
 from dblog.spark.data_sources import spark_table
 from dblog.warehouse.catalog import location
 from dblog.warehouse.readers import duckdb_read
 from dblog.warehouse.tables import Warehouse
 
-from conftest import assert_warehouse_equals_source, settle
+from conftest import assert_warehouse_equals_source, settle, wait_for
 from test_first_load import _load, _merge
 
 SAME = ["_dblog_op", "_dblog_origin", "_dblog_dump_id", "_dblog_missing", "_dblog_bucket"]
@@ -156,3 +156,37 @@ def test_a_first_load_under_writes_adopts_its_chunks_less_the_rows_their_windows
     by_spark = sorted((r.asDict() for r in spark_table(spark, warehouse, src.source_id, table).select(*shown).collect()),
                       key=lambda r: r["id"])
     assert by_spark == _read(warehouse, src, table, shown) == _read(general, src, table, shown)
+
+
+@pytest.mark.parametrize("waits", ["on", "off"])
+def test_a_first_load_is_merged_once_its_dump_has_read_the_table_not_piecemeal_while_it_reads(
+        src, spark, warehouse, monkeypatch, waits):
+    monkeypatch.setenv("DBLOG_BUCKET_ROWS", "4")
+    monkeypatch.setenv("DBLOG_MERGE_FIRST_LOAD_WAITS", waits)
+    table = _many(src)
+    env = {"DBLOG_BUCKET_ROWS": "4"}
+    dump_id = src.dblog("dump", "--source", src.source_id, "--table", "many", "--chunk-size", "2", "--delay", "0.3",
+                        "--create-only", check=True, env=env).stdout.strip()
+    worker = src.spawn("dump", "run", dump_id, "--source", src.source_id, env=env)
+    with src.store() as store:
+        progress = lambda: store.get(table_progress_path(src.source_id, dump_id, table)) or {}
+        wait_for(lambda: progress().get("chunks", 0) >= 4, 60, what="4 chunks")
+        src.dblog("dump", "pause", dump_id, "--source", src.source_id, check=True)
+        # (The worker holds the table's lease while paused: it is still reading the table.)
+        wait_for(lambda: "paused; waiting for resume" in worker.stderr.readline(), 60, interval=0, what="the pause")
+        settle(src)
+        during = _merge(spark, src, warehouse, table, bucket_rows=4)
+        stored = warehouse.state(src.source_id, table)
+        src.dblog("dump", "resume", dump_id, "--source", src.source_id, check=True)
+        assert worker.wait(120) == 0 and progress()["status"] == "done"
+    settle(src)
+    after = _merge(spark, src, warehouse, table, bucket_rows=4)
+    if waits == "on":   # nothing committed while the worker read; then the whole load, adopted in one commit
+        assert during.note.startswith(f"first load in progress: dump {dump_id} has read ") and during.commits == 0
+        assert during.chunks_waiting >= 4 and stored is None
+        assert after.note == "first load: 15 chunk file(s) adopted as data files, none rewritten"
+        assert after.commits == 1 and after.survivors == 30
+    else:   # the chunks staged so far are the first load; the rest merge into its stored buckets
+        assert during.note.startswith("first load: ") and during.commits == 1 and 4 <= stored.rows < 30
+        assert not after.note.startswith("first load")
+    assert_warehouse_equals_source(src, warehouse, ["many"])

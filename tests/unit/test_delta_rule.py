@@ -25,3 +25,18 @@ def test_a_bucket_changed_in_place_eight_times_or_made_of_32_files_is_rewritten(
     assert _in_place(_table(files=1, deletes=delta.MAX_DELETES - 1))
     assert not _in_place(_table(files=1, deletes=delta.MAX_DELETES))
     assert not _in_place(_table(files=delta.MAX_FILES))
+
+
+def test_a_busy_table_s_hundred_thousand_changes_stay_in_place_and_the_record_bound_or_ratio_then_rewrites():
+    ten_million = TableState("s", "app.t", ["id"], [("id", "bigint")],
+                             [Bucket(i, None if i == 0 else [str(i * BUCKET_ROWS)], rows=BUCKET_ROWS, files=[object()])
+                              for i in range(40)])
+
+    def in_place(table: TableState, records: int) -> bool:
+        per = records // len(table.buckets)
+        return delta.qualifies(table, {b: per for b in range(len(table.buckets))}, ratio=20, oversized={},
+                               bucket_rows=BUCKET_ROWS)
+    assert in_place(ten_million, 100_000)   # ~90,000: 24.5 s in place, 40.7 s rewritten (docs/performance.md)
+    assert not in_place(ten_million, delta.MAX_RECORDS + 40)
+    one_million = TableState("s", "app.t", ["id"], [("id", "bigint")], ten_million.buckets[:4])
+    assert in_place(one_million, 40_000) and not in_place(one_million, 60_000)   # a 20th of its rows

@@ -109,7 +109,7 @@ def test_events_whose_values_need_converting_stage_converted_with_their_composit
     assert back[0].before == {"a": 1, "b": "x", "d": Decimal("0.25")}
 
 
-def test_a_chunk_file_compresses_and_keeps_statistics_of_the_table_s_columns_not_of_its_constant_metadata(tmp_path):
+def test_a_chunk_file_compresses_and_keeps_statistics_of_the_table_s_columns_not_of_its_constant_metadata_and_its_one_column_key_has_no_dictionary(tmp_path):
     import pyarrow.parquet as pq
 
     from dblog.stagedlog.staged_log import StagedLog
@@ -127,3 +127,6 @@ def test_a_chunk_file_compresses_and_keeps_statistics_of_the_table_s_columns_not
         assert (columns[table_column].compression, columns[table_column].is_stats_set) == ("ZSTD", True)
     assert columns["_dblog_missing.list.element"].is_stats_set   # a data file's metrics, once adopted
     assert (columns["_lw"].compression, columns["_lw"].is_stats_set) == ("UNCOMPRESSED", False)
+    # A one-column key is unique in its chunk: a dictionary would only be given up on.
+    assert not any("DICTIONARY" in e for e in columns["id"].encodings)
+    assert all(any("DICTIONARY" in e for e in columns[c].encodings) for c in ("tags.list.element", "_lw"))

@@ -64,7 +64,7 @@ from ..warehouse.commit import CommitError, commit
 from ..warehouse.merged_state import Bucket, TableState
 from ..warehouse.tables import Warehouse, table_state
 from . import bucket_merge as M
-from . import change_table, column_renames, rebuild
+from . import change_table, column_renames, load_in_progress, rebuild
 from .adopt import adopt
 from .column_renames import Renaming
 from .first_load import LoadChunk, first_load
@@ -329,7 +329,7 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
     out.renaming = renaming = column_renames.plan(
         [r for r in renames if low is None or r.position > low], [c for c, _ in state.columns] if state else [],
         [(p, {c for c, _ in found}) for p, found, _ in seen], done_upto)
-    first = out.unique and ready is not None and _nothing_stored(state) and not renaming
+    first = out.unique and ready is not None and (state is None or state.stores_nothing) and not renaming
     out.unique = first and events is None
     out.columns = _columns(state, seen, table, renaming)
 
@@ -379,10 +379,6 @@ def _first_load_inputs(out: MergeInputs, staged: StagedLog, ready: ReadyChunks, 
         result.newest_commit_ts, result.oldest_commit_ts = composed.newest_commit_ts, composed.oldest_commit_ts
         return composed
     out.in_windows, out.general = in_windows, general
-
-
-def _nothing_stored(state: TableState | None) -> bool:
-    return state is None or not any(b.files or b.tombstones for b in state.buckets)
 
 
 def merge_table(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse: Warehouse, source: str,
@@ -458,6 +454,10 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
             upto = state.log_upto
     if upto is None:
         result.note = "nothing staged yet: start the capture first"
+        return state
+    waits = load_in_progress.in_progress(store, staged, source, table, state)
+    if waits is not None:   # its chunks stay waiting, so a continuous merge comes back for them
+        result.note, result.chunks_waiting = waits.note(), max(1, waits.chunks)
         return state
     result.upto = upto
     inputs = merge_inputs(spark, store, staged, source, table, state, upto, result, bucket_rows)

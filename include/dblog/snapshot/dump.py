@@ -598,18 +598,23 @@ def run_dump(store: StateStore, source: Source, staged: StagedLog, dump_id: str,
             for t in (tables or scope["tables"])]
 
 
+def reading(store: StateStore, source: str, dump_id: str, table: str) -> bool:
+    """Whether a worker is reading `table` for the dump now (it holds the table's lease)."""
+    return bool(store.lock_holders(f"{paths.table_progress_path(source, dump_id, table)}/lock"))
+
+
 def dumping(store: StateStore, source: str, table: str) -> list[str]:
     """Dumps that may still stage chunks of `table`: neither done nor cancelled, or a worker still
     holds the table's lease. While one exists, the warehouse keeps the table's tombstones."""
     out = []
     for dump_id in store.children(paths.dumps_path(source)):
         if (store.get(paths.control_path(source, dump_id)) or {}).get("state") == CANCELLED \
-                and not store.lock_holders(f"{paths.table_progress_path(source, dump_id, table)}/lock"):
+                and not reading(store, source, dump_id, table):
             continue  # also the way out of a progress record this version cannot read
         progress = read_progress(store, source, dump_id, table)
         if progress is None:
             continue
-        if store.lock_holders(f"{paths.table_progress_path(source, dump_id, table)}/lock"):
+        if reading(store, source, dump_id, table):
             out.append(dump_id)
         elif progress.status not in (DONE, CANCELLED):
             control = store.get(paths.control_path(source, dump_id)) or {}
@@ -636,7 +641,7 @@ def dump_status(store: StateStore, source: str, dump_id: str) -> dict:
     statuses = {p["status"] for p in tables.values() if p}
     # Only a RUNNING record is checked: PENDING has no worker yet, DONE / CANCELLED no longer need one.
     failed = [t for t, p in tables.items() if p and p["status"] == RUNNING
-              and not store.lock_holders(f"{paths.table_progress_path(source, dump_id, t)}/lock")]
+              and not reading(store, source, dump_id, t)]
     overall = control.get("state", "unknown")
     if statuses == {DONE}:
         overall = DONE

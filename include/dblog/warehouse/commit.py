@@ -203,9 +203,14 @@ def data_files(pending: Pending, written: list[WrittenFile]) -> list:
     """The DataFiles of the written files (one footer read each, in parallel: a GET each on S3),
     checked to sit in the bucket they were written for."""
     metadata = pending.tx.table_metadata  # type: ignore[attr-defined]
+    plan = adoption.metrics_plan(metadata) if any(f.adopted for f in written) else None
+
+    def data_file(f: WrittenFile):
+        if f.adopted:
+            return adoption.data_file(pending.io, metadata, f.uri, plan)
+        return parquet_file_to_data_file(pending.io, metadata, f.uri)
     with ThreadPoolExecutor(8) as pool:
-        out = list(pool.map(lambda f: (adoption.data_file if f.adopted else parquet_file_to_data_file)(
-            pending.io, metadata, f.uri), written))
+        out = list(pool.map(data_file, written))
     for f, df in zip(written, out):
         if df.partition is None or df.partition[0] != f.bucket:   # a file without the column: partition None
             raise CommitError(f"{f.uri}: partition {df.partition} is not bucket {f.bucket}")

@@ -44,6 +44,11 @@ class TableState:
     whole: str | None = None                       # a table with no key: the whole-table snapshot it holds
 
     @property
+    def stores_nothing(self) -> bool:
+        """No data file and no tombstone: a merge into it is a first load."""
+        return not any(b.files or b.tombstones for b in self.buckets)
+
+    @property
     def missing_rows(self) -> int:
         return sum(b.missing_rows for b in self.buckets)
 
