@@ -127,6 +127,23 @@ def test_a_table_whose_repair_has_not_landed_is_said_when_that_changes_not_every
     assert "TRUNCATE" in said[1]
 
 
+def test_a_first_load_waiting_for_its_dump_is_said_once_and_its_mark_kept_until_it_is_merged(monkeypatch):
+    d = Deployment(monkeypatch, {"a": ["t"]})
+    d.index = C.changed_tables.ChangeIndex(since=None, tables={})
+    d.marks = {"t": ["t-00"]}
+    loop, report = d.loop(said := []), C.SliceReport()
+    waits = "first load in progress: dump d1 has read 40,000 of about 100,000 rows (2 chunks)"
+    for position in ("p2", "p3", "p4"):   # the dump reads on: each cycle's merge of the table waits
+        d.checkpoints["a"] = position
+        d.next[("a", "t")] = MergeResult("a", "t", note=waits, chunks_waiting=2, load_waits="d1")
+        loop.cycle(report)
+    assert said == [f"a t: {waits}"] and d.cleared == []
+    d.checkpoints["a"] = "p5"
+    d.next[("a", "t")] = committed("a", "t", 0, 8)   # the dump has read it: the whole load, one commit
+    loop.cycle(report)
+    assert d.merged == [("a", "t")] * 4 and d.cleared == ["t-00"] and "snapshot 8" in said[-1]
+
+
 def test_with_a_change_index_a_cycle_merges_only_the_tables_with_newer_events_or_a_chunk_mark(monkeypatch):
     d = Deployment(monkeypatch, {"a": [f"t{i}" for i in range(50)]})
     d.index = C.changed_tables.ChangeIndex(since="p0", tables={"t3": "p1"})

@@ -76,6 +76,7 @@ class TableSlice:
     error_logged: float = -REPEAT_ERROR_S
     busy_since: float | None = None   # monotonic time another merge first held the table's lock
     merges: int = 0                   # merges started (the rest of the cycles passed it over)
+    load_said: str | None = None      # the dump whose first load this slice said it waits for
 
     def add(self, r: MergeResult) -> None:
         for name in _SUMMED:
@@ -400,9 +401,11 @@ class ContinuousMerge:
             return None
         before = entry.total.waiting
         entry.add(r)
-        # A line per commit, and one when what waits for a repair changes (not one every cycle).
-        if r.committed_at is not None or (r.waiting and r.waiting != before):
+        # A line per commit, and one when what waits for a repair or a first load changes (not one every cycle).
+        if r.committed_at is not None or (r.waiting and r.waiting != before) or \
+                (r.load_waits and r.load_waits != entry.load_said):
             self.say(r.summary())
+        entry.load_said = r.load_waits
         return r
 
     def _failed(self, entry: TableSlice, reason: str, exc: BaseException | None = None) -> None:

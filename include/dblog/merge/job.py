@@ -457,7 +457,7 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
         return state
     waits = load_in_progress.in_progress(store, staged, source, table, state)
     if waits is not None:   # its chunks stay waiting, so a continuous merge comes back for them
-        result.note, result.chunks_waiting = waits.note(), max(1, waits.chunks)
+        result.note, result.chunks_waiting, result.load_waits = waits.note(), max(1, waits.chunks), waits.dump_id
         return state
     result.upto = upto
     inputs = merge_inputs(spark, store, staged, source, table, state, upto, result, bucket_rows)

@@ -48,6 +48,7 @@ class MergeResult:
     changes_after: int | None = None        # its snapshot before them (None: it was empty) ...
     changes_upto: int | None = None         # ... and the one holding them: the range downstream reads
     log_next: bool = False                  # a first load adopted under writes: its events merge next (`job.merge_table`)
+    load_waits: str | None = None           # the dump whose first load of the table it waited for (`load_in_progress`)
 
     @property
     def dropped(self) -> int:
@@ -66,6 +67,8 @@ class MergeResult:
         """The merge's line in a log: the CLI's and the continuous merge's. It says when the table
         is not in sync yet: a repair of it has not landed (a statement-logged write, a partial row
         image), or chunks were dropped whole (an unlogged write in their window: their repair comes)."""
+        if self.load_waits and self.committed_at is None:   # nothing merged: only what it waits for
+            return f"{self.source} {self.table}: {self.note}"
         waited = self.visible_after_s
         line = (f"{self.source} {self.table}: snapshot {self.snapshot_id}, {self.log_events} log events, {self.chunks} "
                 f"chunks ({self.chunk_rows} rows, {self.dropped} dropped in windows), {self.buckets_written}/"
