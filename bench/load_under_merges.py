@@ -1,6 +1,6 @@
 """A first load while merges run every few seconds, as the continuous merge runs them: a 10M-row
 table dumped (four ranges) while this process merges it every EVERY seconds, then one merge
-after the dump. Run once with DBLOG_MERGE_FIRST_LOAD_WAITS=off (the table fills in as it is
+after the dump. Run once with DBLOG_MERGE_FIRST_LOAD_WAIT_SECONDS=0 (the table fills in as it is
 read: the first merge adopts the chunks ready then, every later one merges the next chunks into
 the stored buckets) and once with the default (the merges during the dump wait; the one after
 adopts the whole load).
@@ -48,7 +48,8 @@ def main(kind: str, every: float = 3.0, rows: int = 10_000_000) -> dict:
             worker.join(every)
         h.catch_up()
         final_s = h.merge(spark, table)
-        return {"rows": rows, "every_s": every, "first_load_waits": settings().merge.first_load_waits,
+        waits = "on" if settings().merge.first_load_wait_seconds > 0 else "off"
+        return {"rows": rows, "every_s": every, "first_load_waits": waits,
                 "total_s": round(time.time() - started, 1), "dump_s": round(dumped[0], 1),
                 "merges_during": merges, "final_merge_s": round(final_s, 1), "final": h.last_merge.note}
     finally:

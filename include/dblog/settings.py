@@ -198,12 +198,12 @@ class Merge:
         "match the table and its bucket size; `off`: dumps stage chunks without the warehouse's columns and a first load "
         "writes its buckets from them",
         choices=("on", "off"))
-    first_load_waits: str = setting(
-        "on", "DBLOG_MERGE_FIRST_LOAD_WAITS", "a table the warehouse does not hold yet is merged once its dump has "
-        "read it whole, in one commit (its chunk files adopted: Warehouse), not piecemeal as the dump goes (each "
-        "merge after the first would then merge its chunks into stored buckets); merges say what they wait for. "
-        "`off`: the table fills in as its chunks are staged",
-        choices=("on", "off"))
+    first_load_wait_seconds: float = setting(
+        600.0, "DBLOG_MERGE_FIRST_LOAD_WAIT_SECONDS", "a table that stores nothing yet is not merged while a range dump "
+        "reads it (nor while its last windows wait for the capture): its first load is merged once, its chunk files "
+        "adopted (Warehouse), not piecemeal, each merge after the first merging its chunks into stored buckets. A "
+        "dump whose progress stood still this many seconds no longer holds the table back; 0: the table fills in as "
+        "its chunks are staged", minimum=0, maximum=86_400)
     handoff_seconds: float = setting(
         120.0, "DBLOG_MERGE_HANDOFF_SECONDS", "a dump run's merge task leaves the dump's chunks to a continuous merge "
         "that beat within this many seconds (a handover between two slices included) and waits for it to merge "

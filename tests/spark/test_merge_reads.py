@@ -66,7 +66,7 @@ def test_a_dumps_merged_totals_add_up_across_the_merges_that_took_its_chunks(mar
     """Each merge adds the chunks it took to the dump's record (what the merge task of dblog_dump
     and `dblog status` report): a merge of the first chunk, then one of the rest."""
     # (A first load's merges otherwise wait for its dump: `merge/load_in_progress`.)
-    monkeypatch.setenv("DBLOG_MERGE_FIRST_LOAD_WAITS", "off")
+    monkeypatch.setenv("DBLOG_MERGE_FIRST_LOAD_WAIT_SECONDS", "0")
     mariadb.workload(seed=7, rows=50).create()
     mariadb.start_capture()
     sid, table = mariadb.source_id, mariadb.table("accounts")

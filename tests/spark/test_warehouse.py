@@ -61,7 +61,7 @@ def test_the_first_merge_includes_changes_staged_before_the_first_chunk(postgres
 
 def test_a_chunk_reconciled_after_a_later_delete_of_one_of_its_keys_does_not_bring_the_row_back(mariadb, spark, warehouse,
                                                                                                 monkeypatch):
-    monkeypatch.setenv("DBLOG_MERGE_FIRST_LOAD_WAITS", "off")   # merged mid-dump (a first load otherwise waits)
+    monkeypatch.setenv("DBLOG_MERGE_FIRST_LOAD_WAIT_SECONDS", "0")   # merged mid-dump (a first load otherwise waits)
     mariadb.workload(seed=42, rows=100).create()
     mariadb.start_capture()
     table = mariadb.table("accounts")

@@ -355,6 +355,10 @@ class StateStore:
             return new
 
     def lock_holders(self, path: str) -> list[str]:
+        """Who holds or waits for the lock at `path`; asking leaves nothing behind (kazoo's
+        `contenders` makes the path, which would bring a forgotten dump's record back)."""
+        if self.call(self.zk.exists, path) is None:
+            return []
         return list(self.call(self.zk.Lock(path).contenders))
 
 

@@ -101,6 +101,7 @@ class MergeInputs:
     in_windows: Callable[[], dict[str, set[tuple]] | str] | None = None
     local: LocalEvents | None = None   # a merge small enough to run without Spark (`small_merge`)
     renaming: Renaming = field(default_factory=Renaming)   # columns renamed in its range (`column_renames`)
+    unready: set[str] = field(default_factory=set)   # dumps with staged chunks still waiting for the capture
 
     def merge_records(self) -> tuple[DataFrame | None, bool]:
         """The records the merge rule applies, and whether it fills values events left out (a
@@ -306,6 +307,7 @@ def merge_inputs(spark: SparkSession, store: StateStore, staged: StagedLog, sour
         ready = _ready_chunks(store, staged, source, pending, upto, out, result)
         if ready is not None and low is not None:
             low = min(low, ready.low)  # the windows may reach back before the last merge
+        out.unready = {c.dump_id for c in pending if c.number not in out.ready.get(c.dump_id, ())}
         result.chunks_waiting = sum(1 for c in pending if c.number not in out.ready.get(c.dump_id, ()))
     # Without chunk windows to cover, only segments with events after the last merge matter.
     segments = staged.segments(source, table, low, upto) if ready is not None else \
@@ -455,12 +457,12 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
     if upto is None:
         result.note = "nothing staged yet: start the capture first"
         return state
-    waits = load_in_progress.in_progress(store, staged, source, table, state)
-    if waits is not None:   # its chunks stay waiting, so a continuous merge comes back for them
-        result.note, result.chunks_waiting, result.load_waits = waits.note(), max(1, waits.chunks), waits.dump_id
+    if _load_waits(store, staged, result, state, None):
         return state
     result.upto = upto
     inputs = merge_inputs(spark, store, staged, source, table, state, upto, result, bucket_rows)
+    if inputs.unready and _load_waits(store, staged, result, state, inputs.unready):
+        return state
     if inputs.records is None and inputs.general is None and not inputs.ready and not inputs.renaming:
         result.note = "up to date"
         return (_whole(store, staged, warehouse, result, state, upto, lease) if state is not None and state.key
@@ -475,6 +477,19 @@ def _merge(spark: SparkSession, store: StateStore, staged: StagedLog, warehouse:
         inputs = fresh[1]
     return _apply(spark, store, warehouse, result, state, fresh[0] if fresh else None, inputs, purge, bucket_rows,
                   lease)
+
+
+def _load_waits(store: StateStore, staged: StagedLog, result: MergeResult, state: TableState | None,
+                unready: set[str] | None) -> bool:
+    """Whether the table's first load waits for its dump (`load_in_progress`), said in `result`;
+    its chunks then stay waiting, so a continuous merge comes back for them."""
+    waits = load_in_progress.in_progress(store, staged, result.source, result.table, state, unready)
+    if waits is None:
+        return False
+    waiting = max(1, result.chunks_waiting, waits.chunks)
+    vars(result).update(vars(MergeResult(result.source, result.table)))   # it merged nothing
+    result.note, result.load_waits, result.chunks_waiting = waits.note(), waits.dump_id, waiting
+    return True
 
 
 def _shape(state: TableState | None, inputs: MergeInputs) -> rebuild.Shape | None:

@@ -1,54 +1,78 @@
-"""A first load in progress: merged once its dump has read the table whole, not piecemeal.
+"""A first load in progress: merged once its dump has read the table, not piecemeal.
 
 A continuous merge runs a cycle every few seconds, and a dump's watermarks move the capture's
 checkpoint all the time. Without this wait, its first cycle during a dump takes the few chunks
 ready then as the table's first load, and every later cycle merges the next chunks into stored
-buckets: the general merge, reading and rewriting what a first load would adopt as it is
-(`adopt`). So while a worker is reading a table the warehouse does not hold yet, and chunks of
-that dump are staged, the merge commits nothing and says what it waits for; once the dump has
-read the table (or stopped: a cancelled or crashed dump holds no lease), the next merge takes
-the whole load in one commit, less the rows its windows drop, with its events over it.
+buckets: the general merge, reading and rewriting what a first load adopts as it is (`adopt`).
 
-The table's events wait too (the load is merged with them); retention keeps them, as it keeps
-every event no merge took yet. `DBLOG_MERGE_FIRST_LOAD_WAITS=off` fills the table as it goes.
+So a merge of a table that stores nothing commits nothing, and says what it waits for, while
+a range dump of it that staged chunks (not a key-list repair; not paused or cancelled) either
+
+- is being read: a worker holds the table's lease, or
+- has been read, and some of its staged chunks still wait for the capture to pass their windows
+  (the first load would otherwise leave its last windows to the general merge);
+
+and only while that dump's progress was written within `DBLOG_MERGE_FIRST_LOAD_WAIT_SECONDS`: a
+dump that stands still (a stuck read, a crashed worker nobody resumes) no longer holds the table
+back, which then fills in as its chunks become ready. The table's events wait with the load (the
+load is merged with them; retention keeps every event no merge took yet).
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
+from ..coordination import store as paths
 from ..coordination.store import StateStore
 from ..settings import settings
-from ..snapshot.dump import read_progress, reading
+from ..snapshot.dump import CANCELLED, DONE, PAUSED, RUNNING, read_progress, reading
 from ..stagedlog.staged_log import StagedLog
 from ..warehouse.merged_state import TableState
 
 
 @dataclass(frozen=True)
 class LoadInProgress:
-    """The dump reading a table's first load now, and how far it got."""
+    """The dump a table's first load waits for, and how far it got."""
     dump_id: str
     rows: int
     chunks: int
     estimated_rows: int | None
+    read: bool   # the dump has read the table: its last windows wait for the capture
 
     def note(self) -> str:
+        if self.read:
+            return (f"first load of dump {self.dump_id} ({self.rows:,} rows, {self.chunks:,} chunks) waits for the "
+                    "capture to pass its last windows, to be merged whole")
         of = f" of about {self.estimated_rows:,}" if self.estimated_rows else ""
         return (f"first load in progress: dump {self.dump_id} has read {self.rows:,}{of} rows ({self.chunks:,} "
-                "chunks); the table is merged once the dump has read it whole, in one commit "
-                "(DBLOG_MERGE_FIRST_LOAD_WAITS=off merges it as it goes)")
+                "chunks); the table is merged once the dump has read it, not piecemeal "
+                "(DBLOG_MERGE_FIRST_LOAD_WAIT_SECONDS=0 merges it as it goes)")
 
 
-def in_progress(store: StateStore, staged: StagedLog, source: str, table: str,
-                state: TableState | None) -> LoadInProgress | None:
-    """The first load this merge waits for: the table stores nothing yet, and a worker is reading
-    it for a dump that staged chunks of it. None: merge now."""
-    if settings().merge.first_load_waits == "off":
+def in_progress(store: StateStore, staged: StagedLog, source: str, table: str, state: TableState | None,
+                unready: set[str] | None = None, now: float | None = None) -> LoadInProgress | None:
+    """The first load this merge of `table` waits for; None: merge now. `unready`: the dumps whose
+    staged chunks this merge found still waiting for the capture (None: not listed yet, so only a
+    dump being read counts)."""
+    limit = settings().merge.first_load_wait_seconds
+    if limit <= 0 or (state is not None and not state.stores_nothing):
         return None
-    if state is not None and not state.stores_nothing:
-        return None
+    now = time.time() if now is None else now
     for dump_id in staged.chunk_dumps(source, table):
-        if reading(store, source, dump_id, table):
-            progress = read_progress(store, source, dump_id, table)
-            if progress is not None:
-                return LoadInProgress(dump_id, progress.rows, progress.chunks, progress.estimated_rows)
+        progress = read_progress(store, source, dump_id, table)   # (a dump ZooKeeper forgot: None)
+        if progress is None or progress.status not in (RUNNING, DONE):
+            continue
+        if progress.status == DONE and (unready is None or dump_id not in unready):
+            continue
+        if (store.get(paths.dump_path(source, dump_id)) or {}).get("keys") is not None:
+            continue   # a key-list dump (a repair) is no table's load
+        if (store.get(paths.control_path(source, dump_id)) or {}).get("state") in (PAUSED, CANCELLED):
+            continue
+        moved = store.modified(paths.table_progress_path(source, dump_id, table))
+        if moved is None or now - moved > limit:
+            continue   # it stands still: the table fills in as its chunks become ready
+        if progress.status == RUNNING and not reading(store, source, dump_id, table):
+            continue   # its worker is gone
+        return LoadInProgress(dump_id, progress.rows, progress.chunks, progress.estimated_rows,
+                              read=progress.status == DONE)
     return None
