@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.dataset as ds
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -114,10 +115,10 @@ def source_versions(kind: str, ns: str) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(ids), np.concatenate(vs)
 
 
-def copy_versions(path: str | list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(id, v) of a Parquet copy: a directory read as a dataset (files named _* or .* are not data),
-    or the list of its data files."""
-    table = ds.dataset(path, format="parquet").to_table(columns=["id", "v"])
+def copy_versions(copy: str | pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(id, v) of a copy: a Parquet directory read as a dataset (files named _* or .* are not
+    data), or the rows a reader already read (a warehouse table: `Harness.warehouse_table`)."""
+    table = copy if isinstance(copy, pa.Table) else ds.dataset(copy, format="parquet").to_table(columns=["id", "v"])
     return table["id"].to_numpy(), table["v"].to_numpy()
 
 

@@ -14,6 +14,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pyarrow as pa
+
 from common import PORTS, ROOT, env_for, run_sql, source, spawn, uri
 
 CLI = ["-m", "dblog.cli"]
@@ -143,9 +145,11 @@ class Harness:
         self.last_merge = merge_table(spark, self.store, self.staged, self.warehouse, self.name, table)
         return time.time() - started
 
-    def warehouse_table(self, table: str) -> list[str] | None:
-        """The data files of the table's current snapshot (a Parquet dataset), None before a merge."""
-        return self.warehouse.data_files(self.name, table)
+    def warehouse_table(self, table: str) -> pa.Table | None:
+        """The table's `id` and `v` as pyiceberg reads its current snapshot (position deletes
+        applied: an in-place merge leaves the rows it replaced in their data files), None before a
+        merge."""
+        return self.warehouse.read(self.name, table, ["id", "v"])
 
     def close(self) -> dict | None:
         stats = None
