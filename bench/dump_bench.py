@@ -86,7 +86,7 @@ def idle(kind: str, spark, rows: int, chunk_size: int, reps: int, tools: tuple[s
                     h.close(); h = Harness(kind, NS, f"bench_{kind}"); h.start_capture()
                 print(f"    {tool} (run {rep + 1}/{reps})", flush=True)
                 r = copy(tool, h, spark, chunk_size)
-                r["differ"] = bigtable.rows_differing(bigtable.source_versions(kind, NS), bigtable.copy_versions(r["copy"]))
+                r["differ"] = bigtable.rows_differing(bigtable.source_versions(kind, NS), bigtable.copy_versions(r.pop("copy")))
                 runs[tool].append(r)
                 print(f"      {r['rows']:,} rows in {r['seconds']:.1f} s; rows differing: {r['differ']['total']}", flush=True)
     finally:

@@ -356,10 +356,14 @@ class StateStore:
 
     def lock_holders(self, path: str) -> list[str]:
         """Who holds or waits for the lock at `path`; asking leaves nothing behind (kazoo's
-        `contenders` makes the path, which would bring a forgotten dump's record back)."""
-        if self.call(self.zk.exists, path) is None:
+        `contenders` makes the path unless told it exists, which brought a forgotten dump's
+        record back)."""
+        lock = self.zk.Lock(path)
+        lock.assured_path = True
+        try:
+            return list(self.call(lock.contenders))
+        except NoNodeError:
             return []
-        return list(self.call(self.zk.Lock(path).contenders))
 
 
 # -- paths ------------------------------------------------------------------------------------

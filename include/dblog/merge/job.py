@@ -488,6 +488,8 @@ def _load_waits(store: StateStore, staged: StagedLog, result: MergeResult, state
         return False
     waiting = max(1, result.chunks_waiting, waits.chunks)
     vars(result).update(vars(MergeResult(result.source, result.table)))   # it merged nothing
+    if state is not None:
+        _report(result, state)
     result.note, result.load_waits, result.chunks_waiting = waits.note(), waits.dump_id, waiting
     return True
 

@@ -6,16 +6,17 @@ ready then as the table's first load, and every later cycle merges the next chun
 buckets: the general merge, reading and rewriting what a first load adopts as it is (`adopt`).
 
 So a merge of a table that stores nothing commits nothing, and says what it waits for, while
-a range dump of it that staged chunks (not a key-list repair; not paused or cancelled) either
+a range dump of it that staged chunks (not a key-list repair, not cancelled) either
 
-- is being read: a worker holds the table's lease, or
-- has been read, and some of its staged chunks still wait for the capture to pass their windows
+- is still reading it (running, paused, or between a crashed worker and its retry), or
+- has read it, and some of its staged chunks still wait for the capture to pass their windows
   (the first load would otherwise leave its last windows to the general merge);
 
-and only while that dump's progress was written within `DBLOG_MERGE_FIRST_LOAD_WAIT_SECONDS`: a
-dump that stands still (a stuck read, a crashed worker nobody resumes) no longer holds the table
-back, which then fills in as its chunks become ready. The table's events wait with the load (the
-load is merged with them; retention keeps every event no merge took yet).
+and only while that dump's progress was written within `DBLOG_MERGE_FIRST_LOAD_WAIT_SECONDS` (plus
+its throttle's pause between windows): a dump that stands still (paused for long, a stuck read,
+a worker nobody resumes) no longer holds the table back, which then fills in as its chunks
+become ready. The table's events wait with the load (the load is merged with them; retention
+keeps every event no merge took yet).
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from dataclasses import dataclass
 from ..coordination import store as paths
 from ..coordination.store import StateStore
 from ..settings import settings
-from ..snapshot.dump import CANCELLED, DONE, PAUSED, RUNNING, read_progress, reading
+from ..snapshot.dump import CANCELLED, DONE, RUNNING, read_progress
+from ..snapshot.dump_spec import DumpError
 from ..stagedlog.staged_log import StagedLog
 from ..warehouse.merged_state import TableState
 
@@ -59,20 +61,22 @@ def in_progress(store: StateStore, staged: StagedLog, source: str, table: str, s
         return None
     now = time.time() if now is None else now
     for dump_id in staged.chunk_dumps(source, table):
-        progress = read_progress(store, source, dump_id, table)   # (a dump ZooKeeper forgot: None)
+        control = store.get(paths.control_path(source, dump_id)) or {}
+        if control.get("state", CANCELLED) == CANCELLED:   # (also a dump ZooKeeper forgot)
+            continue
+        try:
+            progress = read_progress(store, source, dump_id, table)
+        except DumpError:   # a record of another version: not waited for, never a failed merge
+            continue
         if progress is None or progress.status not in (RUNNING, DONE):
             continue
         if progress.status == DONE and (unready is None or dump_id not in unready):
             continue
         if (store.get(paths.dump_path(source, dump_id)) or {}).get("keys") is not None:
             continue   # a key-list dump (a repair) is no table's load
-        if (store.get(paths.control_path(source, dump_id)) or {}).get("state") in (PAUSED, CANCELLED):
-            continue
         moved = store.modified(paths.table_progress_path(source, dump_id, table))
-        if moved is None or now - moved > limit:
+        if moved is None or now - moved > limit + float(control.get("delay_s") or 0):
             continue   # it stands still: the table fills in as its chunks become ready
-        if progress.status == RUNNING and not reading(store, source, dump_id, table):
-            continue   # its worker is gone
         return LoadInProgress(dump_id, progress.rows, progress.chunks, progress.estimated_rows,
                               read=progress.status == DONE)
     return None
