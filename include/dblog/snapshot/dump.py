@@ -30,7 +30,7 @@ from ..model.schema import WHOLE_TABLE, TableSchema, decode_key, encode_key, nor
 from ..model.staged_format import ChunkMeta, Op, absent_row, rows_table
 from ..retry import reconnecting
 from ..settings import settings
-from ..sources.base import NoPrimaryKey, Source
+from ..sources.base import NoPrimaryKey, Source, SourceUnavailable
 from ..stagedlog import whole_tables
 from ..stagedlog.staged_log import StagedLog, StagingError
 from .dump_spec import DumpError, DumpSpec, check_chunk_size, check_delay, check_parallelism, validate
@@ -240,6 +240,11 @@ def set_control(store: StateStore, source: str, dump_id: str, **changes) -> dict
     current.update(changes)
     store.put(paths.control_path(source, dump_id), current)
     return current
+
+
+class SchemaMoved(SourceUnavailable):
+    """A window's read failed on a value of a column whose type changed under it: retried (the
+    window closed, its splits read again after a fresh LW with the new columns)."""
 
 
 class TableDump:
@@ -523,7 +528,7 @@ class TableDump:
                 except Exception as exc:  # noqa: BLE001 - the source may be what failed
                     log.info("%s: the high watermark of window %d waits for the source (%s)", self.table,
                              plan.chunk, exc)
-                raise failed[0]
+                raise self._moved(schema, plan, failed[0]) or failed[0]
             return {r.index: r for r in outcomes if isinstance(r, SplitRead)}
         # A key-list slice; a requested key the source no longer has is staged as absent (deleted).
         batch = (keys or [])[plan.list_from:plan.list_to]
@@ -534,6 +539,21 @@ class TableDump:
         ops = [Op.READ] * len(found) + [Op.ABSENT] * len(absent)
         self.staged.write_chunk(self.source.name, schema, plan.meta(self.dump_id, 0, None), rows, ops)
         return {0: SplitRead(0, len(rows), None)}
+
+    def _moved(self, schema: TableSchema, plan: WindowPlan, failure: Exception) -> SchemaMoved | None:
+        """A value that does not fit its column, read after the table's columns changed under the
+        window (a type conversion between its schema read and its SELECT): the window is closed
+        and read again with the new columns, as after a source restart (None: not that)."""
+        if not isinstance(failure, (ValueError, TypeError)):   # (Arrow's conversion errors are ValueErrors)
+            return None
+        try:
+            now = self.source.table_schema(schema.name, refresh=True)
+        except Exception:  # noqa: BLE001 - the original failure is what the dump reports
+            return None
+        if [(c.name, c.source_type) for c in now.columns] == [(c.name, c.source_type) for c in schema.columns]:
+            return None
+        return SchemaMoved(f"{self.table}: its columns changed while window {plan.chunk} read it ({failure}); "
+                           "the window is read again with them")
 
     def _close(self, lease: Lease, schema: TableSchema, progress: TableProgress) -> WindowPlan | None:
         """Close the window left unfinished: its staged splits count (its HW is written now, after
