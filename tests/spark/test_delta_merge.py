@@ -1,12 +1,14 @@
 """A merge of a few keys into big buckets leaves their data files in place and writes Iceberg
-position deletes (`dblog.merge.delta`): every reader (pyiceberg, DuckDB, dblog's own Spark
-reads) sees exactly the rows and tombstones a rewrite of the same buckets leaves, round after
-round; a later rewrite and maintenance's compaction apply the deletes and remove them."""
+position deletes (`dblog.merge.delta`), through Spark or on the driver (`local_delta`): every
+reader (pyiceberg, DuckDB, dblog's own Spark reads) sees exactly the rows and tombstones a rewrite
+of the same buckets leaves, round after round; a later rewrite and maintenance's compaction apply the deletes and remove them."""
 from __future__ import annotations
 
 import time
 
 from dblog.merge.job import merge_source, merge_table
+from dblog.snapshot.dump import create_dump, set_control
+from dblog.snapshot.dump_spec import DumpSpec
 from dblog.spark.data_sources import spark_table
 from dblog.warehouse import deletes
 from dblog.warehouse.catalog import BRANCH
@@ -21,6 +23,8 @@ ROWS, BUCKET_ROWS = 2000, 500
 ROUNDS = (   # scattered over every bucket, a few rows each
     ["UPDATE {t} SET i = i + 1, s = 'upd' WHERE id % 97 = 0", "DELETE FROM {t} WHERE id IN (7, 1508)",
      "INSERT INTO {t} VALUES (2500, 1, 'new', 1.50)"],
+    ["DELETE FROM {t} WHERE id IN (1508, 1509)", "INSERT INTO {t} VALUES (1508, 2, 'again', 2.50)",
+     "UPDATE {t} SET s = 'upd2' WHERE id % 89 = 0"],   # over kept tombstones: one replaced, one kept
     ["INSERT INTO {t} VALUES (7, 70, 'back', 7.00)",        # a deleted key again
      "UPDATE {t} SET id = id + 5000 WHERE id = 1003",        # a key update, into another bucket
      "UPDATE {t} SET s = 'twice' WHERE id = 9", "UPDATE {t} SET s = 'thrice' WHERE id = 9",
@@ -51,23 +55,33 @@ def test_scattered_changes_write_position_deletes_that_every_reader_applies_as_a
         src.sql(f"INSERT INTO {table} VALUES " + ", ".join(
             f"({k}, {k * 10}, 'row-{k}', {k}.25)" for k in range(start, start + 500)))
     settle(src)
-    monkeypatch.setenv("DBLOG_MERGE_LOCAL_ROWS", "0")   # the Spark merge: the driver's small merge is another test's
     by_delta, by_rewrite = Warehouse(str(tmp_path / "delta")), Warehouse(str(tmp_path / "rewrite"))
+    by_driver = Warehouse(str(tmp_path / "driver"))   # the in-place merge without Spark (`local_delta`)
     with src.store() as store:
-        def merge(warehouse: Warehouse, ratio: int):
+        def merge(warehouse: Warehouse, ratio: int, driver: bool = False):
             monkeypatch.setenv("DBLOG_MERGE_DELTA_RATIO", str(ratio))
+            monkeypatch.setenv("DBLOG_MERGE_LOCAL_ROWS", "20000" if driver else "0")
             return merge_table(spark, store, src.staged(), warehouse, src.source_id, table, bucket_rows=BUCKET_ROWS)
 
-        merge(by_delta, 20), merge(by_rewrite, 0)
+        merge(by_delta, 20), merge(by_rewrite, 0), merge(by_driver, 20, driver=True)
         assert warehouse_buckets(by_delta, src, table) == 4 and not delete_files(by_delta, src, table)
-        for round_ in ROUNDS:
+        # A dump of the table registered (not run): the merges keep their tombstones meanwhile.
+        kept = create_dump(store, src.source(), DumpSpec(tables=[table]))
+        for i, round_ in enumerate(ROUNDS):
+            if i == len(ROUNDS) - 1:
+                set_control(store, src.source_id, kept, state="cancelled")   # ... and purge them again
             src.sql(*[s.format(t=table) for s in round_])
             settle(src)
-            small, whole = merge(by_delta, 20), merge(by_rewrite, 0)
+            small, whole, driver = merge(by_delta, 20), merge(by_rewrite, 0), merge(by_driver, 20, driver=True)
             assert "changed in place" in small.note and "changed in place" not in whole.note
-            assert (small.log_events, small.rows, small.tombstones) == (whole.log_events, whole.rows, whole.tombstones)
+            assert "changed in place without Spark" in driver.note and "without Spark" not in small.note
+            for done in (small, driver):
+                assert (done.log_events, done.rows, done.tombstones) == (whole.log_events, whole.rows, whole.tombstones)
             for ref in ("main", BRANCH):
                 assert rows(by_delta, src, table, ref) == rows(by_rewrite, src, table, ref), ref
+                assert rows(by_driver, src, table, ref) == rows(by_rewrite, src, table, ref), ref
+        assert sorted(duckdb_read(by_driver, src.source_id, table)["id"].to_pylist()) == \
+            sorted(r["id"] for r in rows(by_rewrite, src, table))
         written = delete_files(by_delta, src, table)
         assert len(written) >= 4 and all(deletes.is_delete(d) for d in written)   # every bucket took some
         # Other engines' readers apply them too: DuckDB, and Spark through dblog's Iceberg source.

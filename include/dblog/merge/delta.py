@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.manifest import DataFile
 from pyspark.sql import DataFrame, SparkSession
@@ -57,6 +58,9 @@ class Delta:
     touched: list[int]
     replaced: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     replaced_missing: dict[int, int] = field(default_factory=dict)
+    # The highest `_dblog_position` of a replaced row, where a file's footer did not prove them all
+    # older than the plan's `newer_than` (None: proved, or not asked).
+    newest_replaced: str | None = None
 
     def rows(self, bucket: int) -> int:
         return sum(len(p) for p in self.replaced.get(bucket, {}).values())
@@ -79,31 +83,39 @@ def qualifies(base: TableState, incoming: dict[int, int], ratio: int, oversized:
     return records <= MAX_RECORDS and records * ratio <= stored and 4 * stored >= len(touched) * bucket_rows
 
 
-def plan(base: TableState, touched: list[int], keys: pa.Table, key_ids: dict[str, int]) -> Delta:
-    """The stored rows of `keys` (the records' distinct keys) in the touched buckets."""
+def plan(base: TableState, touched: list[int], keys: pa.Table, key_ids: dict[str, int],
+         newer_than: tuple[int, str] | None = None) -> Delta:
+    """The stored rows of `keys` (the records' distinct keys) in the touched buckets. `newer_than`
+    (the position column's field id, a position): also find `Delta.newest_replaced`."""
     out = Delta(sorted(touched))
+    files = [(b, f, gone.get(f.file_path)) for b in out.touched
+             for gone in [deletes.positions(d.file_path for d in base.buckets[b].deletes)]
+             for f in base.buckets[b].files]
+    with ThreadPoolExecutor(4) as pool:   # (a file each: the files of every touched bucket at once)
+        found = list(pool.map(lambda job: _matches(job[1].file_path, job[2], keys, key_ids, newer_than), files))
     for b in out.touched:
-        bucket = base.buckets[b]
-        if not bucket.files:
-            continue
-        gone = deletes.positions(d.file_path for d in bucket.deletes)
-        with ThreadPoolExecutor(4) as pool:
-            found = list(pool.map(_matches, [f.file_path for f in bucket.files],
-                                  [gone.get(f.file_path) for f in bucket.files],
-                                  [keys] * len(bucket.files), [key_ids] * len(bucket.files)))
-        out.replaced[b] = {f.file_path: positions for f, (positions, _) in zip(bucket.files, found) if len(positions)}
-        out.replaced_missing[b] = sum(missing for _, missing in found)
+        out.replaced[b], out.replaced_missing[b] = {}, 0
+    for (b, f, _), (positions, missing, newest) in zip(files, found):
+        if len(positions):
+            out.replaced[b][f.file_path] = positions
+        out.replaced_missing[b] += missing
+        if newest is not None and (out.newest_replaced is None or newest > out.newest_replaced):
+            out.newest_replaced = newest
     return out
 
 
-def _matches(uri: str, gone: np.ndarray | None, keys: pa.Table, key_ids: dict[str, int]) -> tuple[np.ndarray, int]:
-    """(positions of the file's live rows whose key is in `keys`, how many of them list unproven values)."""
+def _matches(uri: str, gone: np.ndarray | None, keys: pa.Table, key_ids: dict[str, int],
+             newer_than: tuple[int, str] | None = None) -> tuple[np.ndarray, int, str | None]:
+    """(positions of the file's live rows whose key is in `keys`, how many of them list unproven
+    values, the highest position among them unless the footer proves it below `newer_than`'s)."""
     fs, path = filesystem(uri)
     f = pq.ParquetFile(path, filesystem=fs)
     by_id = names_by_field_id(f.schema_arrow)
     names = list(keys.column_names)
     listing = [MISSING] if MISSING in f.schema_arrow.names else []
-    stored = f.read(columns=[by_id[key_ids[k]] for k in names] + listing)
+    position = [] if newer_than is None or _older(f, by_id.get(newer_than[0]), newer_than[1]) \
+        else [by_id[newer_than[0]]]
+    stored = f.read(columns=[by_id[key_ids[k]] for k in names] + listing + position)
     lookup = pa.table({k: stored.column(i) for i, k in enumerate(names)})
     lookup = lookup.append_column("_pos", pa.array(np.arange(stored.num_rows, dtype=np.int64)))
     live = deletes.kept(stored.num_rows, gone)
@@ -114,9 +126,26 @@ def _matches(uri: str, gone: np.ndarray | None, keys: pa.Table, key_ids: dict[st
     lookup = lookup.cast(pa.schema([*(keys.schema.field(k) for k in names), lookup.schema.field("_pos")]))
     hit = lookup.join(keys, keys=names, join_type="left semi")
     positions = np.sort(hit["_pos"].to_numpy())
-    if not listing or not len(positions):
-        return positions, 0
-    return positions, missing_count(stored.column(MISSING).take(pa.array(positions)))
+    if not len(positions):
+        return positions, 0, None
+    at = pa.array(positions)
+    newest = pc.max(stored.column(position[0]).take(at)).as_py() if position else None
+    return positions, missing_count(stored.column(MISSING).take(at)) if listing else 0, newest
+
+
+def _older(f: pq.ParquetFile, column: str | None, than: str) -> bool:
+    """Whether the footer's statistics show every value of `column` below `than`."""
+    if column is None:   # (a file written before the column: its rows read it as null)
+        return True
+    leaves = f.metadata.schema
+    index = next((i for i in range(len(leaves)) if leaves.column(i).path == column), None)
+    if index is None:
+        return False
+    for g in range(f.metadata.num_row_groups):
+        stats = f.metadata.row_group(g).column(index).statistics
+        if stats is None or not stats.has_min_max or stats.max >= than:
+            return False
+    return True
 
 
 def stored_rows(spark: SparkSession, base: TableState, delta: Delta, schema) -> DataFrame | None:

@@ -68,6 +68,7 @@ from . import change_table, column_renames, load_in_progress, rebuild
 from .adopt import adopt
 from .column_renames import Renaming
 from .first_load import LoadChunk, first_load
+from .local_delta import delta_locally
 from .merge_inputs import ChunkWindow, MergeInput, chunk_windows, merge_input, window_keys, with_windows
 from .merge_result import MergeResult
 from .rewrite import Rewritten, rewrite
@@ -678,9 +679,12 @@ def _write(spark: SparkSession, base: TableState, pending, inputs: MergeInputs, 
     """The merged buckets' new files: a small merge on the driver, a first load straight from its
     chunks, else by the merge rule."""
     if inputs.local is not None:
-        done = rewrite_locally(base, pending, inputs.local, upto, purge)
+        if inputs.local.whole_bucket:
+            done = rewrite_locally(base, pending, inputs.local, upto, purge)
+        else:
+            done = delta_locally(base, pending, inputs.local, upto, purge, settings().merge.delta_ratio, bucket_rows)
         if done is not None:
-            result.note = "merged without Spark (small)"
+            result.note = _in_place(done, " without Spark") if done.deletes else "merged without Spark (small)"
             return done
     elif inputs.general is not None:
         done = adopt(base, pending, inputs.loads, bucket_rows, inputs.in_windows)
@@ -701,9 +705,13 @@ def _write(spark: SparkSession, base: TableState, pending, inputs: MergeInputs, 
         return None
     done = rewrite(spark, base, pending, records, upto, purge, bucket_rows, fill_unchanged, inputs.unique)
     if done.deletes:
-        result.note = f"{len(done.deletes)} bucket(s) changed in place: new rows beside their files, the rows they " \
-                      "replace named in position delete files"
+        result.note = _in_place(done)
     return done
+
+
+def _in_place(done: Rewritten, how: str = "") -> str:
+    return f"{len(done.deletes)} bucket(s) changed in place{how}: new rows beside their files, the rows they " \
+           "replace named in position delete files"
 
 
 def _report(result: MergeResult, state: TableState) -> None:

@@ -43,6 +43,7 @@ from ..warehouse.commit import Pending, WrittenFile
 from ..warehouse.files import DataFiles
 from ..warehouse.merged_state import Bucket, TableState
 from ..warehouse.types import BUCKET, MISSING
+from .bucket_bounds import BucketBounds
 from .rewrite import Rewritten
 
 _POSITION, _OP, _ORIGIN, _DUMP, _MERGED_AT = "_dblog_position", "_dblog_op", "_dblog_origin", "_dblog_dump_id", \
@@ -58,19 +59,25 @@ class LocalEvents:
     newest_commit_ts: float | None
     oldest_commit_ts: float | None
     key: list[str]
+    whole_bucket: bool = True   # the table's one bucket is rewritten here; else its touched buckets change
+                                # in place, also here (`local_delta`)
 
 
 def local_events(staged: StagedLog, source: str, table: str, state: TableState | None, after: str | None,
                  upto: str, limit: int, bucket_rows: int, bucket_bytes: int = 0) -> LocalEvents | None:
     """The events of a merge that may run here (see the module doc), read with pyarrow; None: Spark."""
-    if limit <= 0 or (state is not None and (len(state.buckets) != 1 or state.buckets[0].deletes)):
-        return None   # (a bucket with position deletes: the Spark path applies them)
+    if limit <= 0:
+        return None
     bucket = state.buckets[0] if state is not None else Bucket(0, None)   # a first merge: an empty bucket
-    if bucket.rows + bucket.tombstone_rows > limit and stored_bytes(bucket) > bucket_bytes:
+    # (A bucket with position deletes: only the in-place merge applies them.)
+    whole = state is None or (len(state.buckets) == 1 and not bucket.deletes and
+                              (bucket.rows + bucket.tombstone_rows <= limit or stored_bytes(bucket) <= bucket_bytes))
+    if not whole and BucketBounds.of(state) is None:
         return None
     segments = staged.segments(source, table, high=upto, after=after)
-    if not segments or (state is None and _rows(staged, segments) > 2 * limit):
-        return None   # (a first merge reads every staged event: a bulk load's are not read to be turned down)
+    # (Events are read only to be merged here: a bulk load's are not read to be turned down.)
+    if not segments or ((state is None or not whole) and _rows(staged, segments) > 2 * limit):
+        return None
     try:
         parts = [staged.read_segment(p) for p in segments]
     except FileNotFoundError:   # compacted since listed: the Spark path lists and reads again
@@ -82,7 +89,8 @@ def local_events(staged: StagedLog, source: str, table: str, state: TableState |
     if after is not None:
         keep = pc.and_(keep, pc.greater(events[POSITION], after))
     events = events.filter(keep)
-    if not events.num_rows or events.num_rows > limit or bucket.rows + bucket.tombstone_rows + 2 * events.num_rows > 2 * bucket_rows:
+    if not events.num_rows or events.num_rows > limit or \
+            (whole and bucket.rows + bucket.tombstone_rows + 2 * events.num_rows > 2 * bucket_rows):
         return None
     key = key_columns(parts[0].schema)
     if not key or (state is not None and key != state.key) or _fills(events):
@@ -96,7 +104,7 @@ def local_events(staged: StagedLog, source: str, table: str, state: TableState |
     newest = pc.max(times).as_py() if times is not None else None
     oldest = pc.min(times).as_py() if times is not None else None
     return LocalEvents(events, segments, newest.timestamp() if newest else None,
-                       oldest.timestamp() if oldest else None, key)
+                       oldest.timestamp() if oldest else None, key, whole)
 
 
 def _rows(staged: StagedLog, segments: list[str]) -> int | float:
@@ -158,27 +166,16 @@ def rewrite_locally(base: TableState, pending: Pending, local: LocalEvents, upto
     """The merge of `local` into the table's one bucket, written; None when the stored types or
     files ask for the Spark path after all (nothing is written then). Only the stored rows at the
     events' keys leave Arrow: the others are written back as read."""
-    target = pa.ipc.read_schema(pa.py_buffer(pending.schema_ipc))
-    data = [c for c, _ in base.columns]
-    events = local.events
-    if any(c not in target.names or not _same(events.schema.field(c).type, target.field(c).type) for c in data):
+    target = target_schema(base, pending, local)
+    if target is None:
         return None
     bucket = base.buckets[0]
     stored = _stored(bucket, target)
     if stored is None:
         return None
-    merged_at = dt.datetime.now(dt.UTC)
     key = base.key
-    offers: list[tuple[dict, int]] = []   # (record, priority: a stored row, 0, wins a tie)
-    for e in events.select([*data, POSITION, OP, *[c for c in (UNCHANGED, OLD_KEY, BEFORE) if c in events.column_names]]) \
-            .to_pylist():
-        if e.get(OLD_KEY) is not None:   # a key update: the old key's row is gone (`merge_inputs.log_records`)
-            was = e.get(BEFORE) or {}
-            old = {c: (e[OLD_KEY][c] if c in key else was.get(c)) for c in data}
-            offers.append((_record(old, e[POSITION], Op.DELETE, None, merged_at), 1))
-        dead = e[OP] in TOMBSTONES
-        offers.append((_record({c: e[c] for c in data}, e[POSITION], e[OP], None if dead else e.get(UNCHANGED),
-                                merged_at), 1))
+    # (record, priority: a stored row, 0, wins a tie)
+    offers = [(r, 1) for r in records(local.events, [c for c, _ in base.columns], key, dt.datetime.now(dt.UTC))]
     touched = {tuple(r[c] for c in key) for r, _ in offers}
     at = [_at_keys(part, key, touched) for part in stored]
     best: dict[tuple, tuple[str, int, dict]] = {}   # key -> (position, priority, row)
@@ -192,6 +189,31 @@ def rewrite_locally(base: TableState, pending: Pending, local: LocalEvents, upto
         dead = dead.filter(pc.greater(dead[_POSITION], upto))
     return _write(base, pending, target, (live, dead), [r for _, _, r in best.values()], upto,
                   purge and not pending.keep_new_tombstones, len(offers))
+
+
+def target_schema(base: TableState, pending: Pending, local: LocalEvents) -> pa.Schema | None:
+    """The table's Arrow schema, when the events' columns are stored as they are (None: Spark)."""
+    target = pa.ipc.read_schema(pa.py_buffer(pending.schema_ipc))
+    events = local.events
+    if any(c not in target.names or not _same(events.schema.field(c).type, target.field(c).type)
+           for c, _ in base.columns):
+        return None
+    return target
+
+
+def records(events: pa.Table, data: list[str], key: list[str], merged_at: dt.datetime) -> list[dict]:
+    """The events as the warehouse rows they offer, in position order: a key update first offers
+    a tombstone at its old key (`merge_inputs.log_records`)."""
+    out = []
+    for e in events.select([*data, POSITION, OP, *[c for c in (UNCHANGED, OLD_KEY, BEFORE) if c in events.column_names]]) \
+            .to_pylist():
+        if e.get(OLD_KEY) is not None:
+            was = e.get(BEFORE) or {}
+            old = {c: (e[OLD_KEY][c] if c in key else was.get(c)) for c in data}
+            out.append(_record(old, e[POSITION], Op.DELETE, None, merged_at))
+        dead = e[OP] in TOMBSTONES
+        out.append(_record({c: e[c] for c in data}, e[POSITION], e[OP], None if dead else e.get(UNCHANGED), merged_at))
+    return out
 
 
 def _record(values: dict, position: str, op: str, missing, merged_at: dt.datetime) -> dict:
@@ -217,22 +239,27 @@ def _at_keys(table: pa.Table, key: list[str], keys: set[tuple]) -> pa.Array:
 
 
 def _stored(bucket: Bucket, target: pa.Schema) -> tuple[pa.Table, pa.Table] | None:
-    """The bucket's stored live rows and tombstones, of the table's Arrow schema; None when a
-    file's columns are not the table's (an older schema: the Spark path reads it as the table's).
-    A file's columns the table does not have (an adopted chunk's staged ones) are left out."""
-    parts: tuple[list[pa.Table], list[pa.Table]] = ([], [])
+    """The bucket's stored live rows and tombstones, of the table's Arrow schema; None: see `stored_rows`."""
+    live, dead = stored_rows(bucket.files, target), stored_rows(bucket.tombstones, target)
+    return None if live is None or dead is None else (live, dead)
+
+
+def stored_rows(files: list, target: pa.Schema) -> pa.Table | None:
+    """The rows of data files, of the table's Arrow schema; None when a file's columns are not the
+    table's (an older schema: the Spark path reads it as the table's). A file's columns the table
+    does not have (an adopted chunk's staged ones) are left out."""
+    parts = []
     ids = [field_id(f) for f in target]
-    for files, out in ((bucket.files, parts[0]), (bucket.tombstones, parts[1])):
-        for f in files:
-            fs, path = filesystem(f.file_path)
-            stored = pq.read_table(path, filesystem=fs)
-            by_id = {field_id(c): c.name for c in stored.schema}
-            # (By field id: a column replaced since has another.)
-            if [by_id.get(i) for i in ids] != target.names or any(
-                    not _stored_as(stored.schema.field(c).type, target.field(c).type) for c in target.names):
-                return None
-            out.append(stored.select(target.names).cast(target))
-    return pa.concat_tables(parts[0] or [target.empty_table()]), pa.concat_tables(parts[1] or [target.empty_table()])
+    for f in files:
+        fs, path = filesystem(f.file_path)
+        stored = pq.read_table(path, filesystem=fs)
+        by_id = {field_id(c): c.name for c in stored.schema}
+        # (By field id: a column replaced since has another.)
+        if [by_id.get(i) for i in ids] != target.names or any(
+                not _stored_as(stored.schema.field(c).type, target.field(c).type) for c in target.names):
+            return None
+        parts.append(stored.select(target.names).cast(target))
+    return pa.concat_tables(parts or [target.empty_table()])
 
 
 def _write(base: TableState, pending: Pending, target: pa.Schema, kept: tuple[pa.Table, pa.Table], rows: list[dict],
