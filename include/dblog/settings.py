@@ -171,9 +171,10 @@ class Merge:
         minimum=0.1, maximum=3600)
     local_rows: int = setting(
         20_000, "DBLOG_MERGE_LOCAL_ROWS", "a merge of at most this many new log events into a table stored as one "
-        "bucket of at most this many rows (or of at most `DBLOG_MERGE_LOCAL_BUCKET_BYTES`), or a first load of at "
-        "most this many rows, runs on the driver with pyarrow, not Spark (tens of milliseconds instead of a "
-        "second); 0: every merge through Spark", minimum=0, maximum=1_000_000)
+        "bucket of at most this many rows (or of at most `DBLOG_MERGE_LOCAL_BUCKET_BYTES`), or into bigger "
+        "buckets it changes in place (`DBLOG_MERGE_DELTA_RATIO`), or a first load of at most this many rows, runs "
+        "on the driver with pyarrow, not Spark (tens of milliseconds instead of a second; 1,000 random keys into "
+        "10M rows: 0.5 s instead of 3.7 s); 0: every merge through Spark", minimum=0, maximum=1_000_000)
     local_bucket_bytes: int = setting(
         16 * 1024 * 1024, "DBLOG_MERGE_LOCAL_BUCKET_BYTES", "a merge of at most `DBLOG_MERGE_LOCAL_ROWS` new log "
         "events also runs on the driver into a larger one-bucket table whose stored Parquet (live rows and "

@@ -7,7 +7,6 @@ import random
 from decimal import Decimal
 
 import pytest
-from pyspark.sql import functions as F
 
 from dblog.merge import bucket_merge as M
 from dblog.merge.bucket_bounds import BucketBounds

@@ -161,8 +161,11 @@ def stored_rows(spark: SparkSession, base: TableState, delta: Delta, schema) -> 
 
 def delete_files(location: str, spec_id: int, base: TableState, delta: Delta) -> dict[int, DataFile | None]:
     """Per touched bucket id, its position delete file (None: no stored row replaced)."""
-    return {base.buckets[b].id: deletes.write(location, spec_id, base.buckets[b].id, delta.replaced[b])
-            if delta.rows(b) else None for b in delta.touched}
+    replacing = [b for b in delta.touched if delta.rows(b)]
+    with ThreadPoolExecutor(8) as pool:   # (a PUT each on an object store)
+        written = dict(zip(replacing, pool.map(
+            lambda b: deletes.write(location, spec_id, base.buckets[b].id, delta.replaced[b]), replacing)))
+    return {base.buckets[b].id: written.get(b) for b in delta.touched}
 
 
 def buckets_after(base: TableState, delta: Delta, written: list) -> list[Bucket]:
