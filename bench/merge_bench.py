@@ -126,13 +126,16 @@ def full_dump(spark, store, rows: int, tmp: str, bucket: str | None = None) -> d
             "local_staged": local}
 
 
-def change_batch(spark, store, base: dict, keys: int, clustered: bool, tmp: str) -> dict:
-    rng = np.random.default_rng(7)
+def change_batch(spark, store, base: dict, keys: int, clustered: bool, tmp: str, seed: int = 7,
+                 rewrite: bool = True) -> dict:
+    rng = np.random.default_rng(seed)
     rows = base["rows"]
     ids = np.arange(rows - keys + 1, rows + 1, dtype="int64") if clustered else \
         np.sort(rng.choice(np.arange(1, rows + 1, dtype="int64"), keys, replace=False))
     base["upto"] = stage_updates(base["staged"], ids, base["upto"] + 1)
     merged, commit_s, note = _merge(spark, store, base["staged"], base["warehouse"], base["upto"])
+    if not rewrite:
+        return {"merge_s": round(merged, 2), "how": note}
     if base["staged"].local:
         current = base["warehouse"].data_files(SOURCE, TABLE)
     else:   # Spark reads no S3 here: rewrite the same rows' staged copy on local disk
@@ -141,6 +144,31 @@ def change_batch(spark, store, base: dict, keys: int, clustered: bool, tmp: str)
     return {"keys": keys, "table_rows": rows, "keys_are": "recent ids" if clustered else "random ids",
             "merge_s": round(merged, 2), "commit_s": round(commit_s, 3), "rewrite_s": round(rewrite, 2),
             "ratio": round(merged / rewrite, 3), "how": note}
+
+
+def series(spark, store, rows: int, batches: int, tmp: str, bucket: str | None, driver: bool) -> dict:
+    """`batches` merges of 1,000 random keys each into a fresh 10M-row table, one after another,
+    as a continuous merge of a busy table runs them: on the driver (its buckets keep one delta
+    file and one delete file) or through Spark (a file of each per merge, every bucket rewritten
+    after `delta.MAX_DELETES`)."""
+    name = f"series-{'driver' if driver else 'spark'}"
+    os.makedirs(f"{tmp}/{name}")
+    base = full_dump(spark, store, rows, f"{tmp}/{name}", bucket)
+    before = os.environ.get("DBLOG_MERGE_LOCAL_ROWS")
+    if not driver:
+        os.environ["DBLOG_MERGE_LOCAL_ROWS"] = "0"
+    try:
+        times = [change_batch(spark, store, base, 1000, False, tmp, seed=100 + i, rewrite=False)["merge_s"]
+                 for i in range(batches)]
+    finally:
+        os.environ.pop("DBLOG_MERGE_LOCAL_ROWS", None)
+        if before is not None:
+            os.environ["DBLOG_MERGE_LOCAL_ROWS"] = before
+    state = base["warehouse"].state(SOURCE, TABLE, files=True)
+    return {"path": "driver" if driver else "spark", "table_rows": rows, "batches": batches, "merge_s": times,
+            "total_s": round(sum(times), 2), "max_s": max(times),
+            "delete_files": sum(len(b.deletes) for b in state.buckets),
+            "data_files": sum(len(b.files) for b in state.buckets)}
 
 
 def run(spark, rows: int, zk_hosts: str, s3: bool = False) -> dict:
@@ -175,6 +203,13 @@ def run(spark, rows: int, zk_hosts: str, s3: bool = False) -> dict:
             for clustered in (True, False):
                 print(f"  1,000-key batch into {rows * 10} rows ({'recent' if clustered else 'random'} ids)", flush=True)
                 out["batches"].append(change_batch(spark, store, result, 1000, clustered, tmp))
+            batches = int(os.environ.get("DBLOG_BENCH_MERGE_SERIES", "0"))
+            if batches:
+                out["series"] = []
+                for driver in (True, False):
+                    print(f"  {batches} batches of 1,000 random keys into {rows * 10} rows, "
+                          f"{'on the driver' if driver else 'through Spark'}", flush=True)
+                    out["series"].append(series(spark, store, rows * 10, batches, tmp, bucket, driver))
             return out
     finally:
         store.stop()

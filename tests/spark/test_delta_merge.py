@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from dblog.merge.job import merge_source, merge_table
+from dblog.merge.local_delta import is_delta
 from dblog.snapshot.dump import create_dump, set_control
 from dblog.snapshot.dump_spec import DumpSpec
 from dblog.spark.data_sources import spark_table
@@ -82,6 +83,10 @@ def test_scattered_changes_write_position_deletes_that_every_reader_applies_as_a
                 assert rows(by_driver, src, table, ref) == rows(by_rewrite, src, table, ref), ref
         assert sorted(duckdb_read(by_driver, src.source_id, table)["id"].to_pylist()) == \
             sorted(r["id"] for r in rows(by_rewrite, src, table))
+        # On the driver, a bucket changed round after round keeps one delta file and one delete file.
+        state = by_driver.state(src.source_id, table, files=True)
+        assert max(len(b.deletes) for b in state.buckets) == 1 and len(delete_files(by_delta, src, table)) > 4
+        assert max(sum(is_delta(f.file_path) for f in b.files) for b in state.buckets) == 1
         written = delete_files(by_delta, src, table)
         assert len(written) >= 4 and all(deletes.is_delete(d) for d in written)   # every bucket took some
         # Other engines' readers apply them too: DuckDB, and Spark through dblog's Iceberg source.

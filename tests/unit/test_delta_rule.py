@@ -1,14 +1,16 @@
 """When a merge changes its buckets in place, by position deletes, instead of rewriting them
 (`dblog.merge.delta.qualifies`): the bounds on a bucket's files."""
+from types import SimpleNamespace
+
 from dblog.merge import delta
 from dblog.warehouse.merged_state import Bucket, TableState
 
 BUCKET_ROWS = 250_000
 
 
-def _table(files: int, deletes: int = 0) -> TableState:
+def _table(files: int, deletes: int = 0, deleted: int = 1) -> TableState:
     buckets = [Bucket(i, None if i == 0 else [str(i * BUCKET_ROWS)], rows=BUCKET_ROWS, files=[object()] * files,
-                      deletes=[object()] * deletes) for i in range(4)]
+                      deletes=[SimpleNamespace(record_count=deleted)] * deletes) for i in range(4)]
     return TableState("s", "app.t", ["id"], [("id", "bigint"), ("v", "string")], buckets)
 
 
@@ -25,6 +27,13 @@ def test_a_bucket_changed_in_place_eight_times_or_made_of_32_files_is_rewritten(
     assert _in_place(_table(files=1, deletes=delta.MAX_DELETES - 1))
     assert not _in_place(_table(files=1, deletes=delta.MAX_DELETES))
     assert not _in_place(_table(files=delta.MAX_FILES))
+
+
+def test_a_bucket_whose_rows_deleted_in_place_pass_a_ratio_th_of_it_is_rewritten():
+    """The driver's in-place merges keep one delete file a bucket (`local_delta`): what bounds
+    them is the rows it names."""
+    assert _in_place(_table(files=2, deletes=1, deleted=BUCKET_ROWS // 20))
+    assert not _in_place(_table(files=2, deletes=1, deleted=BUCKET_ROWS // 20 + 1))
 
 
 def test_a_busy_table_s_hundred_thousand_changes_stay_in_place_and_the_record_bound_or_ratio_then_rewrites():

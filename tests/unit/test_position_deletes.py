@@ -99,7 +99,7 @@ def test_stored_keys_of_a_column_widened_since_match_the_records_wider_values(tm
     field = pa.field("id", pa.int32(), metadata={b"PARQUET:field_id": b"1"})
     pq.write_table(pa.table({"id": pa.array([1, 2, 3], pa.int32())}, schema=pa.schema([field])), path)
     keys = pa.table({"id": pa.array([2, 3_000_000_000], pa.int64())})
-    positions, missing = _matches(str(path), None, keys, {"id": 1})
+    positions, missing, _ = _matches(str(path), None, keys, {"id": 1})
     assert positions.tolist() == [1] and missing == 0
-    positions, _ = _matches(str(path), pa.array([1]).to_numpy(), keys, {"id": 1})   # (row 1 already deleted)
+    positions, _, _ = _matches(str(path), pa.array([1]).to_numpy(), keys, {"id": 1})   # (row 1 already deleted)
     assert positions.tolist() == []

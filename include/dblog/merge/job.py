@@ -573,7 +573,8 @@ def _apply(spark: SparkSession, store: StateStore, warehouse: Warehouse, result:
     try:
         # A merge whose lease lapsed (a long pause) must not commit: maintenance may have swept its files.
         lease.check()
-        result.commit_seconds = commit(pending, files, touched, new.properties(), done.deletes if done else None)
+        result.commit_seconds = commit(pending, files, touched, new.properties(), done.deletes if done else None,
+                                       done.dropped if done else None)
         result.committed_at, result.commits, result.snapshots_expired = time.time(), 1, pending.expired
     except CommitError as exc:
         raise MergeError(f"{source}/{table}: {exc}") from exc

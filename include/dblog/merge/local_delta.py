@@ -15,9 +15,17 @@ and types) but the table is more than one small bucket, they are merged here ins
    does not show every position older than the records'. A stored row or tombstone as new as a
    record (an adopted first load's rows, whose events merge in a second pass) sends the merge to
    Spark, whose merge rule weighs it;
-5. per touched bucket: a data file of the live records, its tombstone files rewritten (the kept
-   tombstones, purged as the Spark path purges them, and the new ones), and a position delete
-   file of the replaced rows; committed as the Spark path's.
+5. per touched bucket: its delta file (named `delta-…`, the live rows the driver's in-place
+   merges wrote) rewritten with the new live records in place of those they replace, its
+   tombstone files rewritten (the kept tombstones, purged as the Spark path purges them, and the
+   new ones), and its one position delete file rewritten with what its delete files named (less
+   the old delta file's rows) and the rows replaced now; committed as the Spark path's, the old
+   delta and delete files removed in the same commit.
+
+So a bucket changed by merge after merge (a continuous merge of a busy table) keeps one delta file
+and one delete file, however many merges changed it, until the rows deleted in place pass a
+`DBLOG_MERGE_DELTA_RATIO`-th of its rows and its next merge rewrites it (`delta.qualifies`); the
+Spark path adds a file of each per merge, and rewrote every bucket after `delta.MAX_DELETES`.
 
 Anything else returns None and takes Spark. `tests/spark/test_delta_merge.py` holds this, the
 Spark delta merge and a rewrite to the same rows on every reader.
@@ -26,6 +34,8 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -33,10 +43,11 @@ import pyarrow.compute as pc
 
 from ..model.staged_format import TOMBSTONES
 from ..spark.data_sources import field_ids
-from ..warehouse.columns import BUCKET, META
+from ..warehouse import deletes
+from ..warehouse.columns import BUCKET, META, MISSING
 from ..warehouse.commit import Pending, WrittenFile
-from ..warehouse.files import DataFiles
-from ..warehouse.merged_state import TableState
+from ..warehouse.files import DataFiles, missing_count
+from ..warehouse.merged_state import Bucket, TableState
 from . import bucket_merge as M
 from . import delta
 from .bucket_bounds import BucketBounds
@@ -44,6 +55,7 @@ from .rewrite import Rewritten
 from .small_merge import LocalEvents, records, stored_rows, target_schema
 
 POSITION, OP = META[0], META[1]   # a warehouse row's
+DELTA = "delta-"   # a bucket's delta file's name starts so
 
 
 def delta_locally(base: TableState, pending: Pending, local: LocalEvents, upto: str, purge: bool, ratio: int,
@@ -69,23 +81,66 @@ def delta_locally(base: TableState, pending: Pending, local: LocalEvents, upto: 
     keys = pa.Table.from_pylist([dict(zip(key, k)) for k in latest],
                                 schema=pa.schema([local.events.schema.field(c) for c in key]))
     ids = field_ids(pending.schema_ipc)
-    plan = delta.plan(base, sorted(incoming), keys, {c: ids[c] for c in key}, newer_than=(ids[POSITION], oldest))
+    # A touched bucket's delta file is rewritten below, so only its other files are searched here.
+    searched = replace(base, buckets=[replace(bk, files=[f for f in bk.files if not is_delta(f.file_path)])
+                                      if b in incoming else bk for b, bk in enumerate(base.buckets)])
+    plan = delta.plan(searched, sorted(incoming), keys, {c: ids[c] for c in key}, newer_than=(ids[POSITION], oldest))
     if plan.newest_replaced is not None and plan.newest_replaced >= oldest:
         return None
-    dead = {}
+    kept: dict[int, _Kept] = {}
     for b in plan.touched:
-        stored = stored_rows(base.buckets[b].tombstones, target)
-        if stored is None:
+        found = _kept(base.buckets[b], plan.gone[b], target, key, keys, oldest, upto if purge else None)
+        if found is None:
             return None
-        at = _at(stored, key, keys)
-        if len(at) and pc.max(stored[POSITION].take(at)).as_py() >= oldest:
-            return None
-        keep = np.ones(stored.num_rows, dtype=bool)
-        keep[at.to_numpy()] = False   # (replaced by this merge's records)
-        kept = stored.filter(pa.array(keep))
-        dead[b] = kept.filter(pc.greater(kept[POSITION], upto)) if purge else kept
-    return _write(base, pending, target, plan, bounds, latest, dead, upto,
+        kept[b] = found
+    return _write(base, pending, target, plan, bounds, latest, kept, upto,
                   purge and not pending.keep_new_tombstones, len(offered))
+
+
+def is_delta(uri: str) -> bool:
+    """Whether a data file is a bucket's delta file (see the module doc)."""
+    return uri.rsplit("/", 1)[-1].startswith(DELTA)
+
+
+@dataclass
+class _Kept:
+    """What a touched bucket keeps of its delta file and tombstones, and what its files become."""
+    delta: pa.Table           # the delta file's live rows no record replaces
+    delta_live: int           # ... its live rows before (and how many of them list unproven values)
+    delta_missing: int
+    dead: pa.Table            # the tombstones no record replaces (purged as the Spark path purges)
+    dropped: list             # the files the commit removes: the delta file, the delete files
+    deleted: dict[str, np.ndarray]   # what the delete files named, less the delta file's rows
+
+
+def _kept(bucket: Bucket, gone: dict[str, np.ndarray], target: pa.Schema, key: list[str], keys: pa.Table,
+          oldest: str, purge_upto: str | None) -> _Kept | None:
+    """None when a stored row or tombstone at a record's key is as new as the oldest record (the
+    Spark path weighs it), or a file's columns are not the table's."""
+    deltas = [f for f in bucket.files if is_delta(f.file_path)]
+    parts = []
+    for f in deltas:
+        rows = stored_rows([f], target)
+        if rows is None:
+            return None
+        live = deletes.kept(rows.num_rows, gone.get(f.file_path))
+        parts.append(rows if live is None else rows.filter(live))
+    out = []
+    for rows in (pa.concat_tables(parts or [target.empty_table()]), stored_rows(bucket.tombstones, target)):
+        if rows is None:
+            return None
+        at = _at(rows, key, keys)
+        if len(at) and pc.max(rows[POSITION].take(at)).as_py() >= oldest:
+            return None
+        keep = np.ones(rows.num_rows, dtype=bool)
+        keep[at.to_numpy()] = False   # (replaced by this merge's records)
+        out.append((rows, rows.filter(pa.array(keep))))
+    (before, delta_rows), (_, dead) = out
+    if purge_upto is not None:
+        dead = dead.filter(pc.greater(dead[POSITION], purge_upto))
+    uris = {f.file_path for f in deltas}
+    return _Kept(delta_rows, before.num_rows, missing_count(before[MISSING]), dead, [*deltas, *bucket.deletes],
+                 {uri: p for uri, p in gone.items() if uri not in uris})
 
 
 def _at(table: pa.Table, key: list[str], keys: pa.Table) -> pa.Array:
@@ -98,9 +153,9 @@ def _at(table: pa.Table, key: list[str], keys: pa.Table) -> pa.Array:
 
 
 def _write(base: TableState, pending: Pending, target: pa.Schema, plan: delta.Delta, bounds: BucketBounds,
-           latest: dict[tuple, dict], dead: dict[int, pa.Table], upto: str, purge: bool, events: int) -> Rewritten:
-    """Per touched bucket: its live records as a new data file, its tombstones anew, its delete file."""
-    files = DataFiles(pending.location, target, uuid.uuid4().hex[:12])
+           latest: dict[tuple, dict], kept: dict[int, _Kept], upto: str, purge: bool, events: int) -> Rewritten:
+    """Per touched bucket: its delta file with the live records, its tombstones anew, one delete file."""
+    files = DataFiles(pending.location, target, f"{DELTA}{uuid.uuid4().hex[:12]}")
     new: dict[tuple[int, bool], list[dict]] = {}   # (bucket index, tombstone) -> records
     for k, r in latest.items():
         b = bounds.bucket(k)
@@ -109,17 +164,45 @@ def _write(base: TableState, pending: Pending, target: pa.Schema, plan: delta.De
         if not (gone and purge and r[POSITION] <= upto):
             new.setdefault((b, gone), []).append(r)
     for b in plan.touched:
-        for gone in (False, True):
-            part = pa.Table.from_pylist(new.get((b, gone), []), schema=target)
-            if gone:
-                part = pa.concat_tables([dead[b], part])
+        for gone, stored in ((False, kept[b].delta), (True, kept[b].dead)):
+            part = pa.concat_tables([stored, pa.Table.from_pylist(new.get((b, gone), []), schema=target)])
             if part.num_rows:
                 files.write(base.buckets[b].id, gone, part)
     written = files.written()
     out = Rewritten(base.buckets, touched={base.buckets[b].id for b in plan.touched}, log_events=events,
                     without_spark=True)
     out.files = [WrittenFile(**r) for r in written.to_pylist()] if written is not None else []
-    metadata = pending.tx.table_metadata  # type: ignore[attr-defined]
-    out.deletes = delta.delete_files(pending.location, metadata.default_spec_id, base, plan)
-    out.buckets, out.written = delta.buckets_after(base, plan, out.files), len(plan.touched)
+    spec_id = pending.tx.table_metadata.default_spec_id  # type: ignore[attr-defined]
+    with ThreadPoolExecutor(8) as pool:   # (a PUT each on an object store)
+        out.deletes = dict(zip([base.buckets[b].id for b in plan.touched], pool.map(
+            lambda b: _delete_file(pending.location, spec_id, base.buckets[b].id, kept[b].deleted,
+                                   plan.replaced.get(b, {})), plan.touched)))
+    out.dropped = [f for b in plan.touched for f in kept[b].dropped]
+    out.buckets, out.written = _buckets_after(base, plan, kept, out.files), len(plan.touched)
+    return out
+
+
+def _delete_file(location: str, spec_id: int, bucket: int, before: dict[str, np.ndarray],
+                 now: dict[str, np.ndarray]):
+    """The bucket's one delete file: what its delete files named and what this merge replaces."""
+    every = {uri: np.concatenate([before.get(uri, np.empty(0, np.int64)), now.get(uri, np.empty(0, np.int64))])
+             for uri in {*before, *now}}
+    every = {uri: p for uri, p in every.items() if len(p)}
+    return deletes.write(location, spec_id, bucket, every) if every else None
+
+
+def _buckets_after(base: TableState, plan: delta.Delta, kept: dict[int, _Kept], written: list[WrittenFile]) \
+        -> list[Bucket]:
+    """The bucket list after the merge: a touched bucket's rows less its delta file's and those
+    replaced, plus its new delta file's."""
+    out = []
+    for i, b in enumerate(base.buckets):
+        if i not in kept:
+            out.append(Bucket(b.id, b.lo, b.rows, b.tombstone_rows, b.missing_rows))
+            continue
+        live = [f for f in written if f.bucket == b.id and not f.tombstone]
+        dead = [f for f in written if f.bucket == b.id and f.tombstone]
+        out.append(Bucket(b.id, b.lo, b.rows - kept[i].delta_live - plan.rows(i) + sum(f.rows for f in live),
+                          sum(f.rows for f in dead), b.missing_rows - kept[i].delta_missing -
+                          plan.replaced_missing.get(i, 0) + sum(f.missing for f in live)))
     return out

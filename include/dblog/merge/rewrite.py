@@ -44,6 +44,7 @@ class Rewritten:
     # those buckets keep their data files on main.
     deletes: dict[int, DataFile | None] = field(default_factory=dict)
     log_next: bool = False   # a first load adopted under writes (`adopt`): its events are merged next
+    dropped: list = field(default_factory=list)   # files of buckets in `deletes` the commit removes (`local_delta`)
 
 
 def rewrite(spark: SparkSession, base: TableState, pending: Pending, recs: DataFrame, upto: str, purge: bool,

@@ -218,11 +218,11 @@ def data_files(pending: Pending, written: list[WrittenFile]) -> list:
 
 
 def commit(pending: Pending, written: list[WrittenFile], touched: set[int], properties: dict[str, str],
-           deletes: dict[int, DataFile | None] | None = None) -> float:
+           deletes: dict[int, DataFile | None] | None = None, dropped: list[DataFile] | None = None) -> float:
     """Swap the touched buckets' files for the written ones on main and on the tombstone branch and
     record `properties`, in one catalog commit; a bucket in `deletes` (a delta merge: its position
-    delete file, None if it replaced no row) keeps its files on main, the written ones and the
-    delete file added beside them.
+    delete file, None if it replaced no row) keeps its files on main but those `dropped`, the
+    written ones and the delete file added beside them.
     Returns the seconds it took (footers read, manifests written, catalog swapped)."""
     started = time.monotonic()
     tx = pending.tx
@@ -238,6 +238,8 @@ def commit(pending: Pending, written: list[WrittenFile], touched: set[int], prop
         for df in deletes.values():
             if df is not None:
                 ow.append_data_file(df)
+        for df in dropped or []:
+            ow.delete_data_file(df)
     old_dead = [df for b in sorted(touched) for df in pending.branch.get(b, [])]
     new_dead = [df for f, df in zip(written, new) if f.tombstone]
     if old_dead or new_dead:
