@@ -9,7 +9,8 @@ BUCKET_ROWS = 250_000
 
 
 def _table(files: int, deletes: int = 0, deleted: int = 1) -> TableState:
-    buckets = [Bucket(i, None if i == 0 else [str(i * BUCKET_ROWS)], rows=BUCKET_ROWS, files=[object()] * files,
+    buckets = [Bucket(i, None if i == 0 else [str(i * BUCKET_ROWS)], rows=BUCKET_ROWS,
+                      files=[SimpleNamespace(file_path=f"b/{n}.parquet", record_count=1) for n in range(files)],
                       deletes=[SimpleNamespace(record_count=deleted)] * deletes) for i in range(4)]
     return TableState("s", "app.t", ["id"], [("id", "bigint"), ("v", "string")], buckets)
 
@@ -36,9 +37,21 @@ def test_a_bucket_whose_rows_deleted_in_place_pass_a_ratio_th_of_it_is_rewritten
     assert not _in_place(_table(files=2, deletes=1, deleted=BUCKET_ROWS // 20 + 1))
 
 
+def test_a_bucket_whose_delta_file_passes_a_ratio_th_of_it_is_rewritten():
+    """Inserts grow a bucket's delta file without deleting a stored row: each driver's merge
+    reads and rewrites it, so it is bounded too."""
+    table = _table(files=2)
+    for b in table.buckets:
+        b.files.append(SimpleNamespace(file_path=f"b/{delta.DELTA}1-0.parquet", record_count=BUCKET_ROWS // 20))
+    assert _in_place(table)
+    for b in table.buckets:
+        b.files[-1].record_count += 1
+    assert not _in_place(table)
+
+
 def test_a_busy_table_s_hundred_thousand_changes_stay_in_place_and_the_record_bound_or_ratio_then_rewrites():
     ten_million = TableState("s", "app.t", ["id"], [("id", "bigint")],
-                             [Bucket(i, None if i == 0 else [str(i * BUCKET_ROWS)], rows=BUCKET_ROWS, files=[object()])
+                             [Bucket(i, None if i == 0 else [str(i * BUCKET_ROWS)], rows=BUCKET_ROWS, files=[SimpleNamespace(file_path="b/0.parquet", record_count=1)])
                               for i in range(40)])
 
     def in_place(table: TableState, records: int) -> bool:

@@ -50,6 +50,7 @@ MAX_FILES = 32           # data files of a bucket before its next merge rewrites
 # records 24.5 s in place against 40.7 s rewritten; 239,400 records 40.2 s against 44.1 s
 # (bench/events_after_load.py, docs/performance.md); the bound was 50,000.
 MAX_RECORDS = 250_000
+DELTA = "delta-"   # a bucket's delta file's name starts so: the rows the driver's in-place merges wrote (`local_delta`)
 
 
 @dataclass
@@ -74,14 +75,15 @@ def qualifies(base: TableState, incoming: dict[int, int], ratio: int, oversized:
     they touch hold for a delta merge to pay (see the module doc): at most a `ratio`-th of their rows
     and `MAX_RECORDS`, into buckets of at least a quarter of `bucket_rows` on average (smaller
     ones cost little to rewrite), none to be split, none holding `MAX_FILES` data files or
-    `MAX_DELETES` delete files or rows deleted in place past a `ratio`-th of its rows (readers
-    would skip more and more of what they read: its next merge rewrites it), and no float key column."""
+    `MAX_DELETES` delete files, or rows deleted in place (readers would skip more and more of what
+    they read) or a delta file (each driver's merge reads and rewrites it) past a `ratio`-th of its
+    rows: its next merge rewrites it; and no float key column."""
     types = dict(base.columns)
     if ratio <= 0 or oversized or not incoming or any(types[k] in ("float", "double") for k in base.key):
         return False   # (a float key: Arrow's join tells -0.0 from 0.0, Spark's merge does not)
     touched = [base.buckets[b] for b in incoming]
-    if any(len(b.files) >= MAX_FILES or len(b.deletes) >= MAX_DELETES or deleted_rows(b) * ratio > b.rows
-           for b in touched):
+    if any(len(b.files) >= MAX_FILES or len(b.deletes) >= MAX_DELETES
+           or max(deleted_rows(b), delta_rows(b)) * ratio > b.rows for b in touched):
         return False
     stored, records = sum(b.rows for b in touched), sum(incoming.values())
     return records <= MAX_RECORDS and records * ratio <= stored and 4 * stored >= len(touched) * bucket_rows
@@ -90,6 +92,16 @@ def qualifies(base: TableState, incoming: dict[int, int], ratio: int, oversized:
 def deleted_rows(bucket: Bucket) -> int:
     """The bucket's stored rows its position delete files name (each row is named once)."""
     return sum(d.record_count for d in bucket.deletes)
+
+
+def is_delta(uri: str) -> bool:
+    """Whether a data file is a bucket's delta file (its name: `local_delta` writes one a bucket)."""
+    return uri.rsplit("/", 1)[-1].startswith(DELTA)
+
+
+def delta_rows(bucket: Bucket) -> int:
+    """The rows of the bucket's delta file(s), as their manifests count them."""
+    return sum(f.record_count for f in bucket.files if is_delta(f.file_path))
 
 
 def plan(base: TableState, touched: list[int], keys: pa.Table, key_ids: dict[str, int],

@@ -23,9 +23,11 @@ and types) but the table is more than one small bucket, they are merged here ins
    delta and delete files removed in the same commit.
 
 So a bucket changed by merge after merge (a continuous merge of a busy table) keeps one delta file
-and one delete file, however many merges changed it, until the rows deleted in place pass a
-`DBLOG_MERGE_DELTA_RATIO`-th of its rows and its next merge rewrites it (`delta.qualifies`); the
-Spark path adds a file of each per merge, and rewrote every bucket after `delta.MAX_DELETES`.
+and one delete file, however many merges changed it, until the rows deleted in place or its delta
+file pass a `DBLOG_MERGE_DELTA_RATIO`-th of its rows and its next merge rewrites it
+(`delta.qualifies`); the Spark path adds a file of each per merge, and rewrote every bucket after
+`delta.MAX_DELETES`. (A delta or tombstone file of an older schema sends the bucket's merges to
+Spark until it is rewritten; events read for a merge that then takes Spark are read again there.)
 
 Anything else returns None and takes Spark. `tests/spark/test_delta_merge.py` holds this, the
 Spark delta merge and a rewrite to the same rows on every reader.
@@ -51,11 +53,11 @@ from ..warehouse.merged_state import Bucket, TableState
 from . import bucket_merge as M
 from . import delta
 from .bucket_bounds import BucketBounds
+from .delta import DELTA, is_delta
 from .rewrite import Rewritten
 from .small_merge import LocalEvents, records, stored_rows, target_schema
 
 POSITION, OP = META[0], META[1]   # a warehouse row's
-DELTA = "delta-"   # a bucket's delta file's name starts so
 
 
 def delta_locally(base: TableState, pending: Pending, local: LocalEvents, upto: str, purge: bool, ratio: int,
@@ -95,11 +97,6 @@ def delta_locally(base: TableState, pending: Pending, local: LocalEvents, upto: 
         kept[b] = found
     return _write(base, pending, target, plan, bounds, latest, kept, upto,
                   purge and not pending.keep_new_tombstones, len(offered))
-
-
-def is_delta(uri: str) -> bool:
-    """Whether a data file is a bucket's delta file (see the module doc)."""
-    return uri.rsplit("/", 1)[-1].startswith(DELTA)
 
 
 @dataclass
