@@ -188,9 +188,12 @@ def delete_files(location: str, spec_id: int, base: TableState, delta: Delta) ->
     return {base.buckets[b].id: written.get(b) for b in delta.touched}
 
 
-def buckets_after(base: TableState, delta: Delta, written: list) -> list[Bucket]:
-    """The bucket list after a delta merge: the touched buckets' rows less those replaced, plus the
-    written ones; their tombstones are the written ones (the branch is rewritten)."""
+def buckets_after(base: TableState, delta: Delta, written: list, dropped: dict[int, tuple[int, int]] | None = None) \
+        -> list[Bucket]:
+    """The bucket list after a delta merge: the touched buckets' rows less those replaced (and, per
+    bucket, the live rows and rows listing unproven values of files the merge `dropped`: a delta
+    file rewritten, `local_delta`), plus the written ones; their tombstones are the written ones
+    (the branch is rewritten)."""
     out = []
     touched = set(delta.touched)
     for i, b in enumerate(base.buckets):
@@ -199,6 +202,8 @@ def buckets_after(base: TableState, delta: Delta, written: list) -> list[Bucket]
             continue
         live = [f for f in written if f.bucket == b.id and not f.tombstone]
         dead = [f for f in written if f.bucket == b.id and f.tombstone]
-        out.append(Bucket(b.id, b.lo, b.rows - delta.rows(i) + sum(f.rows for f in live), sum(f.rows for f in dead),
-                          b.missing_rows - delta.replaced_missing.get(i, 0) + sum(f.missing for f in live)))
+        rows, missing = (dropped or {}).get(i, (0, 0))
+        out.append(Bucket(b.id, b.lo, b.rows - rows - delta.rows(i) + sum(f.rows for f in live),
+                          sum(f.rows for f in dead),
+                          b.missing_rows - missing - delta.replaced_missing.get(i, 0) + sum(f.missing for f in live)))
     return out

@@ -175,7 +175,8 @@ def _write(base: TableState, pending: Pending, target: pa.Schema, plan: delta.De
             lambda b: _delete_file(pending.location, spec_id, base.buckets[b].id, kept[b].deleted,
                                    plan.replaced.get(b, {})), plan.touched)))
     out.dropped = [f for b in plan.touched for f in kept[b].dropped]
-    out.buckets, out.written = _buckets_after(base, plan, kept, out.files), len(plan.touched)
+    dropped = {b: (k.delta_live, k.delta_missing) for b, k in kept.items()}
+    out.buckets, out.written = delta.buckets_after(base, plan, out.files, dropped), len(plan.touched)
     return out
 
 
@@ -186,20 +187,3 @@ def _delete_file(location: str, spec_id: int, bucket: int, before: dict[str, np.
              for uri in {*before, *now}}
     every = {uri: p for uri, p in every.items() if len(p)}
     return deletes.write(location, spec_id, bucket, every) if every else None
-
-
-def _buckets_after(base: TableState, plan: delta.Delta, kept: dict[int, _Kept], written: list[WrittenFile]) \
-        -> list[Bucket]:
-    """The bucket list after the merge: a touched bucket's rows less its delta file's and those
-    replaced, plus its new delta file's."""
-    out = []
-    for i, b in enumerate(base.buckets):
-        if i not in kept:
-            out.append(Bucket(b.id, b.lo, b.rows, b.tombstone_rows, b.missing_rows))
-            continue
-        live = [f for f in written if f.bucket == b.id and not f.tombstone]
-        dead = [f for f in written if f.bucket == b.id and f.tombstone]
-        out.append(Bucket(b.id, b.lo, b.rows - kept[i].delta_live - plan.rows(i) + sum(f.rows for f in live),
-                          sum(f.rows for f in dead), b.missing_rows - kept[i].delta_missing -
-                          plan.replaced_missing.get(i, 0) + sum(f.missing for f in live)))
-    return out
