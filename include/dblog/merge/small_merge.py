@@ -19,7 +19,9 @@ same way. It qualifies when:
 * the events' columns are the table's, each of the table's own type (a type change, even a
   widening, is Spark's: it evolves the table's schema), and no key column is a float.
 
-Anything else returns None and takes the Spark path. `tests/spark/test_small_merge.py` holds both
+Events that qualify but for the bucket (a bigger table, whose key types `bucket_bounds` orders)
+are read here too, and merged in place on the driver by `local_delta` (`LocalEvents.whole_bucket`
+False). Anything else returns None and takes the Spark path. `tests/spark/test_small_merge.py` holds both
 paths to the same tables, metadata columns included.
 """
 from __future__ import annotations
