@@ -74,7 +74,7 @@ def delta_locally(base: TableState, pending: Pending, local: LocalEvents, upto: 
     for r in offered:
         k = tuple(r[c] for c in key)
         latest[k] = r
-        b = bounds.bucket(k)
+        r[BUCKET] = b = bounds.bucket(k)   # (the index here; `_write` sets the bucket's id)
         incoming[b] = incoming.get(b, 0) + 1
     estimate = {b: base.buckets[b].rows + base.buckets[b].tombstone_rows + n for b, n in incoming.items()}
     if not delta.qualifies(base, incoming, ratio, M.oversized(estimate, bucket_rows), bucket_rows):
@@ -95,7 +95,7 @@ def delta_locally(base: TableState, pending: Pending, local: LocalEvents, upto: 
         if found is None:
             return None
         kept[b] = found
-    return _write(base, pending, target, plan, bounds, latest, kept, upto,
+    return _write(base, pending, target, plan, latest, kept, upto,
                   purge and not pending.keep_new_tombstones, len(offered))
 
 
@@ -149,13 +149,13 @@ def _at(table: pa.Table, key: list[str], keys: pa.Table) -> pa.Array:
     return found.join(keys, keys=key, join_type="left semi")["_i"].combine_chunks()
 
 
-def _write(base: TableState, pending: Pending, target: pa.Schema, plan: delta.Delta, bounds: BucketBounds,
-           latest: dict[tuple, dict], kept: dict[int, _Kept], upto: str, purge: bool, events: int) -> Rewritten:
+def _write(base: TableState, pending: Pending, target: pa.Schema, plan: delta.Delta, latest: dict[tuple, dict],
+           kept: dict[int, _Kept], upto: str, purge: bool, events: int) -> Rewritten:
     """Per touched bucket: its delta file with the live records, its tombstones anew, one delete file."""
     files = DataFiles(pending.location, target, f"{DELTA}{uuid.uuid4().hex[:12]}")
     new: dict[tuple[int, bool], list[dict]] = {}   # (bucket index, tombstone) -> records
-    for k, r in latest.items():
-        b = bounds.bucket(k)
+    for r in latest.values():
+        b = r[BUCKET]
         r[BUCKET] = base.buckets[b].id
         gone = r[OP] in TOMBSTONES
         if not (gone and purge and r[POSITION] <= upto):
