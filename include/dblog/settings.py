@@ -79,6 +79,11 @@ class Dump:
     max_chunk_size: int = setting(
         100_000, "DBLOG_MAX_CHUNK_SIZE", "largest chunk a user may ask for: one chunk's SELECT stays short",
         minimum=1, maximum=10_000_000)
+    quiet_chunk_size: int = setting(
+        100_000, "DBLOG_DUMP_QUIET_CHUNK_SIZE", "rows a range dump's splits grow to, doubling window by window, "
+        "while the source counts no row written but the dump's watermarks (a first load's window stays within "
+        "`DBLOG_BUCKET_ROWS`, and no split passes `DBLOG_MAX_CHUNK_SIZE`); the first write seen sends them back to "
+        "the chunk size. At or below the chunk size: windows keep their size", minimum=1, maximum=10_000_000)
     max_delay_seconds: int = setting(
         3600, "DBLOG_MAX_DELAY_SECONDS", "longest pause between chunks a user may ask for", minimum=0,
         maximum=86_400)

@@ -78,7 +78,8 @@ def chunk_size_param(default: int | None = None, title: str = "Chunk size (rows)
     s = settings()
     return Param(s.dump.chunk_size if default is None else default, type="integer", title=title,
                  description=f"Rows per chunk, {s.range_text('dump.chunk_size')}: one short SELECT between a low "
-                             "and a high watermark.")
+                             "and a high watermark. A range dump's chunks grow while the source takes no writes, "
+                             f"up to {s.cite('dump.quiet_chunk_size')}.")
 
 
 def parallelism_param(default: int | None = None) -> Param:

@@ -330,9 +330,10 @@ def test_every_split_is_staged_inside_its_window_before_the_high_watermark(maria
     write_watermark, lock = source.write_watermark, threading.Lock()
 
     def watermark(slot, value):
-        write_watermark(slot, value)
+        written = write_watermark(slot, value)
         with lock:
             marks.append(value)
+        return written
 
     class Watched(StagedLog):
         def write_chunk(self, source_name, schema, meta, rows, ops, shape=None):
@@ -411,4 +412,41 @@ def test_a_dump_cancelled_after_a_failed_window_still_lands_the_splits_that_wind
     assert result.status == "cancelled" and result.window is None and result.chunks == 5
     assert marks == [failed.window["hw"]], "the failed window's HW was not written on cancel"
     assert [m.chunk for m in chunk_metas(src, table, dump_id) if m is not None] == [0, 1, 2, 3, 4]
+    store.stop()
+
+
+@pytest.mark.both_sources   # (each source's own counter of rows written is the subject)
+def test_windows_grow_while_the_source_takes_no_writes_and_go_back_to_the_chunk_size_at_a_write_elsewhere(
+        src, monkeypatch):
+    """A write to another table of the source, seen by its counter (PostgreSQL's reaches it once
+    the writer's statistics are flushed: the test waits for the table's own), sends the next window
+    back to the chunk size; quiet again, the windows grow again. Every row is read once."""
+    monkeypatch.setenv("DBLOG_DUMP_QUIET_CHUNK_SIZE", "400")
+    src.workload(seed=51, rows=6000).create()
+    src.sql(f"CREATE TABLE {src.namespace}.elsewhere (id INT PRIMARY KEY)")
+    src.start_capture()
+    store, source, table = src.store(), src.source(), src.table("accounts")
+    dump_id = create_dump(store, source, DumpSpec(tables=[table], chunk_size=50, parallelism=2))
+    windows: list[int] = []
+    wrote_after: list[int] = []
+
+    def on_chunk(progress, rows):
+        windows.append(rows)
+        if rows == 2 * 400 and not wrote_after:
+            src.sql(f"INSERT INTO {src.namespace}.elsewhere (id) VALUES (1)")
+            if src.kind == "postgres":
+                wait_for(lambda: src.sql("SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'elsewhere' "
+                                         "AND schemaname = %s", params=[src.namespace])[0][0] == 1,
+                         what="the write's statistics")
+            wrote_after.append(len(windows))
+
+    result = TableDump(store, source, src.staged(), dump_id, table, on_chunk).run()
+    assert result.status == "done" and wrote_after, windows
+    before, after = windows[:wrote_after[0]], windows[wrote_after[0]:]
+    assert before[-3:] == [200, 400, 800], f"the splits did not double up to the top: {windows}"
+    assert after[0] == 2 * 50, f"the window after the write read {after[0]} rows, not two 50-row splits: {windows}"
+    assert max(after[1:]) > 2 * 50, f"the windows did not grow again once the source was quiet: {windows}"
+    staged = src.staged()
+    keys = [k for p in staged.chunk_files(src.source_id, table, dump_id) for k in staged.read_chunk(p)["id"].to_pylist()]
+    assert len(keys) == len(set(keys)) == src.sql(f"SELECT COUNT(*) FROM {table}")[0][0], "a key was read twice or not at all"
     store.stop()

@@ -34,6 +34,7 @@ from ..sources.base import NoPrimaryKey, Source, SourceUnavailable
 from ..stagedlog import whole_tables
 from ..stagedlog.staged_log import StagedLog, StagingError
 from .dump_spec import DumpError, DumpSpec, check_chunk_size, check_delay, check_parallelism, validate
+from .window_growth import WindowGrowth
 from .windows import SplitRead, SplitStaging, WindowPlan, WindowReader, WindowReads, plan_window, steps_next
 
 log = logging.getLogger("dblog.dump")
@@ -272,6 +273,8 @@ class TableDump:
         self._started, self._rows = time.monotonic(), 0
         self._step = False   # the next window splits its keys by arithmetic (`windows.steps_next`)
         self._first_load = True   # chunks are staged in the warehouse form too (set per run: `_chunks`)
+        self._grown = False
+        self._growth = WindowGrowth()   # its split rows on a quiet source
 
     def run(self, lease_timeout: float | None = 0) -> TableProgress:
         try:
@@ -455,20 +458,24 @@ class TableDump:
             if plan is None:
                 return False, schema
         else:
+            if keys is None:
+                limit = self._split_rows(limit, parallelism)
             plan = self._plan(schema, keys, progress, limit, parallelism)
             if plan is None:
                 return True, schema
         progress.window, progress.next_chunk = plan.record(), plan.chunk + plan.parts
         self.store.fenced_put(lease, self.progress_path, asdict(progress))  # before LW: whoever runs next closes it
-        self.source.write_watermark(self.slot, plan.lw)
+        own = self.source.write_watermark(self.slot, plan.lw)
         if not carried and keys is None and progress.chunks == 0 and progress.after_key is None:
             self._bound_after_first_lw(schema, progress)
         # Columns added before LW are read; a write of one inside the window drops the row anyway.
         schema = self._schema_after_lw(schema)
         reads = self._read(schema, keys, plan)
         crash_point("dump.after_staging")
-        self.source.write_watermark(self.slot, plan.hw)
+        own += self.source.write_watermark(self.slot, plan.hw)
         crash_point("dump.after_high_watermark")
+        largest = max(reads.values(), key=lambda r: r.nbytes, default=None)
+        self._growth.window_written(own, largest.rows if largest else 0, largest.nbytes if largest else 0)
         # Only an open split that read nothing shows the end: a stepped window may cross a gap.
         done = not carried and keys is None and any(s.open for s in plan.splits) \
             and not sum(r.rows for r in reads.values())
@@ -483,6 +490,20 @@ class TableDump:
         # nothing, gives its open split's number back, as no later plan exists to take it.
         self._record(lease, progress, plan, reads, since, numbers=plan.parts - done)
         return done, schema
+
+    def _split_rows(self, chunk_size: int, parallelism: int) -> int:
+        """The next range window's split rows: the chunk size, or more while the source is quiet
+        (`window_growth`). A first load's window stays within a bucket's rows, the unit its chunks
+        are adopted in."""
+        top = min(settings().dump.quiet_chunk_size, settings().dump.max_chunk_size)
+        if self._first_load:
+            top = min(top, max(chunk_size, settings().merge.bucket_rows // parallelism))
+        rows = self._growth.split_rows(chunk_size, top, self.source.rows_written())
+        if (rows > chunk_size) != self._grown:
+            self._grown = rows > chunk_size
+            log.info("%s: %s", self.table, f"the source takes no writes: windows grow (splits of {rows:,} rows)"
+                     if self._grown else f"the source takes writes: windows are back to {chunk_size:,} rows a split")
+        return rows
 
     def _bound_after_first_lw(self, schema: TableSchema, progress: TableProgress) -> None:
         """The dump's upper key bound, read again after its first LW (recorded with the window).

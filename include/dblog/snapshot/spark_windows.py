@@ -21,7 +21,8 @@ from ..sources.base import Source, SourceError, SourceUnavailable
 from .windows import SplitRead, SplitStaging, WindowPlan
 
 _TASK_OUT = pa.schema([("split", pa.int32()), ("rows", pa.int64()), ("key_to", pa.string()),
-                       ("error", pa.string()), ("transient", pa.bool_()), ("fallback", pa.bool_())])
+                       ("error", pa.string()), ("transient", pa.bool_()), ("fallback", pa.bool_()),
+                       ("nbytes", pa.int64())])
 
 
 class WindowReadFailed(SourceUnavailable):
@@ -56,7 +57,7 @@ class SparkWindowReader:
 def _outcome(r: dict) -> SplitRead | Exception:
     if r["error"] is not None:
         return (WindowReadFailed if r["transient"] else SourceError)(r["error"])
-    return SplitRead(r["split"], r["rows"], r["key_to"], r["fallback"])
+    return SplitRead(r["split"], r["rows"], r["key_to"], r["fallback"], r["nbytes"])
 
 
 # A lost executor or Python worker (killed, out of memory) is worth a retry; any other failure of
@@ -95,11 +96,12 @@ def _stage_split(source: Source, schema: TableSchema, plan: WindowPlan, stage: S
         done = stage(source, schema, plan, k)
     except Exception as exc:  # noqa: BLE001 - every failure is reported to the driver
         return {"split": k, "rows": 0, "key_to": None, "transient": source.transient(exc),
-                "error": f"{source.name}: reading split {k + 1} of {schema.name} failed: {exc}", "fallback": False}
+                "error": f"{source.name}: reading split {k + 1} of {schema.name} failed: {exc}", "fallback": False,
+                "nbytes": 0}
     finally:
         source.close()
     return {"split": k, "rows": done.rows, "key_to": done.key_to, "error": None, "transient": False,
-            "fallback": done.fallback}
+            "fallback": done.fallback, "nbytes": done.nbytes}
 
 
 def _ddl(schema: pa.Schema) -> str:

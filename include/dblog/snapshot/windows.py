@@ -101,6 +101,7 @@ class SplitRead:
     rows: int
     key_to: str | None
     fallback: bool = False
+    nbytes: int = 0   # its rows' Arrow size (`window_growth` stops growing splits of wide rows)
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,7 @@ class SplitStaging:
         self.staged.write_chunk(source.name, schema, plan.meta(self.dump_id, index, key_to), rows,
                                 Op.READ, shape=self._shape(source, plan))
         crash_point("dump.split_staged")
-        return SplitRead(index, len(rows), key_to, fallback)
+        return SplitRead(index, len(rows), key_to, fallback, rows.nbytes)
 
     def _shape(self, source: Source, plan: WindowPlan):
         """The chunk's warehouse form, when its window has a bucket and the source says its log head

@@ -270,13 +270,14 @@ class Source(abc.ABC):
         return False
 
     def _run(self, sql: str, params=None, fetch: bool = True):
-        """Run one autocommitted statement on the source's SQL connection."""
+        """Run one autocommitted statement on the source's SQL connection: its rows, or (`fetch`
+        False) the rows it affected."""
         with self._lock:
             conn = self._connection()
             try:
                 with conn.cursor() as cur:
                     cur.execute(sql, params)
-                    return list(cur.fetchall()) if fetch else None
+                    return list(cur.fetchall()) if fetch else cur.rowcount
             except self._disconnects:
                 self._conn = None  # reconnect on the next statement
                 raise
@@ -510,8 +511,9 @@ class Source(abc.ABC):
 
     # watermarks and chunks ------------------------------------------------------------------------
     @abc.abstractmethod
-    def write_watermark(self, slot: str, value: str) -> None:
-        """One single-row autocommitted write of `value` to the watermark table (row `watermark_id(slot)`)."""
+    def write_watermark(self, slot: str, value: str) -> int:
+        """One single-row autocommitted write of `value` to the watermark table (row
+        `watermark_id(slot)`); returns the rows `rows_written` counts for it."""
 
     def watermark_id(self, slot: str) -> str:
         return slot if self.deployment is None else f"{self.deployment}{DEPLOYMENT_SEPARATOR}{slot}"
@@ -652,6 +654,11 @@ class Source(abc.ABC):
     @abc.abstractmethod
     def head(self) -> dict:
         """The source's current end of log, for lag reporting."""
+
+    def rows_written(self) -> int | None:
+        """The server's running count of rows inserted, updated and deleted (`snapshot.window_growth`
+        grows a dump's windows while it does not move); None where the source keeps none."""
+        return None
 
     def close(self) -> None:  # noqa: B027
         """Release what the source holds open (connections)."""

@@ -338,8 +338,9 @@ class MySQLSource(Source):
                      self._sql_watermark_grants())]
         return []
 
-    def write_watermark(self, slot: str, value: str) -> None:
-        self._run(
+    def write_watermark(self, slot: str, value: str) -> int:
+        # Its affected rows (1 inserted, 2 updated) are the handler writes it counts.
+        return self._run(
             f"INSERT INTO `{WATERMARK_SCHEMA}`.`watermarks` (id, value, written_at) VALUES (%s, %s, NOW(6)) "
             "ON DUPLICATE KEY UPDATE value = VALUES(value), written_at = VALUES(written_at)",
             [self.watermark_id(slot), value], fetch=False)
@@ -348,6 +349,13 @@ class MySQLSource(Source):
         row = self._run("SHOW MASTER STATUS")[0]
         return {"log_file": row[0], "log_pos": int(row[1]),
                 "position": mysql_position(row[0], int(row[1]), 0).encode()}
+
+    def rows_written(self) -> int | None:
+        # The server's handler counters (every engine's row writes; temporary tables count apart),
+        # in memory and current at once; any user may read them.
+        rows = self._run("SHOW GLOBAL STATUS WHERE Variable_name IN ('Handler_write', 'Handler_update', "
+                         "'Handler_delete')")
+        return sum(int(value) for _, value in rows) if len(rows) == 3 else None
 
     def start_point(self) -> dict:
         head = self.head()

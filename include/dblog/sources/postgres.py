@@ -120,6 +120,7 @@ class PostgresSource(Source):
         self._start_tables: set[str] = set()
         self._oids: dict[str, int] = {}   # table -> the oid its last Relation message had
         self._positions: tuple[Begin | None, Callable[[int], str]] = (None, str)    # of the last transaction seen
+        self._flushes_stats = True   # the server has pg_stat_force_next_flush (15+): see rows_written
 
     # -- plain SQL ------------------------------------------------------------------------------
     def connect(self, server_settings: str = "", **extra):
@@ -423,14 +424,27 @@ class PostgresSource(Source):
     def slot_exists(self) -> bool:
         return bool(self._run("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", [self.slot]))
 
-    def write_watermark(self, slot: str, value: str) -> None:
-        self._run(f"INSERT INTO {WATERMARK_TABLE} (id, value, written_at) VALUES (%s, %s, now()) "
+    def write_watermark(self, slot: str, value: str) -> int:
+        return self._run(f"INSERT INTO {WATERMARK_TABLE} (id, value, written_at) VALUES (%s, %s, now()) "
                   "ON CONFLICT (id) DO UPDATE SET value = EXCLUDED.value, written_at = EXCLUDED.written_at",
                   [self.watermark_id(slot), value], fetch=False)
 
     def head(self) -> dict:
         (lsn,), = self._run("SELECT pg_current_wal_lsn()::text")
         return {"lsn": lsn, "position": postgres_position(lsn_to_int(lsn), 0).encode()}
+
+    def rows_written(self) -> int | None:
+        # This database's statistics. A backend reports its writes there within about a second;
+        # this one's own (its watermarks) are flushed first (PostgreSQL 15+), so a late report of
+        # them can never hide another's write (`snapshot.window_growth`).
+        if self._flushes_stats:
+            try:
+                self._run("SELECT pg_stat_force_next_flush()")
+            except psycopg2.errors.UndefinedFunction:
+                self._flushes_stats = False
+        (count,), = self._run("SELECT tup_inserted + tup_updated + tup_deleted FROM pg_stat_database "
+                              "WHERE datname = current_database()")
+        return None if count is None else int(count)
 
     # -- change stream --------------------------------------------------------------------------
     def stream(self, resume: dict | None, idle_timeout: float = 1.0) -> Iterator[Transaction | None]:
