@@ -273,8 +273,8 @@ class TableDump:
         self._started, self._rows = time.monotonic(), 0
         self._step = False   # the next window splits its keys by arithmetic (`windows.steps_next`)
         self._first_load = True   # chunks are staged in the warehouse form too (set per run: `_chunks`)
-        self._grown = False
-        self._growth = WindowGrowth()   # its split rows on a quiet source
+        self._grown = False   # the last window's splits grew past the chunk size (logged as it changes)
+        self._growth: WindowGrowth | None = WindowGrowth()   # its split rows; None: the source cannot say
 
     def run(self, lease_timeout: float | None = 0) -> TableProgress:
         try:
@@ -465,17 +465,18 @@ class TableDump:
                 return True, schema
         progress.window, progress.next_chunk = plan.record(), plan.chunk + plan.parts
         self.store.fenced_put(lease, self.progress_path, asdict(progress))  # before LW: whoever runs next closes it
-        own = self.source.write_watermark(self.slot, plan.lw)
+        own = self.source.write_watermark(self.slot, plan.lw) or 0
         if not carried and keys is None and progress.chunks == 0 and progress.after_key is None:
             self._bound_after_first_lw(schema, progress)
         # Columns added before LW are read; a write of one inside the window drops the row anyway.
         schema = self._schema_after_lw(schema)
         reads = self._read(schema, keys, plan)
         crash_point("dump.after_staging")
-        own += self.source.write_watermark(self.slot, plan.hw)
+        own += self.source.write_watermark(self.slot, plan.hw) or 0
         crash_point("dump.after_high_watermark")
-        largest = max(reads.values(), key=lambda r: r.nbytes, default=None)
-        self._growth.window_written(own, largest.rows if largest else 0, largest.nbytes if largest else 0)
+        if self._growth is not None:
+            largest = max(reads.values(), key=lambda r: r.nbytes, default=None)
+            self._growth.window_written(own, largest.rows if largest else 0, largest.nbytes if largest else 0)
         # Only an open split that read nothing shows the end: a stepped window may cross a gap.
         done = not carried and keys is None and any(s.open for s in plan.splits) \
             and not sum(r.rows for r in reads.values())
@@ -498,7 +499,18 @@ class TableDump:
         top = min(settings().dump.quiet_chunk_size, settings().dump.max_chunk_size)
         if self._first_load:
             top = min(top, max(chunk_size, settings().merge.bucket_rows // parallelism))
-        rows = self._growth.split_rows(chunk_size, top, self.source.rows_written())
+        if self._growth is None:
+            return chunk_size
+        try:
+            written = self.source.rows_written()
+        except SourceUnavailable:
+            raise   # the window waits for the source (`reconnecting`)
+        except Exception as exc:  # noqa: BLE001 - a counter the source refuses only keeps the windows' size
+            log.warning("%s: windows keep %s rows a split: the source's count of rows written cannot be read (%s)",
+                        self.table, f"{chunk_size:,}", exc)
+            self._growth = None
+            return chunk_size
+        rows = self._growth.split_rows(chunk_size, top, written)
         if (rows > chunk_size) != self._grown:
             self._grown = rows > chunk_size
             log.info("%s: %s", self.table, f"the source takes no writes: windows grow (splits of {rows:,} rows)"
