@@ -130,7 +130,9 @@ def warehouse_buckets(warehouse: Warehouse, src, table: str) -> int:
 
 
 
-@pytest.mark.parametrize("where", ["spark", "driver"])
+# The driver's case runs a dump's chunk merges in place through Spark too (their merges are not
+# log-only), so the all-Spark case is `make test-full`'s.
+@pytest.mark.parametrize("where", [pytest.param("spark", marks=pytest.mark.long), "driver"])
 def test_merges_changing_buckets_in_place_during_a_dump_under_writes_converge_and_no_key_goes_back(
         src, spark, warehouse, monkeypatch, where):
     """Position deletes wherever a merge qualifies at all (ratio 1, small buckets, a writer slow
