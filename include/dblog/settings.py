@@ -82,8 +82,9 @@ class Dump:
     quiet_chunk_size: int = setting(
         100_000, "DBLOG_DUMP_QUIET_CHUNK_SIZE", "rows a range dump's splits grow to, doubling window by window, "
         "while the source counts no row written but the dump's watermarks (a first load's window stays within "
-        "`DBLOG_BUCKET_ROWS`, and no split passes `DBLOG_MAX_CHUNK_SIZE`); the first write seen sends them back to "
-        "the chunk size. At or below the chunk size: windows keep their size", minimum=1, maximum=10_000_000)
+        "`DBLOG_BUCKET_ROWS`, and no split passes `DBLOG_MAX_CHUNK_SIZE`); the first other write the source counts "
+        "(another dump's watermarks too) sends them back to the chunk size. A dump throttled with a delay, or this "
+        "at or below the chunk size: windows keep their size", minimum=1, maximum=10_000_000)
     max_delay_seconds: int = setting(
         3600, "DBLOG_MAX_DELAY_SECONDS", "longest pause between chunks a user may ask for", minimum=0,
         maximum=86_400)

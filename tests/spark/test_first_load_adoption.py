@@ -102,6 +102,26 @@ def test_a_first_load_adopts_its_chunk_files_and_every_reader_reads_what_a_rewri
         assert not loaded_tables.holds(store, src.source_id, table)
 
 
+def test_a_first_load_whose_windows_grew_on_a_quiet_source_is_still_adopted_whole(mariadb, spark, warehouse):
+    """Growing windows (`snapshot/window_growth`) keep a first load's window within a bucket, so
+    its chunks are adopted as they are: splits of 2 rows grow to 4 (8-row buckets, two splits).
+    On MariaDB, whose counter grows windows at once (PostgreSQL's waits 1.5 s: the engine's growth
+    test runs on both)."""
+    src = mariadb
+    table = _many(src, rows=60)
+    env = {"DBLOG_BUCKET_ROWS": "8", "DBLOG_DUMP_QUIET_CHUNK_SIZE": "100"}
+    src.dblog("dump", "--source", src.source_id, "--table", "many", "--chunk-size", "2", "--parallelism", "2",
+              check=True, env=env)
+    staged = src.staged()
+    sizes = [staged.read_chunk(p).num_rows for p in staged.chunk_files(src.source_id, table)]
+    assert max(sizes) == 4 and sizes[0] == 2, f"the splits did not grow from 2 to 4 rows: {sizes}"
+    settle(src)
+    result = _merge(spark, src, warehouse, table, bucket_rows=8)
+    assert result.note == f"first load: {len(sizes)} chunk file(s) adopted as data files, none rewritten"
+    assert all(b.rows <= 2 * 8 for b in warehouse.state(src.source_id, table).buckets)
+    assert_warehouse_equals_source(src, warehouse, ["many"])
+
+
 def test_a_first_load_whose_dump_made_other_buckets_is_rewritten_and_says_why(src, spark, warehouse, caplog):
     caplog.set_level(logging.INFO, "dblog.merge")
     table = _many(src, rows=6)

@@ -116,7 +116,7 @@ def add_dump(sub, tuned) -> None:
     d.add_argument("--keys", help="JSON array of primary keys (or @file.json), with one --table")
     d.add_argument("--chunk-size", type=int, help=f"rows per chunk, {tuned.range_text('dump.chunk_size')} "
                                                   f"(default {tuned.cite('dump.chunk_size')}; a range dump's "
-                                                  f"grow while the source takes no writes, up to "
+                                                  f"chunks grow while the source takes no writes, up to "
                                                   f"{tuned.cite('dump.quiet_chunk_size')})")
     d.add_argument("--delay", type=float,
                    help=f"seconds between chunks, 0 to {tuned.dump.max_delay_seconds} (default 0)")

@@ -274,7 +274,8 @@ class TableDump:
         self._step = False   # the next window splits its keys by arithmetic (`windows.steps_next`)
         self._first_load = True   # chunks are staged in the warehouse form too (set per run: `_chunks`)
         self._grown = False   # the last window's splits grew past the chunk size (logged as it changes)
-        self._growth: WindowGrowth | None = WindowGrowth()   # its split rows; None: the source cannot say
+        # its split rows; None: the source cannot say whether anyone writes
+        self._growth: WindowGrowth | None = WindowGrowth(source.ROWS_WRITTEN_DELAY_S)
 
     def run(self, lease_timeout: float | None = 0) -> TableProgress:
         try:
@@ -367,8 +368,9 @@ class TableDump:
                 progress.status = CANCELLED
                 break
             since = time.monotonic()  # after _control(): time paused is not working time
+            # A dump throttled with a delay keeps its chunk size: its user asked for less load, not more.
             window = partial(self._window, lease, schema, keys, progress, control["chunk_size"],
-                             control.get("parallelism") or 1, since)
+                             control.get("parallelism") or 1, since, grow=control["delay_s"] <= 0)
             # A source restart pauses the dump, it does not fail it; the window it broke is closed
             # with what it staged when the source is back.
             try:
@@ -449,16 +451,17 @@ class TableDump:
             log.info("%s: windows are read on Spark executors (%s reader)", self.table, tuned.reader)
 
     def _window(self, lease: Lease, schema: TableSchema, keys: list[tuple] | None, progress: TableProgress,
-                limit: int, parallelism: int, since: float) -> tuple[bool, TableSchema]:
+                limit: int, parallelism: int, since: float, grow: bool = True) -> tuple[bool, TableSchema]:
         """One window (see `windows`): plan it and record the plan, LW, read and stage its splits,
-        HW, record progress. Returns whether the dump is done, and the schema read with."""
+        HW, record progress. Returns whether the dump is done, and the schema read with. `grow`:
+        a range window's splits may grow past `limit` on a quiet source (`_split_rows`)."""
         carried = progress.window is not None
         if carried:   # left unfinished, by a crash or a failed read
             plan = self._close(lease, schema, progress)
             if plan is None:
                 return False, schema
         else:
-            if keys is None:
+            if keys is None and grow:
                 limit = self._split_rows(limit, parallelism)
             plan = self._plan(schema, keys, progress, limit, parallelism)
             if plan is None:
@@ -503,9 +506,9 @@ class TableDump:
             return chunk_size
         try:
             written = self.source.rows_written()
-        except SourceUnavailable:
-            raise   # the window waits for the source (`reconnecting`)
         except Exception as exc:  # noqa: BLE001 - a counter the source refuses only keeps the windows' size
+            if self.source.transient(exc):
+                raise   # the window waits for the source (`reconnecting`)
             log.warning("%s: windows keep %s rows a split: the source's count of rows written cannot be read (%s)",
                         self.table, f"{chunk_size:,}", exc)
             self._growth = None
@@ -514,7 +517,8 @@ class TableDump:
         if (rows > chunk_size) != self._grown:
             self._grown = rows > chunk_size
             log.info("%s: %s", self.table, f"the source takes no writes: windows grow (splits of {rows:,} rows)"
-                     if self._grown else f"the source takes writes: windows are back to {chunk_size:,} rows a split")
+                     if self._grown else f"windows are back to the chunk size ({chunk_size:,} rows a split): the "
+                     "source counted a write that was not this dump's")
         return rows
 
     def _bound_after_first_lw(self, schema: TableSchema, progress: TableProgress) -> None:

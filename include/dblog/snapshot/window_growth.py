@@ -10,13 +10,15 @@ splits are twice the last one's, up to `DBLOG_DUMP_QUIET_CHUNK_SIZE` rows and `S
 Arrow data; the first write seen sends them back to the dump's chunk size. The window rule holds
 at any size: growth changes how many rows a window reads, never which rows it keeps.
 
-A source whose counter is late (PostgreSQL's statistics reach `pg_stat_database` up to a second
-after a commit) may count the dump's watermarks a window late: the rows written by others are
-the counter's rise less the rows the source said each watermark wrote, and only a rise of that
-above the highest value it has had counts.
+The rows written by others are the counter's rise less the rows the source said each of the
+dump's watermarks wrote. A source whose counter is late (a PostgreSQL backend reports its writes
+to `pg_stat_database` at most once a second) shows a busy source's writes in bursts, with quiet
+stretches between them; there the counter must have stayed still for the source's delay
+(`Source.ROWS_WRITTEN_DELAY_S`) before a window grows.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 # The most Arrow data a grown split reads at once: a wide row makes a window stop growing
@@ -26,20 +28,24 @@ SPLIT_BYTES = 64 << 20
 
 @dataclass
 class WindowGrowth:
-    """The split rows of a dump's next range window."""
+    """The split rows of a dump's next range window. `delay_s`: how late the source's counter
+    shows a write."""
+    delay_s: float = 0.0
     rows: int | None = None           # the last window's split rows (None: none planned yet)
     _chunk: int | None = None         # the chunk size they grew from
     _start: int | None = None         # the source's counter at the first window
+    _last: int | None = None          # ... at the last one
     _own: int = 0                     # rows the dump wrote since (its watermarks)
     _others_high: int = 0             # the highest count of rows others wrote since
+    _busy_at: float = 0.0             # when that count last rose (or the counting began)
     _bytes_per_row: float = 0.0       # of the largest split read so far
 
-    def split_rows(self, chunk_size: int, top: int, written: int | None) -> int:
+    def split_rows(self, chunk_size: int, top: int, written: int | None, now: float | None = None) -> int:
         """Rows a split of the next window reads, given the dump's chunk size, the most a quiet
         source's splits grow to, and the source's counter of rows written now (None: the source
         keeps none, so windows keep their size). A throttle that changes the chunk size starts the
-        windows over from it."""
-        quiet = self._quiet(written)
+        windows over from it. `now`: a monotonic clock's time (default: time.monotonic())."""
+        quiet = self._quiet(written, time.monotonic() if now is None else now)
         if not quiet or top <= chunk_size or chunk_size != self._chunk or self.rows is None:
             self.rows, self._chunk = chunk_size, chunk_size
             return chunk_size
@@ -49,18 +55,21 @@ class WindowGrowth:
         self.rows = grown
         return grown
 
-    def _quiet(self, written: int | None) -> bool:
-        """Whether nobody but the dump wrote since the last window was planned (False when the
+    def _quiet(self, written: int | None, now: float) -> bool:
+        """Whether nobody but the dump wrote for the source's delay, up to now (False when the
         source cannot tell, and at the first window)."""
         if written is None:
             return False
-        if self._start is None:
-            self._start = written
+        if self._start is None or written < (self._last or 0):
+            # the first window, or a counter that went back (a restart, a reset, a failover): start over
+            self._start, self._last, self._own, self._others_high, self._busy_at = written, written, 0, 0, now
             return False
+        self._last = written
         others = written - self._start - self._own
-        quiet = others <= self._others_high
-        self._others_high = max(self._others_high, others)
-        return quiet
+        if others > self._others_high:
+            self._others_high, self._busy_at = others, now
+            return False
+        return now - self._busy_at >= self.delay_s
 
     def window_written(self, own_rows: int, largest_rows: int, largest_bytes: int) -> None:
         """A window is over: its watermarks counted `own_rows` rows written (`write_watermark`),

@@ -655,6 +655,10 @@ class Source(abc.ABC):
     def head(self) -> dict:
         """The source's current end of log, for lag reporting."""
 
+    # How late `rows_written` may show a write (its reports' interval): a window grows only once
+    # the count has stood still that long.
+    ROWS_WRITTEN_DELAY_S = 0.0
+
     def rows_written(self) -> int | None:
         """The server's running count of rows inserted, updated and deleted (`snapshot.window_growth`
         grows a dump's windows while it does not move); None where the source keeps none."""

@@ -433,6 +433,9 @@ class PostgresSource(Source):
         (lsn,), = self._run("SELECT pg_current_wal_lsn()::text")
         return {"lsn": lsn, "position": postgres_position(lsn_to_int(lsn), 0).encode()}
 
+    # A backend reports its writes at most once a second (PGSTAT_MIN_INTERVAL), with some slack.
+    ROWS_WRITTEN_DELAY_S = 1.5
+
     def rows_written(self) -> int | None:
         # This database's statistics. A backend reports its writes there within about a second;
         # this one's own (its watermarks) are flushed first (PostgreSQL 15+), so a late report of
@@ -442,9 +445,9 @@ class PostgresSource(Source):
                 self._run("SELECT pg_stat_force_next_flush()")
             except psycopg2.errors.UndefinedFunction:
                 self._flushes_stats = False
-        (count,), = self._run("SELECT tup_inserted + tup_updated + tup_deleted FROM pg_stat_database "
-                              "WHERE datname = current_database()")
-        return None if count is None else int(count)
+        (count,), = self._run("SELECT CASE WHEN current_setting('track_counts')::bool THEN tup_inserted + "
+                              "tup_updated + tup_deleted END FROM pg_stat_database WHERE datname = current_database()")
+        return None if count is None else int(count)   # None: track_counts is off, nothing is counted
 
     # -- change stream --------------------------------------------------------------------------
     def stream(self, resume: dict | None, idle_timeout: float = 1.0) -> Iterator[Transaction | None]:
