@@ -499,11 +499,11 @@ class TableDump:
         """The next range window's split rows: the chunk size, or more while the source is quiet
         (`window_growth`). A first load's window stays within a bucket's rows, the unit its chunks
         are adopted in."""
+        if self._growth is None:
+            return chunk_size
         top = min(settings().dump.quiet_chunk_size, settings().dump.max_chunk_size)
         if self._first_load:
             top = min(top, max(chunk_size, settings().merge.bucket_rows // parallelism))
-        if self._growth is None:
-            return chunk_size
         try:
             written = self.source.rows_written()
         except Exception as exc:  # noqa: BLE001 - a counter the source refuses only keeps the windows' size
